@@ -1,0 +1,9 @@
+//! Lets wdk-build configure the kernel-image link (entry point, subsystem,
+//! WDK libraries) from `[package.metadata.wdk]`.
+
+fn main() -> Result<(), wdk_build::ConfigError> {
+    // A driver image carries a valid PE checksum; /RELEASE makes the linker
+    // (link.exe on Windows, rust-lld on Linux) write it.
+    println!("cargo::rustc-cdylib-link-arg=/RELEASE");
+    wdk_build::configure_wdk_binary_build()
+}

@@ -1,0 +1,3 @@
+//! kstack client (placeholder until the client lands).
+
+fn main() {}

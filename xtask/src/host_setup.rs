@@ -1,0 +1,83 @@
+//! Debian packages and rustup targets the Linux build needs, installed only
+//! when missing.
+
+use anyhow::{Result, bail};
+
+use crate::process::{self, Run};
+
+/// Debian 12 packages, and what each one is for.
+const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    ("libclang-dev", "libclang for bindgen (wdk-sys bindings)"),
+    ("llvm", "llvm-dlltool and llvm-ar for the WDK import libraries"),
+    ("mingw-w64", "DDK headers, GNU import libraries, and the linker for the client"),
+    ("patch", "applies the wdk-build Linux-host patch"),
+];
+
+/// Rust targets: the driver (msvc, linked by rust-lld) and the client that
+/// runs under Wine (gnu, linked by mingw-w64).
+const RUST_TARGETS: &[&str] = &["x86_64-pc-windows-msvc", "x86_64-pc-windows-gnu"];
+
+/// Installs whatever is missing; does nothing on a machine that has it all.
+pub fn ensure() -> Result<()> {
+    ensure_debian_packages()?;
+    ensure_rust_targets()
+}
+
+fn ensure_debian_packages() -> Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .map(|&(name, _)| name)
+        .filter(|name| !debian_package_installed(name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    process::step(&format!("installing Debian packages: {}", missing.join(" ")));
+    for (name, why) in DEBIAN_PACKAGES.iter().filter(|(name, _)| missing.contains(name)) {
+        println!("    {name}: {why}");
+    }
+    let as_root = is_root()?;
+    if !as_root && which("sudo").is_none() {
+        bail!("these Debian packages are missing and neither root nor sudo is available: {}", missing.join(" "));
+    }
+    let apt = |args: &[&str]| {
+        let run = if as_root { Run::new("apt-get") } else { Run::new("sudo").args(["apt-get"]) };
+        run.args(args).env("DEBIAN_FRONTEND", "noninteractive")
+    };
+    apt(&["update", "-qq"]).run()?;
+    apt(&["install", "-y", "-qq", "--no-install-recommends"]).args(&missing).run()
+}
+
+fn debian_package_installed(name: &str) -> bool {
+    Run::new("dpkg-query")
+        .args(["-W", "-f=${Status}", name])
+        .stdout()
+        .is_ok_and(|status| status.contains("install ok installed"))
+}
+
+fn ensure_rust_targets() -> Result<()> {
+    let installed = Run::new("rustup").args(["target", "list", "--installed"]).stdout()?;
+    let missing: Vec<&str> = RUST_TARGETS
+        .iter()
+        .copied()
+        .filter(|target| !installed.lines().any(|line| line.trim() == *target))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    process::step(&format!("adding Rust targets: {}", missing.join(" ")));
+    Run::new("rustup").args(["target", "add"]).args(&missing).run()
+}
+
+fn is_root() -> Result<bool> {
+    Ok(Run::new("id").args(["-u"]).stdout()?.trim() == "0")
+}
+
+/// The full path of `program` if it is on PATH.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    })
+}

@@ -1,0 +1,111 @@
+//! `cargo xtask`: kstack's build, test and demo entry points on a Linux host.
+//!
+//! Every command first makes sure the machine has what it needs (Debian
+//! packages, rustup targets, the WDK-shaped tree, the patched wdk-build), so
+//! each works on a fresh Debian 12 machine that only has rustup and cargo.
+//! On Windows, build the driver with the real WDK through cargo-make instead
+//! (see README.md).
+
+mod host_setup;
+mod package;
+mod process;
+mod wdk_mingw;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  setup        install what the Linux build needs (idempotent)
+  build        build kstack.sys and the client into the package folder
+  test         build everything, then run lints and every test (CI runs this)
+  demo         build the package and show what it holds
+  package-dir  print the package folder
+  help         print this text";
+
+fn main() {
+    if let Err(error) = run(std::env::args().skip(1).collect()) {
+        eprintln!("xtask: error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Vec<String>) -> Result<()> {
+    let [command] = args.as_slice() else {
+        bail!("expected exactly one command\n\n{USAGE}");
+    };
+    let workspace = workspace_root()?;
+    match command.as_str() {
+        "setup" => {
+            wdk_mingw::prepare(&workspace)?;
+        }
+        "build" => {
+            package::build(&workspace)?;
+        }
+        "test" => test(&workspace)?,
+        "demo" => demo(&workspace)?,
+        "package-dir" => println!("{}", package::package_dir(&workspace).display()),
+        "help" | "--help" | "-h" => println!("{USAGE}"),
+        other => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+    Ok(())
+}
+
+/// Builds the real artifacts, then runs formatting, lint and every test.
+fn test(workspace: &Path) -> Result<()> {
+    let built = package::build(workspace)?;
+    process::step("formatting check");
+    process::cargo(workspace, &["fmt", "--all", "--check"]).run()?;
+    process::step("clippy (host crates)");
+    process::cargo(
+        workspace,
+        &["clippy", "--locked", "--workspace", "--exclude", "kstack-driver", "--all-targets"],
+    )
+    .args(["--", "-D", "warnings"])
+    .run()?;
+    process::step("clippy (driver, x86_64-pc-windows-msvc)");
+    package::driver_clippy(workspace, &built.toolchain)?;
+    process::step("cargo check of the client for x86_64-pc-windows-msvc");
+    process::cargo(
+        workspace,
+        &["check", "--locked", "--package", "kstack-client", "--target", package::MSVC_TARGET],
+    )
+    .run()?;
+    process::step("tests");
+    process::cargo(
+        workspace,
+        &["test", "--locked", "--workspace", "--exclude", "kstack-driver"],
+    )
+    .env(package::PACKAGE_DIR_ENV, &built.dir)
+    .run()?;
+    Ok(())
+}
+
+/// Until the Wine demo exists: build the package and say where it is.
+fn demo(workspace: &Path) -> Result<()> {
+    let built = package::build(workspace)?;
+    println!();
+    println!("kstack package: {}", built.dir.display());
+    for entry in std::fs::read_dir(&built.dir).context("reading the package folder")? {
+        let entry = entry?;
+        println!("  {:<14} {:>9} bytes", entry.file_name().to_string_lossy(), entry.metadata()?.len());
+    }
+    println!();
+    println!("On a Windows test VM (test signing on, see README.md), as Administrator:");
+    println!("  sc.exe create kstack type= kernel start= demand binPath= C:\\kstack\\kstack.sys");
+    println!("  sc.exe start kstack");
+    println!("  kstack.exe status");
+    Ok(())
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn workspace_root() -> Result<PathBuf> {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .context("xtask's manifest directory has no parent")
+}

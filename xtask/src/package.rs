@@ -1,0 +1,88 @@
+//! Builds the real `kstack.sys` and the client on Linux and lays them out in
+//! the package folder.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+
+use crate::{
+    process::{self, Run},
+    wdk_mingw::{self, LinuxWdk},
+};
+
+/// The driver's target; the client is also checked for it.
+pub const MSVC_TARGET: &str = "x86_64-pc-windows-msvc";
+/// The client's target for running under Wine.
+const GNU_TARGET: &str = "x86_64-pc-windows-gnu";
+/// Tells integration tests where the package folder is.
+pub const PACKAGE_DIR_ENV: &str = "KSTACK_PACKAGE_DIR";
+
+/// A built package.
+pub struct Built {
+    pub dir: PathBuf,
+    pub toolchain: LinuxWdk,
+}
+
+pub fn package_dir(workspace: &Path) -> PathBuf {
+    workspace.join("target/kstack-package")
+}
+
+/// Builds the release driver and client and copies them into the package.
+pub fn build(workspace: &Path) -> Result<Built> {
+    let toolchain = wdk_mingw::prepare(workspace)?;
+    process::step("building kstack.sys (x86_64-pc-windows-msvc, rust-lld)");
+    driver_cargo(workspace, &toolchain, "build").args(["--release"]).run()?;
+    process::step("building the client (x86_64-pc-windows-gnu, mingw-w64)");
+    process::cargo(
+        workspace,
+        &["build", "--locked", "--release", "--package", "kstack-client", "--target", GNU_TARGET],
+    )
+    .args(["--config", "target.x86_64-pc-windows-gnu.linker=\"x86_64-w64-mingw32-gcc\""])
+    .run()?;
+
+    let dir = package_dir(workspace);
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let target = workspace.join("target");
+    let driver_out = target.join(MSVC_TARGET).join("release");
+    // Cargo names a cdylib NAME.dll; a kernel driver is the same image as NAME.sys.
+    copy(&driver_out.join("kstack.dll"), &dir.join("kstack.sys"))?;
+    copy(&driver_out.join("kstack.pdb"), &dir.join("kstack.pdb"))?;
+    copy(&target.join(GNU_TARGET).join("release/kstack.exe"), &dir.join("kstack.exe"))?;
+    Ok(Built { dir, toolchain })
+}
+
+/// Lints the driver with the same toolchain setup as its build.
+pub fn driver_clippy(workspace: &Path, toolchain: &LinuxWdk) -> Result<()> {
+    // --release shares the build-script output (wdk-sys bindings) with the build.
+    driver_cargo(workspace, toolchain, "clippy")
+        .args(["--release", "--", "-D", "warnings"])
+        .run()
+}
+
+/// A cargo command for the driver crate with the Linux stand-ins wired in:
+/// the WDK-shaped tree, bindgen in GNU mode, the patched vendored wdk-build,
+/// and rust-lld as the linker.
+fn driver_cargo(workspace: &Path, toolchain: &LinuxWdk, subcommand: &str) -> Run {
+    process::cargo(
+        workspace,
+        &[subcommand, "--locked", "--package", "kstack-driver", "--target", MSVC_TARGET],
+    )
+    .args([
+        "--config".to_owned(),
+        "source.crates-io.replace-with=\"kstack-linux-vendor\"".to_owned(),
+        "--config".to_owned(),
+        format!("source.kstack-linux-vendor.directory=\"{}\"", toolchain.vendor_dir.display()),
+        "--config".to_owned(),
+        format!("target.{MSVC_TARGET}.linker=\"rust-lld\""),
+    ])
+    .env("WDKContentRoot", &toolchain.content_root)
+    .env("BINDGEN_EXTRA_CLANG_ARGS", &toolchain.bindgen_clang_args)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
