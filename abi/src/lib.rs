@@ -1,2 +1,262 @@
-#![no_std]
-//! placeholder
+//! kstack's driver/client protocol, defined once for both sides.
+//!
+//! The driver (`no_std`, kernel mode) and the client (user mode, and offline
+//! analysis on any host) both depend on this crate; no layout, code or limit
+//! is written anywhere else. Everything crosses the boundary as explicit
+//! little-endian bytes, decoded with bounds checks: a kernel driver never
+//! trusts a user buffer, and a client never trusts a driver reply.
+//!
+//! - [`Ioctl`]: control codes, required access, accepted buffer lengths.
+//! - [`messages`]: status, configure, read and capture-now layouts.
+//! - [`CaptureConfig`]: what to capture, validated here.
+//! - [`record`]: the trace record, with an ETW-shaped frame part.
+//! - [`ntstatus`]: the statuses the driver completes requests with.
+
+#![cfg_attr(not(test), no_std)]
+
+pub mod config;
+pub mod ioctl;
+pub mod messages;
+pub mod ntstatus;
+pub mod record;
+pub mod source;
+mod wire;
+
+pub use config::{CaptureConfig, ConfigError};
+pub use ioctl::{Access, Ioctl, RequestError};
+pub use messages::{PagingExecutive, ReadHeader, SourceStatus, StatusResponse};
+pub use record::{
+    MAX_FRAMES, MAX_RECORD_SIZE, RecordFlags, RecordHeader, RecordView, Records, decode_record,
+    encode_record, stack_id,
+};
+pub use source::{Source, SourceFacts, SourceSet};
+
+use crate::ntstatus::{
+    NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER, STATUS_REVISION_MISMATCH,
+};
+
+/// The protocol version. Bump it whenever any layout, code or meaning in
+/// this crate changes; driver and client refuse to talk across versions.
+pub const ABI_VERSION: u32 = 1;
+
+/// The kstack release these crates belong to (major, minor, patch).
+pub const KSTACK_VERSION: (u16, u16, u16) = (
+    parse_version_part(env!("CARGO_PKG_VERSION_MAJOR")),
+    parse_version_part(env!("CARGO_PKG_VERSION_MINOR")),
+    parse_version_part(env!("CARGO_PKG_VERSION_PATCH")),
+);
+
+const fn parse_version_part(digits: &str) -> u16 {
+    let digits = digits.as_bytes();
+    let mut value: u16 = 0;
+    let mut i = 0;
+    while i < digits.len() {
+        assert!(digits[i].is_ascii_digit(), "version parts are decimal");
+        value = value * 10 + (digits[i] - b'0') as u16;
+        i += 1;
+    }
+    value
+}
+
+/// The service name `sc.exe` knows the driver by.
+pub const SERVICE_NAME: &str = "kstack";
+/// The kernel name of the device object.
+pub const DEVICE_NAME: &str = r"\Device\KStack";
+/// The symbolic link that makes the device reachable from user mode.
+pub const DOS_DEVICE_NAME: &str = r"\DosDevices\KStack";
+/// The path user mode opens.
+pub const USER_DEVICE_PATH: &str = r"\\.\KStack";
+
+/// [`DEVICE_NAME`] as UTF-16, for a kernel `UNICODE_STRING`.
+pub const DEVICE_NAME_UTF16: [u16; DEVICE_NAME.len()] = ascii_to_utf16(DEVICE_NAME);
+/// [`DOS_DEVICE_NAME`] as UTF-16, for a kernel `UNICODE_STRING`.
+pub const DOS_DEVICE_NAME_UTF16: [u16; DOS_DEVICE_NAME.len()] = ascii_to_utf16(DOS_DEVICE_NAME);
+
+/// UTF-16 of an ASCII string, at compile time.
+///
+/// # Panics
+/// When `text` is not `N` ASCII characters (a compile error in const use).
+#[must_use]
+pub const fn ascii_to_utf16<const N: usize>(text: &str) -> [u16; N] {
+    let bytes = text.as_bytes();
+    assert!(bytes.len() == N, "length must match");
+    let mut out = [0; N];
+    let mut i = 0;
+    while i < N {
+        assert!(bytes[i].is_ascii(), "ASCII only");
+        out[i] = bytes[i] as u16;
+        i += 1;
+    }
+    out
+}
+
+/// Why bytes could not be decoded: a request the driver refuses, or a reply
+/// the client cannot trust.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the layout needs.
+    Truncated {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes present.
+        actual: usize,
+    },
+    /// A message that must be exactly `expected` bytes is not.
+    Length {
+        /// Its size.
+        expected: usize,
+        /// Bytes present.
+        actual: usize,
+    },
+    /// The other side speaks another ABI version.
+    AbiVersion {
+        /// This side's [`ABI_VERSION`].
+        ours: u32,
+        /// The version in the message.
+        theirs: u32,
+    },
+    /// The message's `size` word disagrees with its layout.
+    SizeField {
+        /// The layout's size.
+        expected: usize,
+        /// The size the message declares.
+        declared: u32,
+    },
+    /// A configuration field is out of range.
+    Config(ConfigError),
+    /// A record claims more frames than a record can hold.
+    TooManyFrames {
+        /// The claimed count.
+        count: usize,
+    },
+    /// A record's size does not match its frame count.
+    RecordSizeMismatch {
+        /// The record's size word.
+        size: usize,
+        /// Its frame count.
+        frame_count: u16,
+    },
+    /// A record names no known source.
+    UnknownSource {
+        /// The wire value.
+        value: u8,
+    },
+    /// Flag bits this version does not define.
+    UnknownFlags {
+        /// The bits received.
+        bits: u32,
+    },
+    /// A record's fact words are not valid for its source.
+    InvalidFacts {
+        /// The record's source.
+        source: Source,
+    },
+}
+
+impl From<ConfigError> for DecodeError {
+    fn from(error: ConfigError) -> Self {
+        Self::Config(error)
+    }
+}
+
+impl DecodeError {
+    /// The status the driver completes a request with when its input fails
+    /// to decode.
+    #[must_use]
+    pub const fn ntstatus(self) -> NtStatus {
+        match self {
+            Self::AbiVersion { .. } => STATUS_REVISION_MISMATCH,
+            Self::Config(error) => error.ntstatus(),
+            Self::Truncated { .. } | Self::Length { .. } | Self::SizeField { .. } => {
+                STATUS_INVALID_BUFFER_SIZE
+            }
+            Self::TooManyFrames { .. }
+            | Self::RecordSizeMismatch { .. }
+            | Self::UnknownSource { .. }
+            | Self::UnknownFlags { .. }
+            | Self::InvalidFacts { .. } => STATUS_INVALID_PARAMETER,
+        }
+    }
+}
+
+impl core::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::Truncated { needed, actual } => {
+                write!(f, "truncated: {actual} bytes where {needed} are needed")
+            }
+            Self::Length { expected, actual } => {
+                write!(f, "{actual} bytes where exactly {expected} are expected")
+            }
+            Self::AbiVersion { ours, theirs } => {
+                write!(
+                    f,
+                    "ABI version mismatch: this side speaks {ours}, the other side {theirs}"
+                )
+            }
+            Self::SizeField { expected, declared } => {
+                write!(
+                    f,
+                    "message declares {declared} bytes; its layout has {expected}"
+                )
+            }
+            Self::Config(error) => write!(f, "invalid configuration: {error}"),
+            Self::TooManyFrames { count } => {
+                write!(f, "{count} frames; a record holds at most {MAX_FRAMES}")
+            }
+            Self::RecordSizeMismatch { size, frame_count } => {
+                write!(f, "record of {size} bytes cannot hold {frame_count} frames")
+            }
+            Self::UnknownSource { value } => write!(f, "unknown source {value}"),
+            Self::UnknownFlags { bits } => write!(f, "unknown flag bits {bits:#x}"),
+            Self::InvalidFacts { source } => {
+                write!(f, "invalid facts for a {} record", source.name())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_agree_with_each_other() {
+        assert!(DOS_DEVICE_NAME.ends_with(DEVICE_NAME.rsplit('\\').next().unwrap()));
+        assert!(USER_DEVICE_PATH.ends_with(DEVICE_NAME.rsplit('\\').next().unwrap()));
+        assert_eq!(String::from_utf16(&DEVICE_NAME_UTF16).unwrap(), DEVICE_NAME);
+        assert_eq!(
+            String::from_utf16(&DOS_DEVICE_NAME_UTF16).unwrap(),
+            DOS_DEVICE_NAME
+        );
+    }
+
+    #[test]
+    fn version_is_the_package_version() {
+        let (major, minor, patch) = KSTACK_VERSION;
+        assert_eq!(
+            format!("{major}.{minor}.{patch}"),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+
+    #[test]
+    fn decode_errors_map_to_request_statuses() {
+        assert_eq!(
+            DecodeError::AbiVersion { ours: 1, theirs: 2 }.ntstatus(),
+            STATUS_REVISION_MISMATCH
+        );
+        assert_eq!(
+            DecodeError::Length {
+                expected: 1,
+                actual: 2
+            }
+            .ntstatus(),
+            STATUS_INVALID_BUFFER_SIZE
+        );
+        assert_eq!(
+            DecodeError::Config(ConfigError::FramesToCapture { value: 0 }).ntstatus(),
+            ConfigError::FramesToCapture { value: 0 }.ntstatus()
+        );
+    }
+}

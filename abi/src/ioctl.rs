@@ -1,0 +1,341 @@
+//! The device's control codes and the buffer lengths each one accepts.
+//!
+//! Every code is METHOD_BUFFERED: the I/O manager copies both buffers, so the
+//! driver never touches user memory directly. Codes that only report need
+//! read access to the handle; codes that change state need write access.
+
+use crate::{
+    MAX_RECORD_SIZE,
+    messages::{
+        CAPTURE_NOW_REQUEST_SIZE, CONFIGURE_REQUEST_SIZE, READ_HEADER_SIZE, STATUS_PREFIX_SIZE,
+    },
+    ntstatus::{
+        NtStatus, STATUS_BUFFER_TOO_SMALL, STATUS_INVALID_BUFFER_SIZE,
+        STATUS_INVALID_DEVICE_REQUEST,
+    },
+};
+
+/// kstack's device type, in the range Windows leaves to vendors (0x8000 and up).
+pub const DEVICE_TYPE: u32 = 0x8B5C;
+/// `METHOD_BUFFERED`.
+const METHOD_BUFFERED: u32 = 0;
+/// Vendor function codes start here; lower ones are Microsoft's.
+const FIRST_FUNCTION: u32 = 0x800;
+
+/// The smallest output buffer a read accepts: a header and one largest record,
+/// so a read can always make progress.
+pub const MIN_READ_BUFFER: usize = READ_HEADER_SIZE + MAX_RECORD_SIZE;
+
+/// The handle access a code requires (the `Access` field of `CTL_CODE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Access {
+    /// `FILE_READ_ACCESS`.
+    Read = 1,
+    /// `FILE_WRITE_ACCESS`.
+    Write = 2,
+}
+
+/// Windows' `CTL_CODE` macro.
+#[must_use]
+pub const fn ctl_code(device_type: u32, function: u32, method: u32, access: Access) -> u32 {
+    (device_type << 16) | ((access as u32) << 14) | (function << 2) | method
+}
+
+/// kstack's control codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ioctl {
+    /// Versions, paging policy, sources, counters, ring fill.
+    Status,
+    /// Replace the capture configuration.
+    Configure,
+    /// Drain as many whole records as fit.
+    Read,
+    /// Discard every record in the ring.
+    Clear,
+    /// Capture the calling request's stack and return the record.
+    CaptureNow,
+}
+
+impl Ioctl {
+    /// Every code, in function-number order.
+    pub const ALL: [Self; 5] = [
+        Self::Status,
+        Self::Configure,
+        Self::Read,
+        Self::Clear,
+        Self::CaptureNow,
+    ];
+
+    const fn function(self) -> u32 {
+        FIRST_FUNCTION
+            + match self {
+                Self::Status => 0,
+                Self::Configure => 1,
+                Self::Read => 2,
+                Self::Clear => 3,
+                Self::CaptureNow => 4,
+            }
+    }
+
+    /// The access the caller's handle needs.
+    #[must_use]
+    pub const fn access(self) -> Access {
+        match self {
+            Self::Status | Self::Read => Access::Read,
+            Self::Configure | Self::Clear | Self::CaptureNow => Access::Write,
+        }
+    }
+
+    /// The 32-bit control code passed to `DeviceIoControl`.
+    #[must_use]
+    pub const fn code(self) -> u32 {
+        ctl_code(DEVICE_TYPE, self.function(), METHOD_BUFFERED, self.access())
+    }
+
+    /// The kstack code equal to `code`, if any.
+    #[must_use]
+    pub fn from_code(code: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|ioctl| ioctl.code() == code)
+    }
+
+    /// A short name for messages.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Status => "status",
+            Self::Configure => "configure",
+            Self::Read => "read",
+            Self::Clear => "clear",
+            Self::CaptureNow => "capture-now",
+        }
+    }
+
+    /// Checks the buffer lengths of a request before anything is read.
+    ///
+    /// | code | input | output |
+    /// |------|-------|--------|
+    /// | status | 0 | at least 8 (the version prefix) |
+    /// | configure | exactly [`CONFIGURE_REQUEST_SIZE`] | 0 |
+    /// | read | 0 | at least [`MIN_READ_BUFFER`] |
+    /// | clear | 0 | 0 |
+    /// | capture-now | exactly [`CAPTURE_NOW_REQUEST_SIZE`] | at least [`MAX_RECORD_SIZE`] |
+    ///
+    /// # Errors
+    /// The first length that is wrong.
+    pub const fn check_lengths(self, input: usize, output: usize) -> Result<(), RequestError> {
+        let (input_size, min_output, output_allowed) = match self {
+            Self::Status => (0, STATUS_PREFIX_SIZE, true),
+            Self::Configure => (CONFIGURE_REQUEST_SIZE, 0, false),
+            Self::Read => (0, MIN_READ_BUFFER, true),
+            Self::Clear => (0, 0, false),
+            Self::CaptureNow => (CAPTURE_NOW_REQUEST_SIZE, MAX_RECORD_SIZE, true),
+        };
+        if input != input_size {
+            return Err(RequestError::InputLength {
+                expected: input_size,
+                actual: input,
+            });
+        }
+        if !output_allowed && output != 0 {
+            return Err(RequestError::UnexpectedOutput { actual: output });
+        }
+        if output < min_output {
+            return Err(RequestError::OutputTooSmall {
+                needed: min_output,
+                actual: output,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A request refused before its contents were looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestError {
+    /// Not one of kstack's control codes.
+    UnknownCode {
+        /// The code received.
+        code: u32,
+    },
+    /// The input buffer has the wrong length.
+    InputLength {
+        /// The length this code takes.
+        expected: usize,
+        /// The length received.
+        actual: usize,
+    },
+    /// An output buffer was given to a code that returns nothing.
+    UnexpectedOutput {
+        /// The length received.
+        actual: usize,
+    },
+    /// The output buffer is too small.
+    OutputTooSmall {
+        /// The least this code needs.
+        needed: usize,
+        /// The length received.
+        actual: usize,
+    },
+}
+
+impl RequestError {
+    /// The status the driver completes the request with.
+    #[must_use]
+    pub const fn ntstatus(self) -> NtStatus {
+        match self {
+            Self::UnknownCode { .. } => STATUS_INVALID_DEVICE_REQUEST,
+            Self::InputLength { .. } | Self::UnexpectedOutput { .. } => STATUS_INVALID_BUFFER_SIZE,
+            Self::OutputTooSmall { .. } => STATUS_BUFFER_TOO_SMALL,
+        }
+    }
+}
+
+impl core::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::UnknownCode { code } => write!(f, "control code {code:#010x} is not kstack's"),
+            Self::InputLength { expected, actual } => {
+                write!(
+                    f,
+                    "input buffer is {actual} bytes; this request takes exactly {expected}"
+                )
+            }
+            Self::UnexpectedOutput { actual } => {
+                write!(
+                    f,
+                    "output buffer is {actual} bytes; this request returns nothing"
+                )
+            }
+            Self::OutputTooSmall { needed, actual } => {
+                write!(
+                    f,
+                    "output buffer is {actual} bytes; this request needs at least {needed}"
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_ctl_code_by_hand() {
+        // CTL_CODE(0x8B5C, 0x800, METHOD_BUFFERED, FILE_READ_ACCESS)
+        assert_eq!(Ioctl::Status.code(), 0x8B5C_6000);
+        // CTL_CODE(0x8B5C, 0x801, METHOD_BUFFERED, FILE_WRITE_ACCESS)
+        assert_eq!(Ioctl::Configure.code(), 0x8B5C_A004);
+        assert_eq!(Ioctl::Read.code(), 0x8B5C_6008);
+        assert_eq!(Ioctl::Clear.code(), 0x8B5C_A00C);
+        assert_eq!(Ioctl::CaptureNow.code(), 0x8B5C_A010);
+    }
+
+    #[test]
+    fn codes_are_distinct_buffered_and_decode_back() {
+        for ioctl in Ioctl::ALL {
+            assert_eq!(ioctl.code() & 3, METHOD_BUFFERED);
+            assert_eq!(Ioctl::from_code(ioctl.code()), Some(ioctl));
+        }
+        assert_eq!(Ioctl::from_code(0), None);
+        // Same function, other access bits: not a kstack code.
+        assert_eq!(Ioctl::from_code(Ioctl::Status.code() | 3 << 14), None);
+    }
+
+    #[test]
+    fn reporting_codes_need_read_access_and_the_rest_write() {
+        let read: Vec<_> = Ioctl::ALL
+            .into_iter()
+            .filter(|i| i.access() == Access::Read)
+            .collect();
+        assert_eq!(read, [Ioctl::Status, Ioctl::Read]);
+    }
+
+    #[test]
+    fn lengths_are_checked_per_code() {
+        use RequestError::*;
+        assert_eq!(Ioctl::Status.check_lengths(0, 8), Ok(()));
+        assert_eq!(
+            Ioctl::Status.check_lengths(1, 8),
+            Err(InputLength {
+                expected: 0,
+                actual: 1
+            })
+        );
+        assert_eq!(
+            Ioctl::Status.check_lengths(0, 7),
+            Err(OutputTooSmall {
+                needed: 8,
+                actual: 7
+            })
+        );
+        assert_eq!(
+            Ioctl::Configure.check_lengths(CONFIGURE_REQUEST_SIZE, 0),
+            Ok(())
+        );
+        assert_eq!(
+            Ioctl::Configure.check_lengths(CONFIGURE_REQUEST_SIZE - 1, 0),
+            Err(InputLength {
+                expected: CONFIGURE_REQUEST_SIZE,
+                actual: CONFIGURE_REQUEST_SIZE - 1
+            })
+        );
+        assert_eq!(
+            Ioctl::Configure.check_lengths(CONFIGURE_REQUEST_SIZE, 4),
+            Err(UnexpectedOutput { actual: 4 })
+        );
+        assert_eq!(Ioctl::Read.check_lengths(0, MIN_READ_BUFFER), Ok(()));
+        assert_eq!(
+            Ioctl::Read.check_lengths(0, MIN_READ_BUFFER - 1),
+            Err(OutputTooSmall {
+                needed: MIN_READ_BUFFER,
+                actual: MIN_READ_BUFFER - 1
+            })
+        );
+        assert_eq!(Ioctl::Clear.check_lengths(0, 0), Ok(()));
+        assert_eq!(
+            Ioctl::Clear.check_lengths(0, 1),
+            Err(UnexpectedOutput { actual: 1 })
+        );
+        assert_eq!(
+            Ioctl::CaptureNow.check_lengths(CAPTURE_NOW_REQUEST_SIZE, MAX_RECORD_SIZE),
+            Ok(())
+        );
+        assert_eq!(
+            Ioctl::CaptureNow.check_lengths(CAPTURE_NOW_REQUEST_SIZE, 100),
+            Err(OutputTooSmall {
+                needed: MAX_RECORD_SIZE,
+                actual: 100
+            })
+        );
+    }
+
+    #[test]
+    fn request_errors_map_to_their_statuses() {
+        assert_eq!(
+            RequestError::UnknownCode { code: 1 }.ntstatus(),
+            STATUS_INVALID_DEVICE_REQUEST
+        );
+        assert_eq!(
+            RequestError::InputLength {
+                expected: 0,
+                actual: 1
+            }
+            .ntstatus(),
+            STATUS_INVALID_BUFFER_SIZE
+        );
+        assert_eq!(
+            RequestError::UnexpectedOutput { actual: 1 }.ntstatus(),
+            STATUS_INVALID_BUFFER_SIZE
+        );
+        assert_eq!(
+            RequestError::OutputTooSmall {
+                needed: 2,
+                actual: 1
+            }
+            .ntstatus(),
+            STATUS_BUFFER_TOO_SMALL
+        );
+    }
+}

@@ -1,0 +1,552 @@
+//! Request and response layouts. Requests start with `abi_version` and
+//! `size`; the status response starts with the same two words, at the same
+//! offsets in every ABI version, so any client can tell a mismatch.
+
+use crate::{
+    ABI_VERSION, CaptureConfig, DecodeError, KSTACK_VERSION, Records, Source,
+    config::CAPTURE_CONFIG_SIZE,
+    ntstatus::NtStatus,
+    wire::{Reader, Writer},
+};
+
+/// `abi_version` and `size`: the prefix of requests and of the status response.
+pub const STATUS_PREFIX_SIZE: usize = 8;
+/// Configure request: prefix, then a [`CaptureConfig`].
+pub const CONFIGURE_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + CAPTURE_CONFIG_SIZE;
+/// Capture-now request: prefix, then a caller tag (u64).
+pub const CAPTURE_NOW_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
+/// Read response header.
+pub const READ_HEADER_SIZE: usize = 24;
+/// Bytes per source in the status response.
+const SOURCE_STATUS_SIZE: usize = 24;
+/// Offset of the per-source part of the status response.
+const SOURCES_OFFSET: usize = 72;
+/// The whole status response.
+pub const STATUS_RESPONSE_SIZE: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source::COUNT;
+
+fn encode_prefix(w: &mut Writer<'_>, size: usize) {
+    w.u32(0, ABI_VERSION);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "message sizes are small constants"
+    )]
+    w.u32(4, size as u32);
+}
+
+/// Checks a request's prefix: this ABI version and exactly `size` bytes.
+fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
+    let abi_version = r.u32(0)?;
+    if abi_version != ABI_VERSION {
+        return Err(DecodeError::AbiVersion {
+            ours: ABI_VERSION,
+            theirs: abi_version,
+        });
+    }
+    let declared = r.u32(4)?;
+    if usize::try_from(declared).ok() != Some(size) {
+        return Err(DecodeError::SizeField {
+            expected: size,
+            declared,
+        });
+    }
+    Ok(())
+}
+
+/// The configure request: replace the capture configuration.
+#[must_use]
+pub fn encode_configure_request(config: &CaptureConfig) -> [u8; CONFIGURE_REQUEST_SIZE] {
+    let mut bytes = [0; CONFIGURE_REQUEST_SIZE];
+    let mut w = Writer::new(&mut bytes);
+    encode_prefix(&mut w, CONFIGURE_REQUEST_SIZE);
+    config.encode(&mut w, STATUS_PREFIX_SIZE);
+    bytes
+}
+
+/// Decodes and validates a configure request.
+///
+/// # Errors
+/// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
+pub fn decode_configure_request(bytes: &[u8]) -> Result<CaptureConfig, DecodeError> {
+    let r = Reader::new(bytes);
+    check_exact_length(bytes, CONFIGURE_REQUEST_SIZE)?;
+    check_prefix(r, CONFIGURE_REQUEST_SIZE)?;
+    CaptureConfig::decode(r, STATUS_PREFIX_SIZE)
+}
+
+/// The capture-now request; `tag` comes back in the record's facts.
+#[must_use]
+pub fn encode_capture_now_request(tag: u64) -> [u8; CAPTURE_NOW_REQUEST_SIZE] {
+    let mut bytes = [0; CAPTURE_NOW_REQUEST_SIZE];
+    let mut w = Writer::new(&mut bytes);
+    encode_prefix(&mut w, CAPTURE_NOW_REQUEST_SIZE);
+    w.u64(STATUS_PREFIX_SIZE, tag);
+    bytes
+}
+
+/// Decodes a capture-now request; returns its tag.
+///
+/// # Errors
+/// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
+pub fn decode_capture_now_request(bytes: &[u8]) -> Result<u64, DecodeError> {
+    let r = Reader::new(bytes);
+    check_exact_length(bytes, CAPTURE_NOW_REQUEST_SIZE)?;
+    check_prefix(r, CAPTURE_NOW_REQUEST_SIZE)?;
+    r.u64(STATUS_PREFIX_SIZE)
+}
+
+const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError> {
+    if bytes.len() == size {
+        Ok(())
+    } else {
+        Err(DecodeError::Length {
+            expected: size,
+            actual: bytes.len(),
+        })
+    }
+}
+
+/// The `DisablePagingExecutive` registry value as the driver read it at load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PagingExecutive {
+    /// The value does not exist: executive code may be paged out.
+    NotSet,
+    /// The value exists with this number.
+    Value(u32),
+}
+
+impl PagingExecutive {
+    /// Whether a stack walk at DISPATCH_LEVEL or above is allowed: only when
+    /// `DisablePagingExecutive` is 1, which keeps kernel and driver code
+    /// resident so the walk cannot need a page fault.
+    #[must_use]
+    pub const fn allows_elevated_walks(self) -> bool {
+        matches!(self, Self::Value(1))
+    }
+}
+
+/// One source's part of the status response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceStatus {
+    /// The NTSTATUS of registering the source's callback at load
+    /// (`STATUS_NOT_SUPPORTED` when the kernel lacks the routine).
+    pub registration: NtStatus,
+    /// Whether the source can be enabled.
+    pub available: bool,
+    /// Stacks walked (records published or dropped).
+    pub captured: u64,
+    /// Events where no walk was made because the IRQL was too high for the
+    /// paging policy.
+    pub skipped_irql: u64,
+}
+
+/// The status response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusResponse {
+    /// The driver's version (major, minor, patch).
+    pub driver_version: (u16, u16, u16),
+    /// `DisablePagingExecutive` as read at load.
+    pub paging_executive: PagingExecutive,
+    /// Whether the ring was allocated at load.
+    pub ring_ready: bool,
+    /// Ring capacity in records.
+    pub ring_capacity: u32,
+    /// Records in the ring now.
+    pub ring_used: u32,
+    /// Pool allocations the driver holds.
+    pub outstanding_allocations: u32,
+    /// The capture configuration in force.
+    pub config: CaptureConfig,
+    /// Records lost because the ring was full.
+    pub dropped: u64,
+    /// Records discarded by clear requests.
+    pub cleared: u64,
+    /// The sequence number the next record gets.
+    pub next_sequence: u64,
+    /// Per source, in [`Source::ALL`] order.
+    pub sources: [SourceStatus; Source::COUNT],
+}
+
+const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
+const FLAG_RING_READY: u16 = 2;
+const FLAGS_KNOWN: u16 = FLAG_PAGING_EXECUTIVE_SET | FLAG_RING_READY;
+const SOURCE_AVAILABLE: u32 = 1;
+
+impl StatusResponse {
+    /// Writes the response into `out`: all of it when it fits, else only the
+    /// version prefix. Returns the bytes written and whether all fit.
+    ///
+    /// `out` must hold at least [`STATUS_PREFIX_SIZE`] bytes
+    /// ([`crate::Ioctl::check_lengths`] ensures it).
+    pub fn encode(&self, out: &mut [u8]) -> (usize, bool) {
+        let complete = out.len() >= STATUS_RESPONSE_SIZE;
+        let mut w = Writer::new(out);
+        encode_prefix(&mut w, STATUS_RESPONSE_SIZE);
+        if !complete {
+            return (STATUS_PREFIX_SIZE, false);
+        }
+        let (major, minor, patch) = self.driver_version;
+        w.u16(8, major);
+        w.u16(10, minor);
+        w.u16(12, patch);
+        let (paging_flag, paging_value) = match self.paging_executive {
+            PagingExecutive::NotSet => (0, 0),
+            PagingExecutive::Value(value) => (FLAG_PAGING_EXECUTIVE_SET, value),
+        };
+        w.u16(
+            14,
+            paging_flag | if self.ring_ready { FLAG_RING_READY } else { 0 },
+        );
+        w.u32(16, paging_value);
+        w.u32(20, self.ring_capacity);
+        w.u32(24, self.ring_used);
+        w.u32(28, self.outstanding_allocations);
+        self.config.encode(&mut w, 32);
+        w.u64(48, self.dropped);
+        w.u64(56, self.cleared);
+        w.u64(64, self.next_sequence);
+        for (index, source) in self.sources.iter().enumerate() {
+            let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
+            w.i32(at, source.registration);
+            w.u32(
+                at + 4,
+                if source.available {
+                    SOURCE_AVAILABLE
+                } else {
+                    0
+                },
+            );
+            w.u64(at + 8, source.captured);
+            w.u64(at + 16, source.skipped_irql);
+        }
+        (STATUS_RESPONSE_SIZE, true)
+    }
+
+    /// Decodes a status response, version first: a driver of another ABI
+    /// version is reported as such whatever else its reply holds.
+    ///
+    /// # Errors
+    /// [`DecodeError::AbiVersion`] first; then any malformed field.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let r = Reader::new(bytes);
+        check_prefix(r, STATUS_RESPONSE_SIZE)?;
+        check_exact_length(bytes, STATUS_RESPONSE_SIZE)?;
+        let flags = r.u16(14)?;
+        if flags & !FLAGS_KNOWN != 0 {
+            return Err(DecodeError::UnknownFlags {
+                bits: u32::from(flags),
+            });
+        }
+        let mut sources = [SourceStatus {
+            registration: 0,
+            available: false,
+            captured: 0,
+            skipped_irql: 0,
+        }; Source::COUNT];
+        for (index, source) in sources.iter_mut().enumerate() {
+            let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
+            let state = r.u32(at + 4)?;
+            if state & !SOURCE_AVAILABLE != 0 {
+                return Err(DecodeError::UnknownFlags { bits: state });
+            }
+            *source = SourceStatus {
+                registration: r.i32(at)?,
+                available: state == SOURCE_AVAILABLE,
+                captured: r.u64(at + 8)?,
+                skipped_irql: r.u64(at + 16)?,
+            };
+        }
+        Ok(Self {
+            driver_version: (r.u16(8)?, r.u16(10)?, r.u16(12)?),
+            paging_executive: if flags & FLAG_PAGING_EXECUTIVE_SET == 0 {
+                PagingExecutive::NotSet
+            } else {
+                PagingExecutive::Value(r.u32(16)?)
+            },
+            ring_ready: flags & FLAG_RING_READY != 0,
+            ring_capacity: r.u32(20)?,
+            ring_used: r.u32(24)?,
+            outstanding_allocations: r.u32(28)?,
+            config: CaptureConfig::decode(r, 32)?,
+            dropped: r.u64(48)?,
+            cleared: r.u64(56)?,
+            next_sequence: r.u64(64)?,
+            sources,
+        })
+    }
+
+    /// This build's version, for the driver to report.
+    #[must_use]
+    pub const fn this_version() -> (u16, u16, u16) {
+        KSTACK_VERSION
+    }
+}
+
+/// The header of a read response. Layout (24 bytes): `abi_version` u32,
+/// `record_count` u32, `payload_bytes` u32, `flags` u32 (bit 0: more records
+/// were waiting when the read ended), `dropped` u64 (the drop counter then).
+/// Whole records follow, back to back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadHeader {
+    /// Records in the payload.
+    pub record_count: u32,
+    /// Payload bytes after the header.
+    pub payload_bytes: u32,
+    /// Records were still waiting when the buffer filled.
+    pub more_pending: bool,
+    /// The driver's drop counter at the time of the read.
+    pub dropped: u64,
+}
+
+const READ_MORE_PENDING: u32 = 1;
+
+impl ReadHeader {
+    /// Writes the header into the front of `out` (at least
+    /// [`READ_HEADER_SIZE`] bytes, as the length check guarantees).
+    pub fn encode(&self, out: &mut [u8]) {
+        let mut w = Writer::new(out);
+        w.u32(0, ABI_VERSION);
+        w.u32(4, self.record_count);
+        w.u32(8, self.payload_bytes);
+        w.u32(
+            12,
+            if self.more_pending {
+                READ_MORE_PENDING
+            } else {
+                0
+            },
+        );
+        w.u64(16, self.dropped);
+    }
+
+    /// Decodes a read response: its header, and its payload's records. The
+    /// payload must be exactly `payload_bytes` long and hold exactly
+    /// `record_count` whole records; check with [`Records`] while iterating.
+    ///
+    /// # Errors
+    /// A wrong ABI version, unknown flags, or a payload length that
+    /// disagrees with the bytes received.
+    pub fn decode(bytes: &[u8]) -> Result<(Self, Records<'_>), DecodeError> {
+        let r = Reader::new(bytes);
+        let abi_version = r.u32(0)?;
+        if abi_version != ABI_VERSION {
+            return Err(DecodeError::AbiVersion {
+                ours: ABI_VERSION,
+                theirs: abi_version,
+            });
+        }
+        let flags = r.u32(12)?;
+        if flags & !READ_MORE_PENDING != 0 {
+            return Err(DecodeError::UnknownFlags { bits: flags });
+        }
+        let header = Self {
+            record_count: r.u32(4)?,
+            payload_bytes: r.u32(8)?,
+            more_pending: flags == READ_MORE_PENDING,
+            dropped: r.u64(16)?,
+        };
+        // The reads above succeeded, so the header is whole.
+        let payload = bytes.get(READ_HEADER_SIZE..).unwrap_or_default();
+        if usize::try_from(header.payload_bytes).ok() != Some(payload.len()) {
+            return Err(DecodeError::Length {
+                expected: READ_HEADER_SIZE.saturating_add(header.payload_bytes as usize),
+                actual: bytes.len(),
+            });
+        }
+        Ok((header, Records::new(payload)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        RecordFlags, RecordHeader, SourceFacts, SourceSet, encode_record,
+        ntstatus::{STATUS_NOT_SUPPORTED, STATUS_SUCCESS},
+        stack_id,
+    };
+
+    fn sample_status() -> StatusResponse {
+        let mut sources = [SourceStatus {
+            registration: STATUS_SUCCESS,
+            available: true,
+            captured: 3,
+            skipped_irql: 0,
+        }; Source::COUNT];
+        sources[Source::Registry.index()] = SourceStatus {
+            registration: STATUS_NOT_SUPPORTED,
+            available: false,
+            captured: 0,
+            skipped_irql: 0,
+        };
+        sources[Source::Timer.index()].skipped_irql = 7;
+        StatusResponse {
+            driver_version: (0, 1, 0),
+            paging_executive: PagingExecutive::Value(1),
+            ring_ready: true,
+            ring_capacity: 4096,
+            ring_used: 12,
+            outstanding_allocations: 1,
+            config: CaptureConfig {
+                sources: SourceSet::EMPTY.with(Source::Timer).with(Source::OnDemand),
+                frames_to_skip: 1,
+                frames_to_capture: 62,
+                process_filter: 0,
+            },
+            dropped: 5,
+            cleared: 6,
+            next_sequence: 100,
+            sources,
+        }
+    }
+
+    #[test]
+    fn status_round_trips_and_has_the_documented_size() {
+        assert_eq!(STATUS_RESPONSE_SIZE, 240);
+        let status = sample_status();
+        let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+        assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
+        assert_eq!(StatusResponse::decode(&out), Ok(status));
+    }
+
+    #[test]
+    fn a_short_status_buffer_gets_the_version_prefix_only() {
+        let mut out = [0xAA_u8; 16];
+        assert_eq!(
+            sample_status().encode(&mut out),
+            (STATUS_PREFIX_SIZE, false)
+        );
+        assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
+        assert_eq!(&out[4..8], &240_u32.to_le_bytes());
+        assert_eq!(out[8], 0xAA, "nothing past the prefix");
+    }
+
+    #[test]
+    fn a_status_from_another_abi_version_is_reported_as_such() {
+        let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+        sample_status().encode(&mut out);
+        out[0] = 99;
+        assert_eq!(
+            StatusResponse::decode(&out),
+            Err(DecodeError::AbiVersion {
+                ours: ABI_VERSION,
+                theirs: 99
+            })
+        );
+        // Even a prefix alone says so.
+        assert_eq!(
+            StatusResponse::decode(&out[..8]),
+            Err(DecodeError::AbiVersion {
+                ours: ABI_VERSION,
+                theirs: 99
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_statuses_are_errors() {
+        let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+        sample_status().encode(&mut out);
+        assert!(StatusResponse::decode(&out[..STATUS_RESPONSE_SIZE - 1]).is_err());
+        let mut bad = out;
+        bad[14] |= 0x80;
+        assert!(StatusResponse::decode(&bad).is_err());
+        let mut bad = out;
+        bad[SOURCES_OFFSET + 4] = 2;
+        assert!(StatusResponse::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn only_disable_paging_executive_1_allows_elevated_walks() {
+        assert!(!PagingExecutive::NotSet.allows_elevated_walks());
+        assert!(!PagingExecutive::Value(0).allows_elevated_walks());
+        assert!(PagingExecutive::Value(1).allows_elevated_walks());
+        assert!(!PagingExecutive::Value(2).allows_elevated_walks());
+    }
+
+    #[test]
+    fn configure_request_round_trips_and_checks_everything() {
+        let config = sample_status().config;
+        let bytes = encode_configure_request(&config);
+        assert_eq!(decode_configure_request(&bytes), Ok(config));
+
+        assert_eq!(
+            decode_configure_request(&bytes[..CONFIGURE_REQUEST_SIZE - 1]),
+            Err(DecodeError::Length {
+                expected: CONFIGURE_REQUEST_SIZE,
+                actual: CONFIGURE_REQUEST_SIZE - 1
+            })
+        );
+        let mut bad = bytes;
+        bad[0] = 2;
+        assert_eq!(
+            decode_configure_request(&bad),
+            Err(DecodeError::AbiVersion {
+                ours: ABI_VERSION,
+                theirs: 2
+            })
+        );
+        let mut bad = bytes;
+        bad[4] = 23;
+        assert_eq!(
+            decode_configure_request(&bad),
+            Err(DecodeError::SizeField {
+                expected: CONFIGURE_REQUEST_SIZE,
+                declared: 23
+            })
+        );
+        let mut bad = bytes;
+        bad[STATUS_PREFIX_SIZE + 6] = 0;
+        assert!(matches!(
+            decode_configure_request(&bad),
+            Err(DecodeError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn capture_now_request_round_trips() {
+        let bytes = encode_capture_now_request(0x1234_5678_9ABC_DEF0);
+        assert_eq!(
+            decode_capture_now_request(&bytes),
+            Ok(0x1234_5678_9ABC_DEF0)
+        );
+        assert!(decode_capture_now_request(&bytes[..15]).is_err());
+    }
+
+    #[test]
+    fn read_response_round_trips_with_its_records() {
+        let frames = [0xFFFF_F800_0000_1000, 0xFFFF_F800_0000_2000];
+        let record = RecordHeader {
+            sequence: 9,
+            timestamp: 1,
+            process_id: 4,
+            thread_id: 8,
+            processor: 0,
+            irql: 0,
+            flags: RecordFlags::NONE,
+            os_hash: 0,
+            stack_id: stack_id(frames),
+            facts: SourceFacts::OnDemand { tag: 1 },
+        };
+        let mut buffer = [0_u8; READ_HEADER_SIZE + 200];
+        let size = encode_record(&record, &frames, &mut buffer[READ_HEADER_SIZE..]).unwrap();
+        let header = ReadHeader {
+            record_count: 1,
+            payload_bytes: u32::try_from(size).unwrap(),
+            more_pending: true,
+            dropped: 3,
+        };
+        header.encode(&mut buffer);
+        let bytes = &buffer[..READ_HEADER_SIZE + size];
+        let (decoded, records) = ReadHeader::decode(bytes).unwrap();
+        assert_eq!(decoded, header);
+        let records: Vec<_> = records.collect::<Result<_, _>>().unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].header, record);
+
+        assert!(
+            ReadHeader::decode(&bytes[..bytes.len() - 1]).is_err(),
+            "payload shorter than declared"
+        );
+        assert!(ReadHeader::decode(&bytes[..READ_HEADER_SIZE - 1]).is_err());
+    }
+}

@@ -1,0 +1,83 @@
+//! The NTSTATUS values the driver completes requests with, and what each
+//! means in kstack's protocol. The driver returns exactly these; the client
+//! explains exactly these.
+
+/// An NTSTATUS as the kernel returns it.
+pub type NtStatus = i32;
+
+/// Reinterprets the documented unsigned spelling of an NTSTATUS.
+#[expect(
+    clippy::cast_possible_wrap,
+    reason = "NTSTATUS values are documented as unsigned hex"
+)]
+const fn nt(code: u32) -> NtStatus {
+    code as NtStatus
+}
+
+/// The request succeeded.
+pub const STATUS_SUCCESS: NtStatus = 0;
+/// Status only: the output buffer held the version prefix but not the whole
+/// response; the prefix was written (Win32 `ERROR_MORE_DATA`).
+pub const STATUS_BUFFER_OVERFLOW: NtStatus = nt(0x8000_0005);
+/// The control code is not one of kstack's.
+pub const STATUS_INVALID_DEVICE_REQUEST: NtStatus = nt(0xC000_0010);
+/// The output buffer is smaller than the request needs.
+pub const STATUS_BUFFER_TOO_SMALL: NtStatus = nt(0xC000_0023);
+/// A field of a decoded message is out of range.
+pub const STATUS_INVALID_PARAMETER: NtStatus = nt(0xC000_000D);
+/// The request's `abi_version` is not the driver's.
+pub const STATUS_REVISION_MISMATCH: NtStatus = nt(0xC000_0059);
+/// An input or output length that the request does not allow.
+pub const STATUS_INVALID_BUFFER_SIZE: NtStatus = nt(0xC000_0206);
+/// The host kernel lacks what an enabled source needs (its registration
+/// failed or it cannot be registered at all).
+pub const STATUS_NOT_SUPPORTED: NtStatus = nt(0xC000_00BB);
+/// Configuration field 1 (`sources`) names a source that does not exist.
+pub const STATUS_INVALID_PARAMETER_1: NtStatus = nt(0xC000_00EF);
+/// Configuration field 2 (`frames_to_skip`) is out of range.
+pub const STATUS_INVALID_PARAMETER_2: NtStatus = nt(0xC000_00F0);
+/// Configuration field 3 (`frames_to_capture`) is out of range.
+pub const STATUS_INVALID_PARAMETER_3: NtStatus = nt(0xC000_00F1);
+/// A reserved field is not zero.
+pub const STATUS_INVALID_PARAMETER_4: NtStatus = nt(0xC000_00F2);
+
+/// kstack's own codes: severity error, customer bit set, facility 0xB5.
+/// `RtlNtStatusToDosError` returns customer-bit codes unchanged (seen in
+/// Wine's and ReactOS's implementation), so the client's `GetLastError`
+/// reads them as they are.
+const KSTACK_FACILITY_ERROR: u32 = 0xE0B5_0000;
+
+/// Enabling a source that runs at DISPATCH_LEVEL (the timer) while the
+/// kernel may page executive code: a stack walk there could need a page
+/// fault where none is allowed. Fix: `DisablePagingExecutive`=1 and reboot.
+pub const KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED: NtStatus = nt(KSTACK_FACILITY_ERROR | 1);
+
+/// The ring buffer was not allocated at load (the driver serves status only).
+pub const KSTACK_STATUS_NO_RING: NtStatus = nt(KSTACK_FACILITY_ERROR | 2);
+
+// Every code above is an error or warning (NT_SUCCESS false), and kstack's
+// own carry the customer bit; checked when the crate compiles.
+const _: () = {
+    let failures = [
+        STATUS_BUFFER_OVERFLOW,
+        STATUS_INVALID_DEVICE_REQUEST,
+        STATUS_BUFFER_TOO_SMALL,
+        STATUS_INVALID_PARAMETER,
+        STATUS_REVISION_MISMATCH,
+        STATUS_INVALID_BUFFER_SIZE,
+        STATUS_NOT_SUPPORTED,
+        STATUS_INVALID_PARAMETER_1,
+        STATUS_INVALID_PARAMETER_2,
+        STATUS_INVALID_PARAMETER_3,
+        STATUS_INVALID_PARAMETER_4,
+        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
+        KSTACK_STATUS_NO_RING,
+    ];
+    let mut i = 0;
+    while i < failures.len() {
+        assert!(failures[i] < 0);
+        i += 1;
+    }
+    assert!(KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED.cast_unsigned() & 0x2000_0000 != 0);
+    assert!(KSTACK_STATUS_NO_RING.cast_unsigned() & 0x2000_0000 != 0);
+};

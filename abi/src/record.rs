@@ -1,0 +1,517 @@
+//! The trace record: who, where, when, both hashes, and the frames.
+//!
+//! Layout (little-endian, every record a multiple of 8 bytes):
+//!
+//! | offset | size | field |
+//! |-------:|-----:|-------|
+//! | 0  | 2 | `record_size`: bytes in this record, header and frames |
+//! | 2  | 1 | `source` ([`Source`] wire value) |
+//! | 3  | 1 | `irql` at capture |
+//! | 4  | 2 | `frame_count` |
+//! | 6  | 2 | `flags` ([`RecordFlags`]) |
+//! | 8  | 8 | `sequence`: per-driver-load counter; gaps mean drops |
+//! | 16 | 8 | `timestamp`: system time, 100 ns units since 1601-01-01 UTC |
+//! | 24 | 4 | `process_id` of the current process |
+//! | 28 | 4 | `thread_id` of the current thread |
+//! | 32 | 4 | `processor` the capture ran on |
+//! | 36 | 4 | `os_hash`: `RtlCaptureStackBackTrace`'s BackTraceHash, as returned |
+//! | 40 | 24 | three fact words ([`SourceFacts`]) |
+//! | 64 | 8 | `match_id`: kstack's 64-bit [`stack_id`] of the frames |
+//! | 72 | 8 × n | `addresses`: frame 0 is the return address of the most recent call |
+//!
+//! Bytes 64.. are shaped like ETW's `EVENT_EXTENDED_ITEM_STACK_TRACE64`
+//! (`MatchId`, then `Address[]`). ETW's `MatchId` pairs a kernel stack with
+//! the user-mode half of the same event; kstack captures kernel stacks only,
+//! so that slot holds the stack id, equal for identical stacks.
+
+use crate::{
+    DecodeError, Source, SourceFacts,
+    wire::{Reader, Writer},
+};
+
+/// Bytes before the frame part.
+pub const RECORD_HEADER_SIZE: usize = 64;
+/// Bytes of `match_id` before the addresses.
+const MATCH_ID_SIZE: usize = 8;
+/// The most frames one record holds. Kept under 63, the limit on
+/// FramesToSkip + FramesToCapture that older Windows releases document for
+/// `RtlCaptureStackBackTrace`.
+pub const MAX_FRAMES: u16 = 62;
+/// The size of a record with `MAX_FRAMES` frames.
+pub const MAX_RECORD_SIZE: usize = record_size(MAX_FRAMES);
+
+/// The size of a record with `frame_count` frames.
+#[must_use]
+pub const fn record_size(frame_count: u16) -> usize {
+    RECORD_HEADER_SIZE + MATCH_ID_SIZE + 8 * frame_count as usize
+}
+
+/// Record flag bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RecordFlags(u16);
+
+impl RecordFlags {
+    /// No flag.
+    pub const NONE: Self = Self(0);
+    /// The walk filled every frame asked for: the stack may go deeper.
+    pub const TRUNCATED: Self = Self(1);
+    /// Every defined bit.
+    const KNOWN: u16 = Self::TRUNCATED.0;
+
+    /// The flags with these bits, if all are defined.
+    #[must_use]
+    pub const fn from_bits(bits: u16) -> Option<Self> {
+        if bits & !Self::KNOWN == 0 {
+            Some(Self(bits))
+        } else {
+            None
+        }
+    }
+
+    /// The wire bits.
+    #[must_use]
+    pub const fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// Whether every bit of `other` is set.
+    #[must_use]
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// Everything in a record but its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Per-driver-load sequence number.
+    pub sequence: u64,
+    /// System time of the capture, 100 ns units since 1601-01-01 UTC.
+    pub timestamp: u64,
+    /// The current process at capture.
+    pub process_id: u32,
+    /// The current thread at capture.
+    pub thread_id: u32,
+    /// The processor the capture ran on.
+    pub processor: u32,
+    /// The IRQL at capture.
+    pub irql: u8,
+    /// Flag bits.
+    pub flags: RecordFlags,
+    /// The OS BackTraceHash, as `RtlCaptureStackBackTrace` returned it.
+    pub os_hash: u32,
+    /// kstack's 64-bit stack id of the frames (see [`stack_id`]).
+    pub stack_id: u64,
+    /// The source and what it knew.
+    pub facts: SourceFacts,
+}
+
+/// A decoded record whose frames stay in the buffer they came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// Everything but the frames.
+    pub header: RecordHeader,
+    addresses: &'a [u8],
+}
+
+impl RecordView<'_> {
+    /// The source that captured this record.
+    #[must_use]
+    pub const fn source(&self) -> Source {
+        self.header.facts.source()
+    }
+
+    /// How many frames the record holds.
+    #[must_use]
+    pub const fn frame_count(&self) -> usize {
+        self.addresses.len() / 8
+    }
+
+    /// The return addresses, most recent call first.
+    #[must_use]
+    pub fn frames(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.addresses
+            .chunks_exact(8)
+            .map(|word| u64::from_le_bytes(word.try_into().unwrap_or_default()))
+    }
+}
+
+/// kstack's stack id: a 64-bit hash of the frame addresses, equal for equal
+/// frame lists. The OS BackTraceHash is only 32 bits (a plain sum of the
+/// addresses on Windows, another function under Wine), too weak to group by.
+#[must_use]
+pub fn stack_id(frames: impl IntoIterator<Item = u64>) -> u64 {
+    // Multiply-rotate per word (as FxHash) then a murmur3 finaliser: cheap
+    // enough for every capture, and every input bit reaches every output bit.
+    const K: u64 = 0x517C_C1B7_2722_0A95;
+    let (hash, count) = frames
+        .into_iter()
+        .fold((0_u64, 0_u64), |(hash, count), frame| {
+            ((hash.rotate_left(5) ^ frame).wrapping_mul(K), count + 1)
+        });
+    let mut h = hash ^ count;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    h ^ (h >> 33)
+}
+
+/// Encodes a record into the front of `out` and returns its size.
+///
+/// # Errors
+/// [`DecodeError::TooManyFrames`] past [`MAX_FRAMES`], or
+/// [`DecodeError::Truncated`] when `out` is too small.
+pub fn encode_record(
+    header: &RecordHeader,
+    frames: &[u64],
+    out: &mut [u8],
+) -> Result<usize, DecodeError> {
+    let frame_count = u16::try_from(frames.len())
+        .ok()
+        .filter(|&count| count <= MAX_FRAMES)
+        .ok_or(DecodeError::TooManyFrames {
+            count: frames.len(),
+        })?;
+    let size = record_size(frame_count);
+    let available = out.len();
+    let out = out.get_mut(..size).ok_or(DecodeError::Truncated {
+        needed: size,
+        actual: available,
+    })?;
+    let [fact_a, fact_b, fact_c] = header.facts.to_words();
+    let mut w = Writer::new(out);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "size <= MAX_RECORD_SIZE < u16::MAX"
+    )]
+    w.u16(0, size as u16);
+    w.u8(2, header.facts.source() as u8);
+    w.u8(3, header.irql);
+    w.u16(4, frame_count);
+    w.u16(6, header.flags.bits());
+    w.u64(8, header.sequence);
+    w.u64(16, header.timestamp);
+    w.u32(24, header.process_id);
+    w.u32(28, header.thread_id);
+    w.u32(32, header.processor);
+    w.u32(36, header.os_hash);
+    w.u64(40, fact_a);
+    w.u64(48, fact_b);
+    w.u64(56, fact_c);
+    w.u64(64, header.stack_id);
+    for (index, &frame) in frames.iter().enumerate() {
+        w.u64(RECORD_HEADER_SIZE + MATCH_ID_SIZE + 8 * index, frame);
+    }
+    Ok(size)
+}
+
+/// Decodes the record at the front of `bytes`; returns it and its size.
+///
+/// # Errors
+/// A [`DecodeError`] for a short buffer, a size that disagrees with the
+/// frame count, or any field out of range.
+pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeError> {
+    let r = Reader::new(bytes);
+    let size = usize::from(r.u16(0)?);
+    let frame_count = r.u16(4)?;
+    if frame_count > MAX_FRAMES {
+        return Err(DecodeError::TooManyFrames {
+            count: usize::from(frame_count),
+        });
+    }
+    if size != record_size(frame_count) {
+        return Err(DecodeError::RecordSizeMismatch { size, frame_count });
+    }
+    if bytes.len() < size {
+        return Err(DecodeError::Truncated {
+            needed: size,
+            actual: bytes.len(),
+        });
+    }
+    let source_value = r.u8(2)?;
+    let source = Source::from_wire(source_value).ok_or(DecodeError::UnknownSource {
+        value: source_value,
+    })?;
+    let flag_bits = r.u16(6)?;
+    let flags = RecordFlags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags {
+        bits: u32::from(flag_bits),
+    })?;
+    let header = RecordHeader {
+        sequence: r.u64(8)?,
+        timestamp: r.u64(16)?,
+        process_id: r.u32(24)?,
+        thread_id: r.u32(28)?,
+        processor: r.u32(32)?,
+        irql: r.u8(3)?,
+        flags,
+        os_hash: r.u32(36)?,
+        stack_id: r.u64(64)?,
+        facts: SourceFacts::from_words(source, [r.u64(40)?, r.u64(48)?, r.u64(56)?])?,
+    };
+    let addresses = &bytes[RECORD_HEADER_SIZE + MATCH_ID_SIZE..size];
+    Ok((RecordView { header, addresses }, size))
+}
+
+/// Walks the whole records packed back to back in a read payload.
+pub struct Records<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Records<'a> {
+    /// Records packed in `payload`.
+    #[must_use]
+    pub const fn new(payload: &'a [u8]) -> Self {
+        Self { rest: payload }
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<RecordView<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        match decode_record(self.rest) {
+            Ok((record, size)) => {
+                self.rest = &self.rest[size..];
+                Some(Ok(record))
+            }
+            Err(error) => {
+                // One bad record makes the rest unreadable: stop after it.
+                self.rest = &[];
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::source::{HandleOperation, Lifecycle, ObjectKind};
+
+    fn sample_header(facts: SourceFacts, frames: &[u64]) -> RecordHeader {
+        RecordHeader {
+            sequence: 41,
+            timestamp: 133_000_000_000_000_000,
+            process_id: 4,
+            thread_id: 128,
+            processor: 1,
+            irql: 2,
+            flags: RecordFlags::TRUNCATED,
+            os_hash: 0xDEAD_BEEF,
+            stack_id: stack_id(frames.iter().copied()),
+            facts,
+        }
+    }
+
+    #[test]
+    fn layout_matches_the_documented_offsets() {
+        let frames = [0x1111, 0x2222];
+        let header = sample_header(SourceFacts::OnDemand { tag: 0xABCD }, &frames);
+        let mut out = [0xFF_u8; 100];
+        let size = encode_record(&header, &frames, &mut out).unwrap();
+        assert_eq!(size, 88);
+        assert_eq!(&out[0..2], &88_u16.to_le_bytes());
+        assert_eq!(out[2], Source::OnDemand as u8);
+        assert_eq!(out[3], 2);
+        assert_eq!(&out[4..6], &2_u16.to_le_bytes());
+        assert_eq!(&out[6..8], &1_u16.to_le_bytes());
+        assert_eq!(&out[8..16], &41_u64.to_le_bytes());
+        assert_eq!(&out[36..40], &0xDEAD_BEEF_u32.to_le_bytes());
+        assert_eq!(&out[40..48], &0xABCD_u64.to_le_bytes());
+        assert_eq!(&out[64..72], &header.stack_id.to_le_bytes());
+        assert_eq!(&out[72..80], &0x1111_u64.to_le_bytes());
+        assert_eq!(&out[80..88], &0x2222_u64.to_le_bytes());
+        assert_eq!(out[88], 0xFF, "nothing written past the record");
+        assert_eq!(MAX_RECORD_SIZE, 568);
+        assert_eq!(MAX_RECORD_SIZE % 8, 0);
+    }
+
+    #[test]
+    fn encode_refuses_too_many_frames_and_short_buffers() {
+        let frames = [0_u64; MAX_FRAMES as usize + 1];
+        let header = sample_header(SourceFacts::Timer, &frames);
+        let mut out = [0_u8; 1024];
+        assert_eq!(
+            encode_record(&header, &frames, &mut out),
+            Err(DecodeError::TooManyFrames { count: 63 })
+        );
+        assert_eq!(
+            encode_record(&header, &frames[..2], &mut out[..87]),
+            Err(DecodeError::Truncated {
+                needed: 88,
+                actual: 87
+            })
+        );
+    }
+
+    #[test]
+    fn decode_rejects_inconsistent_records() {
+        let frames = [1_u64, 2, 3];
+        let header = sample_header(SourceFacts::Timer, &frames);
+        let mut good = [0_u8; 96];
+        encode_record(&header, &frames, &mut good).unwrap();
+
+        assert_eq!(
+            decode_record(&good[..95]),
+            Err(DecodeError::Truncated {
+                needed: 96,
+                actual: 95
+            })
+        );
+        let mut bad = good;
+        bad[0] = 88;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::RecordSizeMismatch {
+                size: 88,
+                frame_count: 3
+            })
+        );
+        let mut bad = good;
+        bad[2] = 9;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::UnknownSource { value: 9 })
+        );
+        let mut bad = good;
+        bad[6] = 2;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::UnknownFlags { bits: 2 })
+        );
+        let mut bad = good;
+        bad[40] = 1;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::InvalidFacts {
+                source: Source::Timer
+            })
+        );
+    }
+
+    #[test]
+    fn records_iterates_a_packed_payload_and_stops_at_damage() {
+        let mut payload = [0_u8; 256];
+        let a = sample_header(SourceFacts::Registry { notify_class: 3 }, &[7]);
+        let b = sample_header(
+            SourceFacts::ObjectHandle {
+                operation: HandleOperation::Create,
+                object: ObjectKind::Process,
+                desired_access: 0x1000,
+                target_process_id: 8,
+            },
+            &[8, 9],
+        );
+        let used_a = encode_record(&a, &[7], &mut payload).unwrap();
+        let used_b = encode_record(&b, &[8, 9], &mut payload[used_a..]).unwrap();
+        let decoded: Vec<_> = Records::new(&payload[..used_a + used_b])
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(decoded.len(), 2);
+        assert_eq!(decoded[0].header, a);
+        assert_eq!(decoded[1].frames().collect::<Vec<_>>(), [8, 9]);
+
+        let mut damaged = Records::new(&payload[..used_a + used_b - 1]);
+        assert!(damaged.next().unwrap().is_ok());
+        assert!(damaged.next().unwrap().is_err());
+        assert!(damaged.next().is_none(), "nothing after damage");
+    }
+
+    #[test]
+    fn stack_id_tells_order_length_and_content_apart() {
+        let base = stack_id([1, 2, 3]);
+        assert_eq!(base, stack_id([1, 2, 3]));
+        assert_ne!(base, stack_id([3, 2, 1]));
+        assert_ne!(base, stack_id([1, 2]));
+        assert_ne!(base, stack_id([1, 2, 3, 0]));
+        assert_ne!(stack_id([]), stack_id([0]));
+    }
+
+    fn any_facts() -> impl Strategy<Value = SourceFacts> {
+        let lifecycle = prop_oneof![Just(Lifecycle::Create), Just(Lifecycle::Exit)];
+        prop_oneof![
+            (lifecycle.clone(), any::<u32>(), any::<u32>()).prop_map(
+                |(event, process_id, parent_process_id)| {
+                    SourceFacts::Process {
+                        event,
+                        process_id,
+                        parent_process_id,
+                    }
+                }
+            ),
+            (lifecycle, any::<u32>(), any::<u32>()).prop_map(|(event, process_id, thread_id)| {
+                SourceFacts::Thread {
+                    event,
+                    process_id,
+                    thread_id,
+                }
+            }),
+            (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
+                |(image_base, image_size, process_id)| {
+                    SourceFacts::ImageLoad {
+                        image_base,
+                        image_size,
+                        process_id,
+                    }
+                }
+            ),
+            any::<u32>().prop_map(|notify_class| SourceFacts::Registry { notify_class }),
+            (any::<bool>(), any::<bool>(), any::<u32>(), any::<u32>()).prop_map(
+                |(duplicate, thread, desired_access, target_process_id)| {
+                    SourceFacts::ObjectHandle {
+                        operation: if duplicate {
+                            HandleOperation::Duplicate
+                        } else {
+                            HandleOperation::Create
+                        },
+                        object: if thread {
+                            ObjectKind::Thread
+                        } else {
+                            ObjectKind::Process
+                        },
+                        desired_access,
+                        target_process_id,
+                    }
+                }
+            ),
+            Just(SourceFacts::Timer),
+            any::<u64>().prop_map(|tag| SourceFacts::OnDemand { tag }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_record_round_trips(
+            facts in any_facts(),
+            frames in prop::collection::vec(any::<u64>(), 0..=MAX_FRAMES as usize),
+            sequence: u64, timestamp: u64, process_id: u32, thread_id: u32, processor: u32,
+            irql: u8, truncated: bool, os_hash: u32,
+        ) {
+            let header = RecordHeader {
+                sequence, timestamp, process_id, thread_id, processor, irql,
+                flags: if truncated { RecordFlags::TRUNCATED } else { RecordFlags::NONE },
+                os_hash, stack_id: stack_id(frames.iter().copied()), facts,
+            };
+            let mut out = [0_u8; MAX_RECORD_SIZE];
+            let size = encode_record(&header, &frames, &mut out).unwrap();
+            prop_assert_eq!(size % 8, 0);
+            let (view, used) = decode_record(&out[..size]).unwrap();
+            prop_assert_eq!(used, size);
+            prop_assert_eq!(view.header, header);
+            prop_assert_eq!(view.frames().collect::<Vec<_>>(), frames);
+        }
+
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..700)) {
+            for record in Records::new(&bytes).flatten() {
+                prop_assert!(record.frame_count() <= MAX_FRAMES as usize);
+            }
+        }
+    }
+}
