@@ -1,1 +1,3 @@
-//! t
+//! Integration tests of kstack's built artifacts (see `tests/`): they read
+//! the package folder that `cargo xtask test` builds and names in
+//! `KSTACK_PACKAGE_DIR`.

@@ -8,8 +8,14 @@ use crate::process::{self, Run};
 /// Debian 12 packages, and what each one is for.
 const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("libclang-dev", "libclang for bindgen (wdk-sys bindings)"),
-    ("llvm", "llvm-dlltool and llvm-ar for the WDK import libraries"),
-    ("mingw-w64", "DDK headers, GNU import libraries, and the linker for the client"),
+    (
+        "llvm",
+        "llvm-dlltool and llvm-ar for the WDK import libraries",
+    ),
+    (
+        "mingw-w64",
+        "DDK headers, GNU import libraries, and the linker for the client",
+    ),
     ("patch", "applies the wdk-build Linux-host patch"),
 ];
 
@@ -32,20 +38,35 @@ fn ensure_debian_packages() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    process::step(&format!("installing Debian packages: {}", missing.join(" ")));
-    for (name, why) in DEBIAN_PACKAGES.iter().filter(|(name, _)| missing.contains(name)) {
+    process::step(&format!(
+        "installing Debian packages: {}",
+        missing.join(" ")
+    ));
+    for (name, why) in DEBIAN_PACKAGES
+        .iter()
+        .filter(|(name, _)| missing.contains(name))
+    {
         println!("    {name}: {why}");
     }
     let as_root = is_root()?;
     if !as_root && which("sudo").is_none() {
-        bail!("these Debian packages are missing and neither root nor sudo is available: {}", missing.join(" "));
+        bail!(
+            "these Debian packages are missing and neither root nor sudo is available: {}",
+            missing.join(" ")
+        );
     }
     let apt = |args: &[&str]| {
-        let run = if as_root { Run::new("apt-get") } else { Run::new("sudo").args(["apt-get"]) };
+        let run = if as_root {
+            Run::new("apt-get")
+        } else {
+            Run::new("sudo").args(["apt-get"])
+        };
         run.args(args).env("DEBIAN_FRONTEND", "noninteractive")
     };
     apt(&["update", "-qq"]).run()?;
-    apt(&["install", "-y", "-qq", "--no-install-recommends"]).args(&missing).run()
+    apt(&["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .run()
 }
 
 fn debian_package_installed(name: &str) -> bool {
@@ -56,7 +77,9 @@ fn debian_package_installed(name: &str) -> bool {
 }
 
 fn ensure_rust_targets() -> Result<()> {
-    let installed = Run::new("rustup").args(["target", "list", "--installed"]).stdout()?;
+    let installed = Run::new("rustup")
+        .args(["target", "list", "--installed"])
+        .stdout()?;
     let missing: Vec<&str> = RUST_TARGETS
         .iter()
         .copied()
@@ -66,7 +89,10 @@ fn ensure_rust_targets() -> Result<()> {
         return Ok(());
     }
     process::step(&format!("adding Rust targets: {}", missing.join(" ")));
-    Run::new("rustup").args(["target", "add"]).args(&missing).run()
+    Run::new("rustup")
+        .args(["target", "add"])
+        .args(&missing)
+        .run()
 }
 
 fn is_root() -> Result<bool> {

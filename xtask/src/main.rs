@@ -6,15 +6,22 @@
 //! On Windows, build the driver with the real WDK through cargo-make instead
 //! (see README.md).
 
+#[cfg(target_os = "linux")]
 mod host_setup;
+#[cfg(target_os = "linux")]
 mod package;
+#[cfg(target_os = "linux")]
 mod process;
+#[cfg(target_os = "linux")]
 mod wdk_mingw;
 
+#[cfg(target_os = "linux")]
 use std::path::{Path, PathBuf};
 
+#[cfg(target_os = "linux")]
 use anyhow::{Context, Result, bail};
 
+#[cfg(target_os = "linux")]
 const USAGE: &str = "\
 usage: cargo xtask <command>
 
@@ -26,15 +33,25 @@ commands:
   package-dir  print the package folder
   help         print this text";
 
+#[cfg(not(target_os = "linux"))]
 fn main() {
-    if let Err(error) = run(std::env::args().skip(1).collect()) {
+    eprintln!(
+        "xtask: `cargo xtask` drives the Linux build; on Windows build with the WDK through `cargo make` (README.md)"
+    );
+    std::process::exit(1);
+}
+
+#[cfg(target_os = "linux")]
+fn main() {
+    if let Err(error) = run(&std::env::args().skip(1).collect::<Vec<_>>()) {
         eprintln!("xtask: error: {error:#}");
         std::process::exit(1);
     }
 }
 
-fn run(args: Vec<String>) -> Result<()> {
-    let [command] = args.as_slice() else {
+#[cfg(target_os = "linux")]
+fn run(args: &[String]) -> Result<()> {
+    let [command] = args else {
         bail!("expected exactly one command\n\n{USAGE}");
     };
     let workspace = workspace_root()?;
@@ -54,6 +71,7 @@ fn run(args: Vec<String>) -> Result<()> {
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// Builds the real artifacts, then runs formatting, lint and every test.
 fn test(workspace: &Path) -> Result<()> {
     let built = package::build(workspace)?;
@@ -62,7 +80,14 @@ fn test(workspace: &Path) -> Result<()> {
     process::step("clippy (host crates)");
     process::cargo(
         workspace,
-        &["clippy", "--locked", "--workspace", "--exclude", "kstack-driver", "--all-targets"],
+        &[
+            "clippy",
+            "--locked",
+            "--workspace",
+            "--exclude",
+            "kstack-driver",
+            "--all-targets",
+        ],
     )
     .args(["--", "-D", "warnings"])
     .run()?;
@@ -71,19 +96,33 @@ fn test(workspace: &Path) -> Result<()> {
     process::step("cargo check of the client for x86_64-pc-windows-msvc");
     process::cargo(
         workspace,
-        &["check", "--locked", "--package", "kstack-client", "--target", package::MSVC_TARGET],
+        &[
+            "check",
+            "--locked",
+            "--package",
+            "kstack-client",
+            "--target",
+            package::MSVC_TARGET,
+        ],
     )
     .run()?;
     process::step("tests");
     process::cargo(
         workspace,
-        &["test", "--locked", "--workspace", "--exclude", "kstack-driver"],
+        &[
+            "test",
+            "--locked",
+            "--workspace",
+            "--exclude",
+            "kstack-driver",
+        ],
     )
     .env(package::PACKAGE_DIR_ENV, &built.dir)
     .run()?;
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// Until the Wine demo exists: build the package and say where it is.
 fn demo(workspace: &Path) -> Result<()> {
     let built = package::build(workspace)?;
@@ -91,7 +130,11 @@ fn demo(workspace: &Path) -> Result<()> {
     println!("kstack package: {}", built.dir.display());
     for entry in std::fs::read_dir(&built.dir).context("reading the package folder")? {
         let entry = entry?;
-        println!("  {:<14} {:>9} bytes", entry.file_name().to_string_lossy(), entry.metadata()?.len());
+        println!(
+            "  {:<14} {:>9} bytes",
+            entry.file_name().to_string_lossy(),
+            entry.metadata()?.len()
+        );
     }
     println!();
     println!("On a Windows test VM (test signing on, see README.md), as Administrator:");
@@ -101,6 +144,7 @@ fn demo(workspace: &Path) -> Result<()> {
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 /// The workspace root: the parent of this crate's manifest directory.
 fn workspace_root() -> Result<PathBuf> {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

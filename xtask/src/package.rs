@@ -34,13 +34,26 @@ pub fn package_dir(workspace: &Path) -> PathBuf {
 pub fn build(workspace: &Path) -> Result<Built> {
     let toolchain = wdk_mingw::prepare(workspace)?;
     process::step("building kstack.sys (x86_64-pc-windows-msvc, rust-lld)");
-    driver_cargo(workspace, &toolchain, "build").args(["--release"]).run()?;
+    driver_cargo(workspace, &toolchain, "build")
+        .args(["--release"])
+        .run()?;
     process::step("building the client (x86_64-pc-windows-gnu, mingw-w64)");
     process::cargo(
         workspace,
-        &["build", "--locked", "--release", "--package", "kstack-client", "--target", GNU_TARGET],
+        &[
+            "build",
+            "--locked",
+            "--release",
+            "--package",
+            "kstack-client",
+            "--target",
+            GNU_TARGET,
+        ],
     )
-    .args(["--config", "target.x86_64-pc-windows-gnu.linker=\"x86_64-w64-mingw32-gcc\""])
+    .args([
+        "--config",
+        "target.x86_64-pc-windows-gnu.linker=\"x86_64-w64-mingw32-gcc\"",
+    ])
     .run()?;
 
     let dir = package_dir(workspace);
@@ -50,7 +63,10 @@ pub fn build(workspace: &Path) -> Result<Built> {
     // Cargo names a cdylib NAME.dll; a kernel driver is the same image as NAME.sys.
     copy(&driver_out.join("kstack.dll"), &dir.join("kstack.sys"))?;
     copy(&driver_out.join("kstack.pdb"), &dir.join("kstack.pdb"))?;
-    copy(&target.join(GNU_TARGET).join("release/kstack.exe"), &dir.join("kstack.exe"))?;
+    copy(
+        &target.join(GNU_TARGET).join("release/kstack.exe"),
+        &dir.join("kstack.exe"),
+    )?;
     Ok(Built { dir, toolchain })
 }
 
@@ -68,13 +84,23 @@ pub fn driver_clippy(workspace: &Path, toolchain: &LinuxWdk) -> Result<()> {
 fn driver_cargo(workspace: &Path, toolchain: &LinuxWdk, subcommand: &str) -> Run {
     process::cargo(
         workspace,
-        &[subcommand, "--locked", "--package", "kstack-driver", "--target", MSVC_TARGET],
+        &[
+            subcommand,
+            "--locked",
+            "--package",
+            "kstack-driver",
+            "--target",
+            MSVC_TARGET,
+        ],
     )
     .args([
         "--config".to_owned(),
         "source.crates-io.replace-with=\"kstack-linux-vendor\"".to_owned(),
         "--config".to_owned(),
-        format!("source.kstack-linux-vendor.directory=\"{}\"", toolchain.vendor_dir.display()),
+        format!(
+            "source.kstack-linux-vendor.directory=\"{}\"",
+            toolchain.vendor_dir.display()
+        ),
         "--config".to_owned(),
         format!("target.{MSVC_TARGET}.linker=\"rust-lld\""),
     ])
@@ -83,6 +109,7 @@ fn driver_cargo(workspace: &Path, toolchain: &LinuxWdk, subcommand: &str) -> Run
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
-    fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     Ok(())
 }

@@ -21,7 +21,9 @@ pub struct Run {
 
 impl Run {
     pub fn new(program: impl AsRef<OsStr>) -> Self {
-        Self { command: Command::new(program) }
+        Self {
+            command: Command::new(program),
+        }
     }
 
     pub fn args<I, S>(mut self, args: I) -> Self
@@ -56,7 +58,10 @@ impl Run {
     pub fn run(mut self) -> Result<()> {
         let line = self.describe();
         println!("    $ {line}");
-        let status = self.command.status().with_context(|| format!("could not start `{line}`"))?;
+        let status = self
+            .command
+            .status()
+            .with_context(|| format!("could not start `{line}`"))?;
         if !status.success() {
             bail!("`{line}` failed ({status})");
         }
@@ -66,7 +71,10 @@ impl Run {
     /// Runs with captured output; fails unless the exit status is success.
     pub fn output(mut self) -> Result<Output> {
         let line = self.describe();
-        let output = self.command.output().with_context(|| format!("could not start `{line}`"))?;
+        let output = self
+            .command
+            .output()
+            .with_context(|| format!("could not start `{line}`"))?;
         if !output.status.success() {
             bail!(
                 "`{line}` failed ({}):\n{}",

@@ -71,20 +71,28 @@ fn compat_header(workspace: &Path) -> PathBuf {
 }
 
 fn wdk_build_patch(workspace: &Path) -> PathBuf {
-    workspace.join(format!("xtask/wdk-mingw/{PATCHED_WDK_BUILD}-linux-host.patch"))
+    workspace.join(format!(
+        "xtask/wdk-mingw/{PATCHED_WDK_BUILD}-linux-host.patch"
+    ))
 }
 
 /// Rebuilds the tree only when its inputs changed, so wdk-sys's bindgen run
 /// (the slow part of a clean build) is not repeated needlessly.
 fn ensure_wdk_tree(workspace: &Path, root: &Path) -> Result<()> {
-    let compat = fs::read_to_string(compat_header(workspace)).context("reading the mingw compat header")?;
-    let mingw_version = Run::new("dpkg-query").args(["-W", "-f=${Version}", "mingw-w64-common"]).stdout()?;
+    let compat =
+        fs::read_to_string(compat_header(workspace)).context("reading the mingw compat header")?;
+    let mingw_version = Run::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "mingw-w64-common"])
+        .stdout()?;
     let stamp = format!("recipe {TREE_RECIPE_REVISION}\nmingw-w64 {mingw_version}\n{compat}");
     let stamp_path = root.join("kstack-stamp.txt");
     if fs::read_to_string(&stamp_path).is_ok_and(|existing| existing == stamp) {
         return Ok(());
     }
-    process::step(&format!("generating the WDK-shaped tree in {}", root.display()));
+    process::step(&format!(
+        "generating the WDK-shaped tree in {}",
+        root.display()
+    ));
     if root.exists() {
         fs::remove_dir_all(root).with_context(|| format!("removing {}", root.display()))?;
     }
@@ -99,13 +107,19 @@ fn ensure_wdk_tree(workspace: &Path, root: &Path) -> Result<()> {
     link_ddk_headers(&km, &compat)?;
     // clang's amxintrin.h declares a struct bindgen turns into invalid Rust;
     // this empty header comes first on the include path and hides it.
-    fs::write(crt.join("amxintrin.h"), "/* intentionally empty: see kstack xtask/src/wdk_mingw.rs */\n")?;
+    fs::write(
+        crt.join("amxintrin.h"),
+        "/* intentionally empty: see kstack xtask/src/wdk_mingw.rs */\n",
+    )?;
     for name in KERNEL_IMPORT_LIBS {
         write_import_lib(root, &lib, name)?;
     }
     // wdk-sys links this /GS helper library; rustc output uses no /GS cookies,
     // so an empty archive satisfies the linker.
-    Run::new("llvm-ar").args(["rc"]).args([lib.join("BufferOverflowFastFailK.lib")]).run()?;
+    Run::new("llvm-ar")
+        .args(["rc"])
+        .args([lib.join("BufferOverflowFastFailK.lib")])
+        .run()?;
     fs::write(&stamp_path, stamp)?;
     Ok(())
 }
@@ -117,7 +131,9 @@ fn link_ddk_headers(km: &Path, compat: &str) -> Result<()> {
     let entries = fs::read_dir(&ddk).with_context(|| format!("reading {}", ddk.display()))?;
     for entry in entries {
         let path = entry?.path();
-        let Some(name) = path.file_name() else { continue };
+        let Some(name) = path.file_name() else {
+            continue;
+        };
         if name != "ntstrsafe.h" {
             symlink(&path, km.join(name))?;
         }
@@ -138,7 +154,10 @@ fn link_ddk_headers(km: &Path, compat: &str) -> Result<()> {
 /// `<name>.lib` for the same DLL, with data exports marked DATA.
 fn write_import_lib(root: &Path, lib_dir: &Path, name: &str) -> Result<()> {
     let archive = Path::new(MINGW_LIB).join(format!("lib{name}.a"));
-    let dll = Run::new("x86_64-w64-mingw32-dlltool").args(["-I"]).args([&archive]).stdout()?;
+    let dll = Run::new("x86_64-w64-mingw32-dlltool")
+        .args(["-I"])
+        .args([&archive])
+        .stdout()?;
     let symbols = Run::new("llvm-nm").args([&archive]).stdout()?;
     let def = module_definition(dll.trim(), &symbols)?;
     let def_path = root.join(format!("{name}.def"));
@@ -159,7 +178,9 @@ fn module_definition(dll: &str, nm_output: &str) -> Result<String> {
     let mut thunks = BTreeSet::new();
     for line in nm_output.lines() {
         let mut fields = line.split_whitespace().rev();
-        let (Some(symbol), Some(kind)) = (fields.next(), fields.next()) else { continue };
+        let (Some(symbol), Some(kind)) = (fields.next(), fields.next()) else {
+            continue;
+        };
         match kind {
             "I" => {
                 if let Some(export) = symbol.strip_prefix("__imp_") {
@@ -192,14 +213,25 @@ fn ensure_patched_vendor(workspace: &Path, vendor_dir: &Path) -> Result<()> {
     let patch = fs::read_to_string(&patch_path).context("reading the wdk-build patch")?;
     let stamp = format!("{lock}\n{patch}");
     let stamp_path = vendor_dir.with_extension("stamp");
-    if vendor_dir.is_dir() && fs::read_to_string(&stamp_path).is_ok_and(|existing| existing == stamp) {
+    if vendor_dir.is_dir()
+        && fs::read_to_string(&stamp_path).is_ok_and(|existing| existing == stamp)
+    {
         return Ok(());
     }
     process::step("vendoring dependencies and patching wdk-build for a Linux host");
     let _ = fs::remove_file(&stamp_path);
-    process::cargo(workspace, &["vendor", "--locked", "--versioned-dirs", "--quiet"])
-        .args([vendor_dir])
-        .output()?;
+    // cargo vendor keeps crate folders that already exist; start clean so the
+    // patch always meets pristine sources.
+    if vendor_dir.exists() {
+        fs::remove_dir_all(vendor_dir)
+            .with_context(|| format!("removing {}", vendor_dir.display()))?;
+    }
+    process::cargo(
+        workspace,
+        &["vendor", "--locked", "--versioned-dirs", "--quiet"],
+    )
+    .args([vendor_dir])
+    .output()?;
     let crate_dir = vendor_dir.join(PATCHED_WDK_BUILD);
     if !crate_dir.is_dir() {
         bail!(
@@ -248,7 +280,9 @@ fn clang_resource_dir() -> Result<PathBuf> {
         else {
             continue;
         };
-        let Ok(resources) = fs::read_dir(llvm.join("lib/clang")) else { continue };
+        let Ok(resources) = fs::read_dir(llvm.join("lib/clang")) else {
+            continue;
+        };
         for resource in resources {
             let resource = resource?.path();
             if resource.join("include/mmintrin.h").is_file() {
@@ -256,11 +290,9 @@ fn clang_resource_dir() -> Result<PathBuf> {
             }
         }
     }
-    candidates
-        .into_iter()
-        .max()
-        .map(|(_, dir)| dir)
-        .context("no clang resource directory with include/mmintrin.h under /usr/lib/llvm-*/lib/clang")
+    candidates.into_iter().max().map(|(_, dir)| dir).context(
+        "no clang resource directory with include/mmintrin.h under /usr/lib/llvm-*/lib/clang",
+    )
 }
 
 #[cfg(test)]
@@ -278,7 +310,10 @@ libntoskrnls00002.o:
 00000000 I __lib64_libntoskrnl_a_iname
 ";
         let def = module_definition("ntoskrnl.exe", nm).unwrap();
-        assert_eq!(def, "LIBRARY ntoskrnl.exe\nEXPORTS\nKeBugCheckEx\nPsProcessType DATA\n");
+        assert_eq!(
+            def,
+            "LIBRARY ntoskrnl.exe\nEXPORTS\nKeBugCheckEx\nPsProcessType DATA\n"
+        );
     }
 
     #[test]

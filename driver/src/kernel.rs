@@ -1,0 +1,134 @@
+//! The thin layer over raw kernel structures: the only place that reads or
+//! writes fields of WDK structs.
+//!
+//! On Linux the bindings come from mingw-w64 headers, which are older than
+//! the WDK and not identical to it. Every field touched here is pinned below
+//! to its offset in the real WDK (x64), so a header difference fails the
+//! build instead of corrupting memory.
+
+use core::mem::{offset_of, size_of};
+
+use wdk_sys::{
+    DEVICE_OBJECT, DRIVER_OBJECT, IO_STACK_LOCATION, IRP, NTSTATUS, UNICODE_STRING,
+    ntddk::IofCompleteRequest,
+};
+
+// WDK x64 offsets of every field this module touches. Field paths only:
+// bindgen's names for anonymous types differ between header sets.
+const _: () = {
+    assert!(offset_of!(DRIVER_OBJECT, DriverUnload) == 0x68);
+    assert!(offset_of!(DRIVER_OBJECT, MajorFunction) == 0x70);
+    assert!(offset_of!(DEVICE_OBJECT, Flags) == 0x30);
+    assert!(offset_of!(IRP, AssociatedIrp) == 0x18);
+    assert!(offset_of!(IRP, IoStatus) == 0x30);
+    assert!(offset_of!(IRP, RequestorMode) == 0x40);
+    assert!(
+        offset_of!(
+            IRP,
+            Tail.Overlay
+                .__bindgen_anon_2
+                .__bindgen_anon_1
+                .CurrentStackLocation
+        ) == 0xB8
+    );
+    assert!(size_of::<IRP>() == 0xD0);
+    assert!(offset_of!(IO_STACK_LOCATION, MajorFunction) == 0);
+    assert!(
+        offset_of!(
+            IO_STACK_LOCATION,
+            Parameters.DeviceIoControl.OutputBufferLength
+        ) == 0x08
+    );
+    assert!(
+        offset_of!(
+            IO_STACK_LOCATION,
+            Parameters.DeviceIoControl.InputBufferLength
+        ) == 0x10
+    );
+    assert!(offset_of!(IO_STACK_LOCATION, Parameters.DeviceIoControl.IoControlCode) == 0x18);
+    assert!(size_of::<IO_STACK_LOCATION>() == 0x48);
+    assert!(size_of::<UNICODE_STRING>() == 0x10);
+};
+
+/// A `UNICODE_STRING` over a static UTF-16 array.
+///
+/// Max IRQL: any.
+pub fn unicode_string(text: &'static [u16]) -> UNICODE_STRING {
+    let bytes = u16::try_from(size_of_val(text)).unwrap_or(u16::MAX);
+    UNICODE_STRING {
+        Length: bytes,
+        MaximumLength: bytes,
+        // The kernel takes a mutable pointer but never writes through a
+        // string it is only given to read.
+        Buffer: text.as_ptr().cast_mut(),
+    }
+}
+
+/// What a device-control request carries, read once from its IRP.
+pub struct DeviceControl {
+    /// The control code.
+    pub code: u32,
+    /// The METHOD_BUFFERED system buffer: input on entry, output on return.
+    pub system_buffer: *mut u8,
+    /// Input length in bytes.
+    pub input_length: usize,
+    /// Output length in bytes.
+    pub output_length: usize,
+}
+
+/// The major function and, for device control, the request parameters.
+///
+/// # Safety
+/// `irp` is a valid IRP the I/O manager passed to this driver's dispatch
+/// routine, with its current stack location set.
+///
+/// Max IRQL: `DISPATCH_LEVEL` (dispatch routines run at `PASSIVE_LEVEL`).
+pub unsafe fn current_request(irp: *mut IRP) -> (u8, Option<DeviceControl>) {
+    // SAFETY: the caller passes a valid IRP that this driver owns while it
+    // dispatches it.
+    let irp = unsafe { &*irp };
+    // SAFETY: while a driver dispatches an IRP, Tail.Overlay is the active
+    // member of the Tail union.
+    let overlay = unsafe { &irp.Tail.Overlay };
+    // SAFETY: CurrentStackLocation is the active member while dispatched.
+    let stack = unsafe {
+        overlay
+            .__bindgen_anon_2
+            .__bindgen_anon_1
+            .CurrentStackLocation
+    };
+    // SAFETY: the I/O manager set this driver's stack location before calling.
+    let stack = unsafe { &*stack };
+    if u32::from(stack.MajorFunction) != wdk_sys::IRP_MJ_DEVICE_CONTROL {
+        return (stack.MajorFunction, None);
+    }
+    // SAFETY: for IRP_MJ_DEVICE_CONTROL the DeviceIoControl parameters are
+    // the active member of the Parameters union.
+    let parameters = unsafe { stack.Parameters.DeviceIoControl };
+    // SAFETY: for METHOD_BUFFERED requests SystemBuffer is the active member
+    // of AssociatedIrp (null when both lengths are zero).
+    let system_buffer = unsafe { irp.AssociatedIrp.SystemBuffer };
+    let control = DeviceControl {
+        code: parameters.IoControlCode,
+        system_buffer: system_buffer.cast(),
+        input_length: parameters.InputBufferLength as usize,
+        output_length: parameters.OutputBufferLength as usize,
+    };
+    (stack.MajorFunction, Some(control))
+}
+
+/// Completes `irp` with `status`, reporting `information` bytes written.
+///
+/// # Safety
+/// `irp` is a valid IRP owned by this driver and not yet completed.
+///
+/// Max IRQL: `DISPATCH_LEVEL`.
+pub unsafe fn complete_request(irp: *mut IRP, status: NTSTATUS, information: usize) -> NTSTATUS {
+    // SAFETY: the caller owns the IRP until it is completed below.
+    let irp_fields = unsafe { &mut *irp };
+    irp_fields.IoStatus.__bindgen_anon_1.Status = status;
+    irp_fields.IoStatus.Information = information as u64;
+    // SAFETY: the IRP is owned by this driver and completed exactly once.
+    unsafe { IofCompleteRequest(irp, 0) };
+    status
+}

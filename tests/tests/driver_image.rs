@@ -1,0 +1,352 @@
+//! Checks the built driver image, `kstack.sys`, for the properties a Windows
+//! kernel insists on before it loads a driver.
+//!
+//! The image is cross-built on Linux with rust-lld, so nothing in that build
+//! guarantees what MSVC's `link.exe /DRIVER` would: a wrong subsystem, entry
+//! point or import is only found when the driver fails to load on a test
+//! machine (or bugchecks it). These tests catch that on Linux instead:
+//!
+//! - the image is a native-subsystem (`IMAGE_SUBSYSTEM_NATIVE`) PE32+ image for
+//!   AMD64; the kernel's loader rejects anything else;
+//! - its entry point is `DriverEntry`, as recorded in the PDB;
+//! - every import comes from `ntoskrnl.exe` or `HAL.dll`: a driver cannot
+//!   import from user-mode DLLs, and the loader fails on an unresolved import;
+//! - the PE checksum is valid: the loader checks it for boot drivers, and
+//!   signing tools check it too;
+//! - `IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY` is set, so the kernel enforces
+//!   the signature check on the image.
+//!
+//! The image is read from `$KSTACK_PACKAGE_DIR` (set by `cargo xtask test`),
+//! or from `target/kstack-package` in the workspace when that is unset. A
+//! missing image fails the tests: run `cargo xtask test`, which builds it.
+
+use std::{
+    env, fs,
+    mem::{offset_of, size_of},
+    path::{Path, PathBuf},
+};
+
+use object::{
+    LittleEndian as LE,
+    pe::{
+        IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY, IMAGE_FILE_MACHINE_AMD64,
+        IMAGE_NT_OPTIONAL_HDR64_MAGIC, IMAGE_SUBSYSTEM_NATIVE, ImageFileHeader, ImageNtHeaders64,
+        ImageOptionalHeader64,
+    },
+    read::pe::{ImageNtHeaders, ImageOptionalHeader, PeFile64},
+};
+use pdb::FallibleIterator;
+
+/// The environment variable `cargo xtask test` sets to the package folder.
+const PACKAGE_DIR_ENV: &str = "KSTACK_PACKAGE_DIR";
+/// The DLLs a kernel driver may import from (compared case-insensitively).
+const KERNEL_DLLS: [&str; 2] = ["ntoskrnl.exe", "HAL.dll"];
+
+/// The package folder: `$KSTACK_PACKAGE_DIR`, else `target/kstack-package`.
+fn package_dir() -> PathBuf {
+    match env::var_os(PACKAGE_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the tests crate's manifest directory has a parent (the workspace)")
+            .join("target/kstack-package"),
+    }
+}
+
+/// Reads a file from the package folder, failing the test if it is missing.
+fn read_package_file(name: &str) -> Vec<u8> {
+    let path = package_dir().join(name);
+    fs::read(&path).unwrap_or_else(|error| {
+        panic!(
+            "cannot read {} ({error}); run `cargo xtask test`, which builds the driver \
+             image before running the tests (or set {PACKAGE_DIR_ENV} to a folder holding \
+             kstack.sys and kstack.pdb)",
+            path.display()
+        )
+    })
+}
+
+/// The bytes of `kstack.sys`.
+fn image_bytes() -> Vec<u8> {
+    read_package_file("kstack.sys")
+}
+
+/// Parses `image` as a PE32+ image.
+fn parse(image: &[u8]) -> PeFile64<'_> {
+    PeFile64::parse(image)
+        .unwrap_or_else(|error| panic!("kstack.sys is not a PE32+ image: {error}"))
+}
+
+/// Whether `name` is one of [`KERNEL_DLLS`].
+fn is_kernel_dll(name: &[u8]) -> bool {
+    KERNEL_DLLS
+        .iter()
+        .any(|dll| name.eq_ignore_ascii_case(dll.as_bytes()))
+}
+
+/// The standard PE image checksum of `image` (as `CheckSumMappedFile`
+/// computes it), with the 4-byte `CheckSum` field at `checksum_offset`
+/// treated as zero.
+///
+/// The file is summed as 16-bit little-endian words (an odd last byte is a
+/// word whose high byte is zero), folding each carry back into the low 16
+/// bits; the file length is then added to the 16-bit sum.
+fn pe_checksum(image: &[u8], checksum_offset: usize) -> u32 {
+    let checksum_field = checksum_offset..checksum_offset + 4;
+    let byte = |index: usize| {
+        if checksum_field.contains(&index) {
+            0
+        } else {
+            image.get(index).copied().map_or(0, u32::from)
+        }
+    };
+    let mut sum: u32 = 0;
+    for word_start in (0..image.len()).step_by(2) {
+        sum += byte(word_start) | (byte(word_start + 1) << 8);
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum = (sum & 0xffff) + (sum >> 16);
+    let length = u32::try_from(image.len()).expect("a PE image is smaller than 4 GiB");
+    sum.wrapping_add(length)
+}
+
+/// The file offset of `OptionalHeader.CheckSum` in a PE32+ image.
+fn checksum_offset(pe: &PeFile64<'_>) -> usize {
+    let nt_headers = usize::try_from(pe.dos_header().e_lfanew.get(LE)).expect("u32 fits usize");
+    // IMAGE_NT_HEADERS64: the "PE\0\0" signature, the file header, then the
+    // optional header.
+    nt_headers
+        + size_of::<u32>()
+        + size_of::<ImageFileHeader>()
+        + offset_of!(ImageOptionalHeader64, check_sum)
+}
+
+/// Checks the stored PE checksum of `image` against the computed one,
+/// returning the checksum or a description of what is wrong.
+fn verify_checksum(image: &[u8]) -> Result<u32, String> {
+    let pe = PeFile64::parse(image).map_err(|error| format!("not a PE32+ image: {error}"))?;
+    let stored = pe.nt_headers().optional_header().check_sum();
+    let offset = checksum_offset(&pe);
+    // Cross-check the computed offset against the parsed header.
+    let at_offset = image
+        .get(offset..offset + 4)
+        .and_then(|field| field.try_into().ok())
+        .map(u32::from_le_bytes);
+    if at_offset != Some(stored) {
+        return Err(format!(
+            "the CheckSum field offset {offset:#x} is wrong: it holds {at_offset:#x?}, \
+             the header says {stored:#010x}"
+        ));
+    }
+    if stored == 0 {
+        return Err("the stored PE checksum is 0 (the linker did not set it)".to_owned());
+    }
+    let computed = pe_checksum(image, offset);
+    if stored == computed {
+        Ok(stored)
+    } else {
+        Err(format!(
+            "the stored PE checksum {stored:#010x} does not match the computed {computed:#010x}"
+        ))
+    }
+}
+
+/// The RVA of the public symbol `name` in `kstack.pdb`, if it has one.
+fn pdb_public_symbol_rva(name: &str) -> Option<u32> {
+    let path = package_dir().join("kstack.pdb");
+    let file = fs::File::open(&path).unwrap_or_else(|error| {
+        panic!(
+            "cannot open {} ({error}); run `cargo xtask test`, which builds the driver \
+             image and its PDB before running the tests",
+            path.display()
+        )
+    });
+    let mut pdb = pdb::PDB::open(file).expect("kstack.pdb is a readable PDB");
+    let address_map = pdb.address_map().expect("kstack.pdb has an address map");
+    let symbols = pdb.global_symbols().expect("kstack.pdb has global symbols");
+    let mut iter = symbols.iter();
+    while let Some(symbol) = iter.next().expect("kstack.pdb's global symbols parse") {
+        // Symbol kinds the pdb crate does not know are skipped, not errors.
+        if let Ok(pdb::SymbolData::Public(public)) = symbol.parse()
+            && public.name.as_bytes() == name.as_bytes()
+        {
+            let rva = public.offset.to_rva(&address_map).unwrap_or_else(|| {
+                panic!(
+                    "the public symbol {name} at {:?} has no RVA in kstack.pdb's address map",
+                    public.offset
+                )
+            });
+            return Some(rva.0);
+        }
+    }
+    None
+}
+
+#[test]
+fn is_a_native_amd64_pe32_plus_image() {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let headers = pe.nt_headers();
+
+    let machine = headers.file_header().machine.get(LE);
+    assert_eq!(
+        machine, IMAGE_FILE_MACHINE_AMD64,
+        "machine is {machine:#06x}, expected IMAGE_FILE_MACHINE_AMD64 ({IMAGE_FILE_MACHINE_AMD64:#06x})"
+    );
+    let optional = headers.optional_header();
+    let magic = optional.magic();
+    assert_eq!(
+        magic, IMAGE_NT_OPTIONAL_HDR64_MAGIC,
+        "optional header magic is {magic:#06x}, expected PE32+ ({IMAGE_NT_OPTIONAL_HDR64_MAGIC:#06x})"
+    );
+    let subsystem = optional.subsystem();
+    assert_eq!(
+        subsystem, IMAGE_SUBSYSTEM_NATIVE,
+        "subsystem is {subsystem}, expected IMAGE_SUBSYSTEM_NATIVE ({IMAGE_SUBSYSTEM_NATIVE})"
+    );
+}
+
+#[test]
+fn entry_point_is_driver_entry() {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let entry = pe.nt_headers().optional_header().address_of_entry_point();
+    let driver_entry = pdb_public_symbol_rva("DriverEntry")
+        .expect("kstack.pdb has no public symbol DriverEntry (is it exported unmangled?)");
+    assert_eq!(
+        entry, driver_entry,
+        "AddressOfEntryPoint is {entry:#x}, but DriverEntry is at RVA {driver_entry:#x}"
+    );
+}
+
+#[test]
+fn imports_only_from_the_kernel() {
+    let image = image_bytes();
+    let pe = parse(&image);
+
+    let mut ntoskrnl_imports = 0_usize;
+    let mut foreign_dlls = Vec::new();
+    if let Some(table) = pe.import_table().expect("the import table parses") {
+        let mut descriptors = table.descriptors().expect("the import descriptors parse");
+        while let Some(descriptor) = descriptors.next().expect("an import descriptor parses") {
+            let dll = table
+                .name(descriptor.name.get(LE))
+                .expect("an imported DLL's name parses");
+            if !is_kernel_dll(dll) {
+                foreign_dlls.push(String::from_utf8_lossy(dll).into_owned());
+            }
+            // The lookup table if there is one, else the address table.
+            let lookup = match descriptor.original_first_thunk.get(LE) {
+                0 => descriptor.first_thunk.get(LE),
+                rva => rva,
+            };
+            let mut thunks = table.thunks(lookup).expect("an import thunk list parses");
+            while let Some(thunk) = thunks
+                .next::<ImageNtHeaders64>()
+                .expect("an import thunk parses")
+            {
+                table
+                    .import::<ImageNtHeaders64>(thunk)
+                    .expect("an imported name parses");
+                if dll.eq_ignore_ascii_case(b"ntoskrnl.exe") {
+                    ntoskrnl_imports += 1;
+                }
+            }
+        }
+    }
+    // Delay-loaded imports are imports too (and a kernel cannot delay-load).
+    if let Some(table) = pe
+        .data_directories()
+        .delay_load_import_table(pe.data(), &pe.section_table())
+        .expect("the delay-load import table parses")
+    {
+        let mut descriptors = table
+            .descriptors()
+            .expect("the delay-load descriptors parse");
+        while let Some(descriptor) = descriptors.next().expect("a delay-load descriptor parses") {
+            let dll = table
+                .name(descriptor.dll_name_rva.get(LE))
+                .expect("a delay-loaded DLL's name parses");
+            foreign_dlls.push(format!("{} (delay-loaded)", String::from_utf8_lossy(dll)));
+        }
+    }
+
+    assert!(
+        foreign_dlls.is_empty(),
+        "kstack.sys imports from {foreign_dlls:?}; a driver may only import from {KERNEL_DLLS:?}"
+    );
+    assert!(
+        ntoskrnl_imports > 0,
+        "kstack.sys imports {ntoskrnl_imports} functions from ntoskrnl.exe, expected at least one"
+    );
+}
+
+#[test]
+fn pe_checksum_of_a_synthetic_buffer() {
+    // 9 bytes (odd length), with a stand-in "CheckSum field" at offset 4..8:
+    //   words: 0x0201, 0xffff, [0xbbaa, 0xddcc: the field, summed as 0, 0],
+    //          0x0003 (the odd last byte, high byte 0)
+    //   0x0201 + 0xffff = 0x1_0200 -> fold the carry: 0x0200 + 0x1 = 0x0201
+    //   0x0201 + 0x0003 = 0x0204
+    //   + the length 9   = 0x020d
+    let buffer = [0x01, 0x02, 0xff, 0xff, 0xaa, 0xbb, 0xcc, 0xdd, 0x03];
+    let checksum = pe_checksum(&buffer, 4);
+    assert_eq!(
+        checksum, 0x020d,
+        "checksum is {checksum:#06x}, expected 0x020d"
+    );
+
+    // The field's contents do not matter.
+    let mut zeroed = buffer;
+    zeroed[4..8].fill(0);
+    let checksum = pe_checksum(&zeroed, 4);
+    assert_eq!(
+        checksum, 0x020d,
+        "checksum with a zeroed field is {checksum:#06x}, expected 0x020d"
+    );
+
+    // The empty file sums to its length, 0.
+    let checksum = pe_checksum(&[], 0);
+    assert_eq!(
+        checksum, 0,
+        "checksum of an empty buffer is {checksum:#x}, expected 0"
+    );
+}
+
+#[test]
+fn pe_checksum_is_valid() {
+    let image = image_bytes();
+    if let Err(problem) = verify_checksum(&image) {
+        panic!("kstack.sys: {problem}");
+    }
+}
+
+#[test]
+fn pe_checksum_detects_a_flipped_byte() {
+    let mut image = image_bytes();
+    let before = verify_checksum(&image);
+    assert!(
+        before.is_ok(),
+        "the unmodified image must pass first: {before:?}"
+    );
+    // Flip a byte well away from the headers (and so from the CheckSum field).
+    let index = image.len() - 1;
+    image[index] ^= 0xff;
+    let after = verify_checksum(&image);
+    assert!(
+        after.is_err(),
+        "flipping byte {index:#x} still passed the checksum check: {after:?}"
+    );
+}
+
+#[test]
+fn force_integrity_is_set() {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let characteristics = pe.nt_headers().optional_header().dll_characteristics();
+    assert!(
+        characteristics & IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY != 0,
+        "DllCharacteristics is {characteristics:#06x}, without \
+         IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY ({IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY:#06x})"
+    );
+}

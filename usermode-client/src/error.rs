@@ -1,0 +1,258 @@
+//! Everything that can go wrong talking to the driver, each with what to do
+//! about it and its own exit code.
+
+use std::fmt;
+
+use kstack_abi::{
+    ABI_VERSION, DecodeError, Ioctl,
+    ntstatus::{
+        KSTACK_STATUS_NO_RING, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus,
+        STATUS_BUFFER_TOO_SMALL, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_DEVICE_REQUEST,
+        STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
+        STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_NOT_SUPPORTED,
+        STATUS_REVISION_MISMATCH,
+    },
+};
+
+/// Win32 `ERROR_FILE_NOT_FOUND` / `ERROR_PATH_NOT_FOUND`: no such device.
+const ERROR_FILE_NOT_FOUND: u32 = 2;
+const ERROR_PATH_NOT_FOUND: u32 = 3;
+/// Win32 `ERROR_ACCESS_DENIED`.
+const ERROR_ACCESS_DENIED: u32 = 5;
+
+/// Documented process exit codes (README, "Exit codes").
+pub mod exit_code {
+    /// Command-line usage error (clap's code).
+    pub const USAGE: u8 = 2;
+    /// The driver is not installed or not running, or the command needs
+    /// Windows.
+    pub const DRIVER_UNAVAILABLE: u8 = 3;
+    /// The device refused to open the handle (not elevated).
+    pub const ACCESS_DENIED: u8 = 4;
+    /// The driver refused the request.
+    pub const REQUEST_REFUSED: u8 = 5;
+    /// Driver and client speak different ABI versions.
+    pub const ABI_MISMATCH: u8 = 6;
+    /// The driver's reply could not be decoded.
+    pub const MALFORMED_REPLY: u8 = 7;
+}
+
+/// A failure with its explanation.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ClientError {
+    /// Commands that talk to the driver need Windows (or Wine).
+    #[cfg_attr(
+        windows,
+        allow(dead_code, reason = "only hosts without the device say this")
+    )]
+    NeedsWindows,
+    /// `\\.\KStack` could not be opened.
+    #[cfg_attr(
+        not(windows),
+        allow(dead_code, reason = "only the Windows transport opens the device")
+    )]
+    Open {
+        /// The Win32 error.
+        code: u32,
+    },
+    /// The driver completed a request with an error status.
+    Refused {
+        /// The request.
+        request: Ioctl,
+        /// The status.
+        status: NtStatus,
+    },
+    /// The driver speaks another ABI version.
+    AbiMismatch {
+        /// The driver's version.
+        driver: u32,
+    },
+    /// The driver's reply did not decode.
+    Malformed {
+        /// The request.
+        request: Ioctl,
+        /// What was wrong.
+        error: DecodeError,
+    },
+}
+
+impl ClientError {
+    /// The process exit code for this error.
+    #[must_use]
+    pub const fn exit_code(&self) -> u8 {
+        match self {
+            Self::Open {
+                code: ERROR_ACCESS_DENIED,
+            } => exit_code::ACCESS_DENIED,
+            Self::NeedsWindows | Self::Open { .. } => exit_code::DRIVER_UNAVAILABLE,
+            Self::Refused { .. } => exit_code::REQUEST_REFUSED,
+            Self::AbiMismatch { .. } => exit_code::ABI_MISMATCH,
+            Self::Malformed { .. } => exit_code::MALFORMED_REPLY,
+        }
+    }
+
+    /// Classifies a decode failure of a reply to `request`.
+    #[must_use]
+    pub const fn from_reply(request: Ioctl, error: DecodeError) -> Self {
+        match error {
+            DecodeError::AbiVersion { theirs, .. } => Self::AbiMismatch { driver: theirs },
+            error => Self::Malformed { request, error },
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NeedsWindows => write!(
+                f,
+                "this command talks to the kstack driver and runs on Windows (or under Wine); \
+                 offline analysis of saved captures works anywhere"
+            ),
+            Self::Open {
+                code: ERROR_FILE_NOT_FOUND | ERROR_PATH_NOT_FOUND,
+            } => write!(
+                f,
+                "the kstack driver is not running (\\\\.\\KStack does not exist). As Administrator:\n  \
+                 sc.exe create kstack type= kernel start= demand binPath= C:\\path\\to\\kstack.sys\n  \
+                 sc.exe start kstack"
+            ),
+            Self::Open {
+                code: ERROR_ACCESS_DENIED,
+            } => write!(
+                f,
+                "access denied opening \\\\.\\KStack: the device admits SYSTEM and Administrators only; \
+                 run kstack from an elevated prompt"
+            ),
+            Self::Open { code } => write!(f, "cannot open \\\\.\\KStack: Win32 error {code}"),
+            Self::Refused { request, status } => {
+                write!(
+                    f,
+                    "the driver refused {}: {} (NTSTATUS {:#010x})",
+                    request.name(),
+                    explain(*status),
+                    status
+                )
+            }
+            Self::AbiMismatch { driver } => write!(
+                f,
+                "the driver speaks ABI version {driver}, this client {ABI_VERSION}: use the client built with \
+                 the running kstack.sys"
+            ),
+            Self::Malformed { request, error } => {
+                write!(
+                    f,
+                    "the driver's reply to {} is malformed: {error}",
+                    request.name()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// What a status from the driver means, in the driver's terms.
+#[must_use]
+pub fn explain(status: NtStatus) -> &'static str {
+    match status {
+        STATUS_INVALID_DEVICE_REQUEST => {
+            "not a kstack request (is another driver answering \\\\.\\KStack?)"
+        }
+        STATUS_BUFFER_TOO_SMALL => "output buffer too small",
+        STATUS_INVALID_BUFFER_SIZE => "a buffer has the wrong length for this request",
+        STATUS_REVISION_MISMATCH => "the request's ABI version is not the driver's",
+        STATUS_INVALID_PARAMETER => "a field is out of range",
+        STATUS_INVALID_PARAMETER_1 => "unknown source in the source set",
+        STATUS_INVALID_PARAMETER_2 => "frames to skip is out of range",
+        STATUS_INVALID_PARAMETER_3 => "frames to capture is out of range",
+        STATUS_INVALID_PARAMETER_4 => "a reserved field is not zero",
+        STATUS_NOT_SUPPORTED => "this kernel cannot provide that (the source is unavailable here)",
+        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED => {
+            "the timer source walks stacks at DISPATCH_LEVEL, which is only safe when executive code cannot \
+             be paged out. For a temporary diagnosis session set, as Administrator:\n  \
+             reg add \"HKLM\\SYSTEM\\CurrentControlSet\\Control\\Session Manager\\Memory Management\" \
+             /v DisablePagingExecutive /t REG_DWORD /d 1 /f\nthen reboot, and remove the value when done"
+        }
+        KSTACK_STATUS_NO_RING => {
+            "the driver could not allocate its ring buffer at load (see status)"
+        }
+        _ => "unexpected status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_errors_say_what_to_do() {
+        let missing = ClientError::Open {
+            code: ERROR_FILE_NOT_FOUND,
+        }
+        .to_string();
+        assert!(
+            missing.contains("sc.exe create kstack") && missing.contains("sc.exe start kstack"),
+            "{missing}"
+        );
+        let denied = ClientError::Open {
+            code: ERROR_ACCESS_DENIED,
+        };
+        assert!(denied.to_string().contains("elevated"));
+        assert_eq!(denied.exit_code(), exit_code::ACCESS_DENIED);
+        assert_eq!(
+            ClientError::Open {
+                code: ERROR_PATH_NOT_FOUND
+            }
+            .exit_code(),
+            exit_code::DRIVER_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn abi_mismatch_shows_both_versions() {
+        let error = ClientError::from_reply(
+            Ioctl::Status,
+            DecodeError::AbiVersion {
+                ours: ABI_VERSION,
+                theirs: 9,
+            },
+        );
+        assert_eq!(error, ClientError::AbiMismatch { driver: 9 });
+        let text = error.to_string();
+        assert!(
+            text.contains("ABI version 9") && text.contains(&format!("this client {ABI_VERSION}")),
+            "{text}"
+        );
+        assert_eq!(error.exit_code(), exit_code::ABI_MISMATCH);
+    }
+
+    #[test]
+    fn the_paging_refusal_explains_the_fix() {
+        let text = ClientError::Refused {
+            request: Ioctl::Configure,
+            status: KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
+        }
+        .to_string();
+        assert!(
+            text.contains("DisablePagingExecutive /t REG_DWORD /d 1") && text.contains("reboot"),
+            "{text}"
+        );
+        assert!(text.contains("0xe0b50001"), "{text}");
+    }
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        let codes = [
+            exit_code::USAGE,
+            exit_code::DRIVER_UNAVAILABLE,
+            exit_code::ACCESS_DENIED,
+            exit_code::REQUEST_REFUSED,
+            exit_code::ABI_MISMATCH,
+            exit_code::MALFORMED_REPLY,
+        ];
+        for (i, a) in codes.iter().enumerate() {
+            assert!(!codes[i + 1..].contains(a));
+        }
+    }
+}

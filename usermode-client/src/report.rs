@@ -1,0 +1,131 @@
+//! Human-readable reports.
+
+use std::fmt::Write as _;
+
+use kstack_abi::{ABI_VERSION, KSTACK_VERSION, PagingExecutive, Source, StatusResponse};
+
+/// The `kstack status` report.
+#[must_use]
+pub fn status(status: &StatusResponse) -> String {
+    let mut out = String::new();
+    let (major, minor, patch) = status.driver_version;
+    let (client_major, client_minor, client_patch) = KSTACK_VERSION;
+    let _ = writeln!(
+        out,
+        "kstack driver {major}.{minor}.{patch}, client {client_major}.{client_minor}.{client_patch}, ABI {ABI_VERSION}"
+    );
+    let _ = writeln!(
+        out,
+        "DisablePagingExecutive: {}",
+        paging_executive(status.paging_executive)
+    );
+    if status.ring_ready {
+        let _ = writeln!(
+            out,
+            "ring: {} of {} records in use",
+            status.ring_used, status.ring_capacity
+        );
+    } else {
+        let _ = writeln!(out, "ring: not allocated (capture is off)");
+    }
+    let captured: u64 = status.sources.iter().map(|source| source.captured).sum();
+    let skipped: u64 = status
+        .sources
+        .iter()
+        .map(|source| source.skipped_irql)
+        .sum();
+    let _ = writeln!(
+        out,
+        "records: {captured} captured, {} dropped (ring full), {} cleared, {skipped} skipped (IRQL too high \
+         for the paging policy), next sequence {}",
+        status.dropped, status.cleared, status.next_sequence
+    );
+    let config = &status.config;
+    let filter = match config.process_filter {
+        0 => "all processes".to_owned(),
+        pid => format!("process {pid} only"),
+    };
+    let _ = writeln!(
+        out,
+        "capture: skip {} frames, keep up to {}, {filter}; pool allocations held: {}",
+        config.frames_to_skip, config.frames_to_capture, status.outstanding_allocations
+    );
+    let _ = writeln!(
+        out,
+        "{:<10} {:<11} {:<8} {:>10} {:>13}  registration",
+        "source", "available", "enabled", "captured", "skipped-irql"
+    );
+    for source in Source::ALL {
+        let state = &status.sources[source.index()];
+        let _ = writeln!(
+            out,
+            "{:<10} {:<11} {:<8} {:>10} {:>13}  {:#010x}",
+            source.name(),
+            if state.available { "yes" } else { "no" },
+            if config.sources.contains(source) {
+                "yes"
+            } else {
+                "no"
+            },
+            state.captured,
+            state.skipped_irql,
+            state.registration,
+        );
+    }
+    out
+}
+
+/// `DisablePagingExecutive` and what it means for capture.
+fn paging_executive(value: PagingExecutive) -> String {
+    let consequence = if value.allows_elevated_walks() {
+        "executive code stays resident, so stacks are also walked at DISPATCH_LEVEL and above (timer source \
+         allowed). Meant for temporary diagnosis: remove the value and reboot when done"
+    } else {
+        "executive code may be paged out, so no stack is walked at DISPATCH_LEVEL or above (those events are \
+         counted as skipped; the timer source is refused). For a diagnosis session set it to 1 and reboot"
+    };
+    match value {
+        PagingExecutive::NotSet => format!("not set; {consequence}"),
+        PagingExecutive::Value(number) => format!("{number}; {consequence}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::tests::sample_status;
+
+    #[test]
+    fn status_report_covers_every_source_and_counter() {
+        let text = status(&sample_status());
+        for source in Source::ALL {
+            assert!(
+                text.lines().any(|line| line.starts_with(source.name())),
+                "{} missing:\n{text}",
+                source.name()
+            );
+        }
+        assert!(text.contains("3 of 8192 records"), "{text}");
+        assert!(
+            text.contains("7 captured"),
+            "sum of per-source counts:\n{text}"
+        );
+        assert!(
+            text.contains("DisablePagingExecutive: not set; executive code may be paged out"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn paging_executive_1_is_described_as_allowing_elevated_walks() {
+        let text = paging_executive(PagingExecutive::Value(1));
+        assert!(
+            text.starts_with("1; executive code stays resident"),
+            "{text}"
+        );
+        assert!(
+            paging_executive(PagingExecutive::Value(0))
+                .starts_with("0; executive code may be paged out")
+        );
+    }
+}
