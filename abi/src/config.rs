@@ -15,6 +15,10 @@ use crate::{
 pub const DEFAULT_FRAMES_TO_SKIP: u16 = 0;
 /// Default `frames_to_capture`.
 pub const DEFAULT_FRAMES_TO_CAPTURE: u16 = 32;
+/// Default timer period: 10 ms, about 100 samples a second per enabled timer.
+pub const DEFAULT_TIMER_PERIOD_MS: u32 = 10;
+/// Timer period bounds, in milliseconds.
+pub const TIMER_PERIOD_MS_RANGE: core::ops::RangeInclusive<u32> = 1..=10_000;
 /// The most frames that may be skipped. With [`MAX_FRAMES`] this keeps
 /// every walk's total under 128 frames.
 pub const MAX_FRAMES_TO_SKIP: u16 = 64;
@@ -24,7 +28,7 @@ pub const CAPTURE_CONFIG_SIZE: usize = 16;
 
 /// What the driver captures. Wire layout (16 bytes): `sources` u32,
 /// `frames_to_skip` u16, `frames_to_capture` u16, `process_filter` u32,
-/// `reserved` u32 (must be 0).
+/// `timer_period_ms` u32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CaptureConfig {
     /// Sources that capture.
@@ -35,6 +39,8 @@ pub struct CaptureConfig {
     pub frames_to_capture: u16,
     /// Only capture in this process; 0 captures in every process.
     pub process_filter: u32,
+    /// The timer source's period in milliseconds.
+    pub timer_period_ms: u32,
 }
 
 impl Default for CaptureConfig {
@@ -45,6 +51,7 @@ impl Default for CaptureConfig {
             frames_to_skip: DEFAULT_FRAMES_TO_SKIP,
             frames_to_capture: DEFAULT_FRAMES_TO_CAPTURE,
             process_filter: 0,
+            timer_period_ms: DEFAULT_TIMER_PERIOD_MS,
         }
     }
 }
@@ -67,8 +74,8 @@ pub enum ConfigError {
         /// The value given.
         value: u16,
     },
-    /// The reserved word is not zero.
-    Reserved {
+    /// `timer_period_ms` is outside [`TIMER_PERIOD_MS_RANGE`].
+    TimerPeriod {
         /// The value given.
         value: u32,
     },
@@ -82,7 +89,7 @@ impl ConfigError {
             Self::UnknownSources { .. } => STATUS_INVALID_PARAMETER_1,
             Self::FramesToSkip { .. } => STATUS_INVALID_PARAMETER_2,
             Self::FramesToCapture { .. } => STATUS_INVALID_PARAMETER_3,
-            Self::Reserved { .. } => STATUS_INVALID_PARAMETER_4,
+            Self::TimerPeriod { .. } => STATUS_INVALID_PARAMETER_4,
         }
     }
 }
@@ -103,7 +110,12 @@ impl core::fmt::Display for ConfigError {
                     "frames to capture is {value}; it must be 1 to {MAX_FRAMES}"
                 )
             }
-            Self::Reserved { value } => write!(f, "reserved field is {value:#x}; it must be 0"),
+            Self::TimerPeriod { value } => write!(
+                f,
+                "timer period is {value} ms; it must be {} to {} ms",
+                TIMER_PERIOD_MS_RANGE.start(),
+                TIMER_PERIOD_MS_RANGE.end()
+            ),
         }
     }
 }
@@ -124,6 +136,13 @@ impl CaptureConfig {
                 value: self.frames_to_capture,
             });
         }
+        if self.timer_period_ms < *TIMER_PERIOD_MS_RANGE.start()
+            || self.timer_period_ms > *TIMER_PERIOD_MS_RANGE.end()
+        {
+            return Err(ConfigError::TimerPeriod {
+                value: self.timer_period_ms,
+            });
+        }
         Ok(())
     }
 
@@ -132,7 +151,7 @@ impl CaptureConfig {
         w.u16(at + 4, self.frames_to_skip);
         w.u16(at + 6, self.frames_to_capture);
         w.u32(at + 8, self.process_filter);
-        w.u32(at + 12, 0);
+        w.u32(at + 12, self.timer_period_ms);
     }
 
     /// Decodes and validates the configuration at `at`.
@@ -141,15 +160,12 @@ impl CaptureConfig {
         let sources = SourceSet::from_bits(bits).ok_or(ConfigError::UnknownSources {
             bits: bits & !SourceSet::ALL.bits(),
         })?;
-        let reserved = r.u32(at + 12)?;
-        if reserved != 0 {
-            return Err(ConfigError::Reserved { value: reserved }.into());
-        }
         let config = Self {
             sources,
             frames_to_skip: r.u16(at + 4)?,
             frames_to_capture: r.u16(at + 6)?,
             process_filter: r.u32(at + 8)?,
+            timer_period_ms: r.u32(at + 12)?,
         };
         config.validate()?;
         Ok(config)
@@ -197,7 +213,7 @@ mod tests {
             ConfigError::UnknownSources { bits: 1 }.ntstatus(),
             ConfigError::FramesToSkip { value: 99 }.ntstatus(),
             ConfigError::FramesToCapture { value: 0 }.ntstatus(),
-            ConfigError::Reserved { value: 1 }.ntstatus(),
+            ConfigError::TimerPeriod { value: 0 }.ntstatus(),
         ];
         for (i, a) in statuses.iter().enumerate() {
             for b in &statuses[i + 1..] {
@@ -207,12 +223,28 @@ mod tests {
     }
 
     #[test]
-    fn decode_checks_sources_and_reserved() {
+    fn timer_period_bounds_are_enforced() {
+        let at = |timer_period_ms| {
+            CaptureConfig {
+                timer_period_ms,
+                ..CaptureConfig::default()
+            }
+            .validate()
+        };
+        assert_eq!(at(1), Ok(()));
+        assert_eq!(at(10_000), Ok(()));
+        assert_eq!(at(0), Err(ConfigError::TimerPeriod { value: 0 }));
+        assert_eq!(at(10_001), Err(ConfigError::TimerPeriod { value: 10_001 }));
+    }
+
+    #[test]
+    fn decode_checks_every_field() {
         let config = CaptureConfig {
             sources: SourceSet::EMPTY.with(Source::Timer),
             frames_to_skip: 2,
             frames_to_capture: 16,
             process_filter: 4,
+            timer_period_ms: 250,
         };
         let mut bytes = [0_u8; CAPTURE_CONFIG_SIZE];
         config.encode(&mut Writer::new(&mut bytes), 0);
@@ -228,8 +260,8 @@ mod tests {
         bad[15] = 1;
         assert_eq!(
             CaptureConfig::decode(Reader::new(&bad), 0),
-            Err(DecodeError::Config(ConfigError::Reserved {
-                value: 0x0100_0000
+            Err(DecodeError::Config(ConfigError::TimerPeriod {
+                value: 0x0100_00FA
             }))
         );
     }

@@ -26,6 +26,14 @@ const FIRST_FUNCTION: u32 = 0x800;
 /// so a read can always make progress.
 pub const MIN_READ_BUFFER: usize = READ_HEADER_SIZE + MAX_RECORD_SIZE;
 
+/// The largest input any request takes (the driver copies inputs this
+/// small before using them).
+pub const MAX_INPUT_LENGTH: usize = if CONFIGURE_REQUEST_SIZE > CAPTURE_NOW_REQUEST_SIZE {
+    CONFIGURE_REQUEST_SIZE
+} else {
+    CAPTURE_NOW_REQUEST_SIZE
+};
+
 /// The handle access a code requires (the `Access` field of `CTL_CODE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]

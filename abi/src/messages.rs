@@ -391,6 +391,7 @@ mod tests {
                 frames_to_skip: 1,
                 frames_to_capture: 62,
                 process_filter: 0,
+                timer_period_ms: 10,
             },
             dropped: 5,
             cleared: 6,

@@ -38,8 +38,11 @@ pub const STATUS_INVALID_PARAMETER_1: NtStatus = nt(0xC000_00EF);
 pub const STATUS_INVALID_PARAMETER_2: NtStatus = nt(0xC000_00F0);
 /// Configuration field 3 (`frames_to_capture`) is out of range.
 pub const STATUS_INVALID_PARAMETER_3: NtStatus = nt(0xC000_00F1);
-/// A reserved field is not zero.
+/// Configuration field 4 (`timer_period_ms`) is out of range.
 pub const STATUS_INVALID_PARAMETER_4: NtStatus = nt(0xC000_00F2);
+/// Another read, clear or configure request is in progress; retry
+/// (Win32 `ERROR_BUSY`). A warning status: no data is returned.
+pub const STATUS_DEVICE_BUSY: NtStatus = nt(0x8000_0011);
 
 /// kstack's own codes: severity error, customer bit set, facility 0xB5.
 /// `RtlNtStatusToDosError` returns customer-bit codes unchanged (seen in
@@ -60,6 +63,7 @@ pub const KSTACK_STATUS_NO_RING: NtStatus = nt(KSTACK_FACILITY_ERROR | 2);
 const _: () = {
     let failures = [
         STATUS_BUFFER_OVERFLOW,
+        STATUS_DEVICE_BUSY,
         STATUS_INVALID_DEVICE_REQUEST,
         STATUS_BUFFER_TOO_SMALL,
         STATUS_INVALID_PARAMETER,

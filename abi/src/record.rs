@@ -55,8 +55,17 @@ impl RecordFlags {
     pub const NONE: Self = Self(0);
     /// The walk filled every frame asked for: the stack may go deeper.
     pub const TRUNCATED: Self = Self(1);
+    /// A capture-now record returned to its caller but not kept in the ring
+    /// (the on-demand source was disabled); its sequence is 0.
+    pub const NOT_IN_RING: Self = Self(2);
     /// Every defined bit.
-    const KNOWN: u16 = Self::TRUNCATED.0;
+    const KNOWN: u16 = Self::TRUNCATED.0 | Self::NOT_IN_RING.0;
+
+    /// These flags and `other`'s.
+    #[must_use]
+    pub const fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
 
     /// The flags with these bits, if all are defined.
     #[must_use]
@@ -380,10 +389,10 @@ mod tests {
             Err(DecodeError::UnknownSource { value: 9 })
         );
         let mut bad = good;
-        bad[6] = 2;
+        bad[6] = 4;
         assert_eq!(
             decode_record(&bad),
-            Err(DecodeError::UnknownFlags { bits: 2 })
+            Err(DecodeError::UnknownFlags { bits: 4 })
         );
         let mut bad = good;
         bad[40] = 1;

@@ -7,10 +7,10 @@ use kstack_abi::{
     ABI_VERSION, DecodeError, Ioctl,
     ntstatus::{
         KSTACK_STATUS_NO_RING, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus,
-        STATUS_BUFFER_TOO_SMALL, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_DEVICE_REQUEST,
-        STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
-        STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_NOT_SUPPORTED,
-        STATUS_REVISION_MISMATCH,
+        STATUS_BUFFER_TOO_SMALL, STATUS_DEVICE_BUSY, STATUS_INVALID_BUFFER_SIZE,
+        STATUS_INVALID_DEVICE_REQUEST, STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1,
+        STATUS_INVALID_PARAMETER_2, STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4,
+        STATUS_NOT_SUPPORTED, STATUS_REVISION_MISMATCH,
     },
 };
 
@@ -166,7 +166,8 @@ pub fn explain(status: NtStatus) -> &'static str {
         STATUS_INVALID_PARAMETER_1 => "unknown source in the source set",
         STATUS_INVALID_PARAMETER_2 => "frames to skip is out of range",
         STATUS_INVALID_PARAMETER_3 => "frames to capture is out of range",
-        STATUS_INVALID_PARAMETER_4 => "a reserved field is not zero",
+        STATUS_INVALID_PARAMETER_4 => "the timer period is out of range",
+        STATUS_DEVICE_BUSY => "another read, clear or configure request is in progress; try again",
         STATUS_NOT_SUPPORTED => "this kernel cannot provide that (the source is unavailable here)",
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED => {
             "the timer source walks stacks at DISPATCH_LEVEL, which is only safe when executive code cannot \

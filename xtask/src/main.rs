@@ -106,6 +106,23 @@ fn test(workspace: &Path) -> Result<()> {
         ],
     )
     .run()?;
+    process::step("loom model check of the ring and the rundown gate");
+    // Own target dir: --cfg loom changes every crate's build.
+    process::cargo(
+        workspace,
+        &[
+            "test",
+            "--locked",
+            "--release",
+            "--package",
+            "kstack-driver-core",
+            "--test",
+            "loom",
+        ],
+    )
+    .env("RUSTFLAGS", "--cfg loom")
+    .env("CARGO_TARGET_DIR", workspace.join("target/loom"))
+    .run()?;
     process::step("tests");
     process::cargo(
         workspace,

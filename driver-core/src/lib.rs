@@ -1,0 +1,26 @@
+//! kstack.sys's logic, without kernel bindings, so it builds and is tested
+//! on any host (with proptest, and loom under `--cfg loom`).
+//!
+//! - [`ring`]: the lock-free record ring.
+//! - [`rundown`]: the gate unload closes before freeing what callbacks use.
+//! - [`paging_policy`]: when a stack walk is allowed.
+//! - [`capture`]: from a callback's facts to a record in the ring.
+//! - [`requests`]: serving the IOCTLs, every input validated by kstack-abi.
+//!
+//! The driver crate supplies the kernel through [`capture::Platform`] and
+//! [`requests::SourceControl`]; everything here is plain safe Rust but for
+//! the ring's slot access, whose invariants `ring` documents.
+
+#![cfg_attr(not(test), no_std)]
+
+pub mod capture;
+pub mod paging_policy;
+pub mod requests;
+pub mod ring;
+pub mod rundown;
+mod sync;
+
+pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration};
+pub use requests::SourceControl;
+pub use ring::{RecordRing, Slot};
+pub use rundown::{Rundown, RundownGuard};

@@ -1,0 +1,600 @@
+//! Serving the IOCTLs. Every length, code and field is checked with
+//! kstack-abi before it is used; a refused request changes nothing.
+
+use kstack_abi::{
+    CaptureConfig, Ioctl, ReadHeader, RecordFlags, RequestError, Source, SourceFacts, SourceStatus,
+    StatusResponse,
+    messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
+    ntstatus::{
+        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus, STATUS_BUFFER_OVERFLOW,
+        STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
+    },
+};
+
+use crate::{
+    capture::{DriverCore, Platform},
+    paging_policy,
+    sync::Ordering,
+};
+
+/// What requests change outside the core.
+pub trait SourceControl {
+    /// Starts the periodic timer with this period (restarting it if it
+    /// runs), or stops it (`None`) and waits for its DPC to finish.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    fn set_timer(&self, period_ms: Option<u32>);
+}
+
+/// A request's status and the bytes written to its output buffer.
+pub type Served = (NtStatus, usize);
+
+impl DriverCore<'_> {
+    /// Step one of a request: which request it is, and whether its buffer
+    /// lengths are acceptable. After this the input is at most
+    /// [`kstack_abi::ioctl::MAX_INPUT_LENGTH`] bytes.
+    ///
+    /// # Errors
+    /// The status to complete the request with.
+    ///
+    /// Max IRQL: any.
+    pub fn admit(code: u32, input_length: usize, output_length: usize) -> Result<Ioctl, NtStatus> {
+        let ioctl = Ioctl::from_code(code).ok_or(RequestError::UnknownCode { code }.ntstatus())?;
+        ioctl
+            .check_lengths(input_length, output_length)
+            .map_err(RequestError::ntstatus)?;
+        Ok(ioctl)
+    }
+
+    /// Step two: serves an admitted request. `input` must be a copy (with
+    /// METHOD_BUFFERED the output buffer is the same memory as the input).
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub fn serve(
+        &self,
+        ioctl: Ioctl,
+        input: &[u8],
+        output: &mut [u8],
+        platform: &impl Platform,
+        control: &impl SourceControl,
+        pool_allocations: u32,
+    ) -> Served {
+        match ioctl {
+            Ioctl::Status => {
+                let (written, complete) = self.status(pool_allocations).encode(output);
+                (
+                    if complete {
+                        STATUS_SUCCESS
+                    } else {
+                        STATUS_BUFFER_OVERFLOW
+                    },
+                    written,
+                )
+            }
+            Ioctl::Configure => (self.configure(input, control), 0),
+            Ioctl::Read => self.read(output),
+            Ioctl::Clear => (self.clear(), 0),
+            Ioctl::CaptureNow => self.capture_now(input, output, platform),
+        }
+    }
+
+    /// The status response.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn status(&self, pool_allocations: u32) -> StatusResponse {
+        let sources = core::array::from_fn(|index| SourceStatus {
+            registration: self.registrations[index].status,
+            available: self.registrations[index].available(),
+            captured: self.captured[index].load(Ordering::Relaxed),
+            skipped_irql: self.skipped_irql[index].load(Ordering::Relaxed),
+        });
+        StatusResponse {
+            driver_version: StatusResponse::this_version(),
+            paging_executive: self.paging,
+            ring_ready: true,
+            ring_capacity: u32::try_from(self.ring.capacity()).unwrap_or(u32::MAX),
+            ring_used: u32::try_from(self.ring.len()).unwrap_or(u32::MAX),
+            outstanding_allocations: pool_allocations,
+            config: self.config(),
+            dropped: self.ring.dropped(),
+            cleared: self.cleared.load(Ordering::Relaxed),
+            next_sequence: self.next_sequence.load(Ordering::Relaxed),
+            sources,
+        }
+    }
+
+    /// Applies a configure request, or refuses it and changes nothing.
+    fn configure(&self, input: &[u8], control: &impl SourceControl) -> NtStatus {
+        let config = match decode_configure_request(input) {
+            Ok(config) => config,
+            Err(error) => return error.ntstatus(),
+        };
+        if config
+            .sources
+            .iter()
+            .any(|source| !self.registrations[source.index()].available())
+        {
+            return STATUS_NOT_SUPPORTED;
+        }
+        if let Err(status) = paging_policy::check_sources(config.sources, self.paging) {
+            return status;
+        }
+        if self
+            .configuring
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return STATUS_DEVICE_BUSY;
+        }
+        let previous = self.config();
+        self.set_config(&config);
+        match timer_change(&previous, &config) {
+            TimerChange::Keep => {}
+            TimerChange::Start(period) => control.set_timer(Some(period)),
+            TimerChange::Stop => control.set_timer(None),
+        }
+        self.configuring.store(false, Ordering::Release);
+        STATUS_SUCCESS
+    }
+
+    /// Drains whole records after a read header.
+    fn read(&self, output: &mut [u8]) -> Served {
+        let Some(mut consumer) = self.ring.consumer() else {
+            return (STATUS_DEVICE_BUSY, 0);
+        };
+        let (header, payload) = output.split_at_mut(READ_HEADER_SIZE);
+        let drained = consumer.drain(payload);
+        ReadHeader {
+            record_count: drained.records,
+            payload_bytes: u32::try_from(drained.bytes).unwrap_or(u32::MAX),
+            more_pending: drained.more_pending,
+            dropped: self.ring.dropped(),
+        }
+        .encode(header);
+        (STATUS_SUCCESS, READ_HEADER_SIZE + drained.bytes)
+    }
+
+    /// Discards every record in the ring and counts them.
+    fn clear(&self) -> NtStatus {
+        let Some(mut consumer) = self.ring.consumer() else {
+            return STATUS_DEVICE_BUSY;
+        };
+        self.cleared
+            .fetch_add(consumer.discard_all(), Ordering::Relaxed);
+        STATUS_SUCCESS
+    }
+
+    /// Walks the caller's stack and returns the record; keeps it in the ring
+    /// too when the on-demand source is enabled.
+    fn capture_now(&self, input: &[u8], output: &mut [u8], platform: &impl Platform) -> Served {
+        let tag = match decode_capture_now_request(input) {
+            Ok(tag) => tag,
+            Err(error) => return (error.ntstatus(), 0),
+        };
+        let config = self.config();
+        // The caller asked for this stack: no process filter applies.
+        let Some(mut walked) = self.walk(platform, &config, SourceFacts::OnDemand { tag }) else {
+            return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0);
+        };
+        if config.sources.contains(Source::OnDemand) {
+            walked.header.sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
+            // A full ring drops this copy (counted); the caller still gets it.
+            let _ = self.ring.publish(|slot| {
+                walked.encode(slot);
+            });
+        } else {
+            walked.header.flags = walked.header.flags.union(RecordFlags::NOT_IN_RING);
+        }
+        (STATUS_SUCCESS, walked.encode(output))
+    }
+}
+
+/// What the timer must do when the configuration changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TimerChange {
+    /// Nothing.
+    Keep,
+    /// Start, or restart with this period (ms).
+    Start(u32),
+    /// Stop.
+    Stop,
+}
+
+fn timer_change(previous: &CaptureConfig, next: &CaptureConfig) -> TimerChange {
+    let was = previous
+        .sources
+        .contains(Source::Timer)
+        .then_some(previous.timer_period_ms);
+    let will = next
+        .sources
+        .contains(Source::Timer)
+        .then_some(next.timer_period_ms);
+    match will {
+        _ if was == will => TimerChange::Keep,
+        Some(period) => TimerChange::Start(period),
+        None => TimerChange::Stop,
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::{cell::RefCell, vec::Vec};
+
+    use kstack_abi::{
+        MAX_RECORD_SIZE, PagingExecutive, SourceSet, decode_record,
+        ioctl::MIN_READ_BUFFER,
+        messages::{
+            CAPTURE_NOW_REQUEST_SIZE, STATUS_RESPONSE_SIZE, encode_capture_now_request,
+            encode_configure_request,
+        },
+        ntstatus::{
+            STATUS_BUFFER_TOO_SMALL, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_DEVICE_REQUEST,
+            STATUS_INVALID_PARAMETER_3, STATUS_REVISION_MISMATCH,
+        },
+    };
+
+    use super::*;
+    use crate::{
+        SourceRegistration,
+        capture::tests::{FakePlatform, all_registered, slots},
+        ring::RecordRing,
+    };
+
+    #[derive(Default)]
+    struct TimerLog(RefCell<Vec<Option<u32>>>);
+
+    impl SourceControl for TimerLog {
+        fn set_timer(&self, period_ms: Option<u32>) {
+            self.0.borrow_mut().push(period_ms);
+        }
+    }
+
+    /// Runs one request through both steps, as the driver does.
+    fn request(
+        core: &DriverCore<'_>,
+        ioctl_code: u32,
+        input: &[u8],
+        output: &mut [u8],
+        timer: &TimerLog,
+    ) -> Served {
+        match DriverCore::admit(ioctl_code, input.len(), output.len()) {
+            Ok(ioctl) => core.serve(ioctl, input, output, &FakePlatform::default(), timer, 3),
+            Err(status) => (status, 0),
+        }
+    }
+
+    fn configure(core: &DriverCore<'_>, config: &CaptureConfig, timer: &TimerLog) -> NtStatus {
+        request(
+            core,
+            Ioctl::Configure.code(),
+            &encode_configure_request(config),
+            &mut [],
+            timer,
+        )
+        .0
+    }
+
+    fn status(core: &DriverCore<'_>) -> StatusResponse {
+        let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+        let (result, written) = request(
+            core,
+            Ioctl::Status.code(),
+            &[],
+            &mut out,
+            &TimerLog::default(),
+        );
+        assert_eq!((result, written), (STATUS_SUCCESS, STATUS_RESPONSE_SIZE));
+        StatusResponse::decode(&out).unwrap()
+    }
+
+    fn timer_config(period: u32) -> CaptureConfig {
+        CaptureConfig {
+            sources: SourceSet::EMPTY.with(Source::Timer),
+            timer_period_ms: period,
+            ..CaptureConfig::default()
+        }
+    }
+
+    #[test]
+    fn admit_checks_code_and_lengths_first() {
+        assert_eq!(
+            DriverCore::admit(0x1234, 0, 0),
+            Err(STATUS_INVALID_DEVICE_REQUEST)
+        );
+        assert_eq!(
+            DriverCore::admit(Ioctl::Read.code(), 0, 10),
+            Err(STATUS_BUFFER_TOO_SMALL)
+        );
+        assert_eq!(
+            DriverCore::admit(Ioctl::Configure.code(), 3, 0),
+            Err(STATUS_INVALID_BUFFER_SIZE)
+        );
+        assert_eq!(
+            DriverCore::admit(Ioctl::Status.code(), 0, 8),
+            Ok(Ioctl::Status)
+        );
+    }
+
+    #[test]
+    fn status_reports_the_state() {
+        let slots = slots(8);
+        let mut registrations = all_registered();
+        registrations[Source::Registry.index()] = SourceRegistration {
+            status: STATUS_NOT_SUPPORTED,
+        };
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::Value(1),
+            registrations,
+        );
+        let status = status(&core);
+        assert_eq!(status.ring_capacity, 8);
+        assert!(status.ring_ready);
+        assert_eq!(status.paging_executive, PagingExecutive::Value(1));
+        assert_eq!(status.outstanding_allocations, 3);
+        assert_eq!(status.next_sequence, 1);
+        assert!(!status.sources[Source::Registry.index()].available);
+        assert_eq!(
+            status.sources[Source::Registry.index()].registration,
+            STATUS_NOT_SUPPORTED
+        );
+        assert!(status.sources[Source::Process.index()].available);
+    }
+
+    #[test]
+    fn configure_round_trips_and_bad_configs_change_nothing() {
+        let slots = slots(8);
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        let wanted = CaptureConfig {
+            sources: SourceSet::EMPTY
+                .with(Source::Process)
+                .with(Source::ImageLoad),
+            frames_to_skip: 1,
+            frames_to_capture: 40,
+            process_filter: 0,
+            timer_period_ms: 20,
+        };
+        assert_eq!(configure(&core, &wanted, &timer), STATUS_SUCCESS);
+        assert_eq!(status(&core).config, wanted);
+
+        let mut bad = encode_configure_request(&wanted);
+        bad[0] = 2;
+        assert_eq!(
+            request(&core, Ioctl::Configure.code(), &bad, &mut [], &timer).0,
+            STATUS_REVISION_MISMATCH
+        );
+        let too_many = CaptureConfig {
+            frames_to_capture: 63,
+            ..wanted
+        };
+        assert_eq!(
+            configure(&core, &too_many, &timer),
+            STATUS_INVALID_PARAMETER_3
+        );
+        assert_eq!(
+            status(&core).config,
+            wanted,
+            "refused requests change nothing"
+        );
+        assert!(timer.0.borrow().is_empty());
+    }
+
+    #[test]
+    fn unavailable_sources_cannot_be_enabled() {
+        let slots = slots(8);
+        let mut registrations = all_registered();
+        registrations[Source::Registry.index()] = SourceRegistration {
+            status: STATUS_NOT_SUPPORTED,
+        };
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::NotSet,
+            registrations,
+        );
+        let config = CaptureConfig {
+            sources: SourceSet::EMPTY.with(Source::Registry),
+            ..CaptureConfig::default()
+        };
+        assert_eq!(
+            configure(&core, &config, &TimerLog::default()),
+            STATUS_NOT_SUPPORTED
+        );
+        assert_eq!(status(&core).config, CaptureConfig::default());
+    }
+
+    #[test]
+    fn the_timer_needs_paging_executive_disabled_and_is_started_and_stopped() {
+        let refused_slots = slots(8);
+        let refused = DriverCore::new(
+            RecordRing::new(&refused_slots),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        assert_eq!(
+            configure(&refused, &timer_config(10), &timer),
+            KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED
+        );
+        assert!(timer.0.borrow().is_empty());
+
+        let slots = slots(8);
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::Value(1),
+            all_registered(),
+        );
+        assert_eq!(configure(&core, &timer_config(10), &timer), STATUS_SUCCESS);
+        assert_eq!(
+            configure(&core, &timer_config(10), &timer),
+            STATUS_SUCCESS,
+            "unchanged: no restart"
+        );
+        assert_eq!(configure(&core, &timer_config(50), &timer), STATUS_SUCCESS);
+        assert_eq!(
+            configure(&core, &CaptureConfig::default(), &timer),
+            STATUS_SUCCESS
+        );
+        assert_eq!(*timer.0.borrow(), [Some(10), Some(50), None]);
+    }
+
+    #[test]
+    fn read_returns_whole_records_after_a_header() {
+        let slots = slots(8);
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        configure(
+            &core,
+            &CaptureConfig {
+                sources: SourceSet::ALL.without(Source::Timer),
+                ..CaptureConfig::default()
+            },
+            &timer,
+        );
+        let platform = FakePlatform::default();
+        for _ in 0..3 {
+            core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+        }
+        let mut out = vec![0_u8; MIN_READ_BUFFER];
+        let (result, written) = request(&core, Ioctl::Read.code(), &[], &mut out, &timer);
+        assert_eq!(result, STATUS_SUCCESS);
+        let (header, _) = ReadHeader::decode(&out[..written]).unwrap();
+        // 5-frame records are 112 bytes: the minimum buffer (one largest
+        // record) holds five of them, so all three come out at once.
+        assert_eq!(header.record_count, 3);
+        assert_eq!(header.payload_bytes, 3 * 112);
+        for _ in 0..2 {
+            core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+        }
+        let mut big = vec![0_u8; 64 * 1024];
+        let (_, written) = request(&core, Ioctl::Read.code(), &[], &mut big, &timer);
+        let (header, records) = ReadHeader::decode(&big[..written]).unwrap();
+        assert_eq!(header.record_count, 2);
+        assert!(!header.more_pending);
+        assert_eq!(records.count(), 2);
+    }
+
+    #[test]
+    fn clear_discards_and_counts() {
+        let slots = slots(8);
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        configure(
+            &core,
+            &CaptureConfig {
+                sources: SourceSet::EMPTY.with(Source::Thread),
+                ..CaptureConfig::default()
+            },
+            &timer,
+        );
+        let platform = FakePlatform::default();
+        let facts = SourceFacts::Thread {
+            event: kstack_abi::source::Lifecycle::Create,
+            process_id: 4,
+            thread_id: 8,
+        };
+        core.capture(&platform, facts);
+        core.capture(&platform, facts);
+        assert_eq!(
+            request(&core, Ioctl::Clear.code(), &[], &mut [], &timer),
+            (STATUS_SUCCESS, 0)
+        );
+        let status = status(&core);
+        assert_eq!(
+            (status.cleared, status.ring_used, status.next_sequence),
+            (2, 0, 3)
+        );
+    }
+
+    #[test]
+    fn busy_consumers_are_told_so() {
+        let slots = slots(8);
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let _held = core.ring.consumer().unwrap();
+        let mut out = vec![0_u8; MIN_READ_BUFFER];
+        let timer = TimerLog::default();
+        assert_eq!(
+            request(&core, Ioctl::Read.code(), &[], &mut out, &timer).0,
+            STATUS_DEVICE_BUSY
+        );
+        assert_eq!(
+            request(&core, Ioctl::Clear.code(), &[], &mut [], &timer).0,
+            STATUS_DEVICE_BUSY
+        );
+    }
+
+    #[test]
+    fn capture_now_returns_the_record_and_keeps_it_only_when_enabled() {
+        let slots = slots(8);
+        let core = DriverCore::new(
+            RecordRing::new(&slots),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        let mut out = [0_u8; MAX_RECORD_SIZE];
+        let input = encode_capture_now_request(77);
+        assert_eq!(input.len(), CAPTURE_NOW_REQUEST_SIZE);
+        let (result, written) = request(&core, Ioctl::CaptureNow.code(), &input, &mut out, &timer);
+        assert_eq!(result, STATUS_SUCCESS);
+        let (record, _) = decode_record(&out[..written]).unwrap();
+        assert_eq!(record.header.facts, SourceFacts::OnDemand { tag: 77 });
+        assert!(record.header.flags.contains(RecordFlags::NOT_IN_RING));
+        assert_eq!(record.header.sequence, 0);
+        assert!(core.ring.is_empty());
+
+        configure(
+            &core,
+            &CaptureConfig {
+                sources: SourceSet::EMPTY.with(Source::OnDemand),
+                ..CaptureConfig::default()
+            },
+            &timer,
+        );
+        let (_, written) = request(&core, Ioctl::CaptureNow.code(), &input, &mut out, &timer);
+        let (record, _) = decode_record(&out[..written]).unwrap();
+        assert_eq!(record.header.sequence, 1);
+        assert!(!record.header.flags.contains(RecordFlags::NOT_IN_RING));
+        assert_eq!(core.ring.len(), 1);
+        assert_eq!(status(&core).sources[Source::OnDemand.index()].captured, 2);
+    }
+
+    #[test]
+    fn timer_change_table() {
+        let off = CaptureConfig::default();
+        let slow_but_off = CaptureConfig {
+            timer_period_ms: 99,
+            ..off
+        };
+        assert_eq!(timer_change(&off, &off), TimerChange::Keep);
+        assert_eq!(timer_change(&off, &timer_config(5)), TimerChange::Start(5));
+        assert_eq!(
+            timer_change(&timer_config(5), &timer_config(5)),
+            TimerChange::Keep
+        );
+        assert_eq!(
+            timer_change(&timer_config(5), &timer_config(6)),
+            TimerChange::Start(6)
+        );
+        assert_eq!(timer_change(&timer_config(5), &off), TimerChange::Stop);
+        // A period change while the timer is off does nothing.
+        assert_eq!(timer_change(&off, &slow_but_off), TimerChange::Keep);
+    }
+}

@@ -1,0 +1,510 @@
+//! The record ring: bounded, lock-free, many producers and one consumer.
+//!
+//! Producers run in kernel callbacks on any CPU at up to `DISPATCH_LEVEL`, so
+//! publishing never waits and never takes a lock: a producer claims a slot
+//! with one compare-and-swap on `tail`, writes the record into it, and
+//! releases it by advancing the slot's stamp (the bounded-queue scheme of
+//! D. Vyukov). When the ring is full the newest record is dropped and
+//! counted; nothing else is disturbed.
+//!
+//! Slot stamps: a slot at position `p` (index `p % capacity`) is free for
+//! `p` when its stamp is `p`, holds `p`'s record when it is `p + 1`, and is
+//! free again for `p + capacity` once the consumer has copied it out.
+//!
+//! The consumer side (read and clear requests, at `PASSIVE_LEVEL`) is one
+//! holder at a time through [`RecordRing::consumer`], a try-lock that never
+//! waits: a second concurrent reader is told the ring is busy.
+
+use core::cmp::Ordering as CmpOrdering;
+
+use kstack_abi::MAX_RECORD_SIZE;
+
+use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
+
+/// The fewest slots a ring can have: with one slot, "written at position
+/// p" (stamp p + 1) and "free for position p + 1" (stamp p + capacity)
+/// would be the same stamp.
+pub const MIN_CAPACITY: usize = 2;
+
+/// One record's place in the ring.
+pub struct Slot {
+    stamp: AtomicU64,
+    record: UnsafeCell<[u8; MAX_RECORD_SIZE]>,
+}
+
+// SAFETY: `record` is only written by the one producer that claimed the slot
+// (its stamp equal to the claimed position) and only read by the one
+// consumer after the producer's Release store of the next stamp; the stamp
+// protocol gives each side exclusive access in turn.
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    /// The slot at `index` of a new ring (free for position `index`).
+    #[must_use]
+    pub fn new(index: u64) -> Self {
+        Self {
+            stamp: AtomicU64::new(index),
+            record: UnsafeCell::new([0; MAX_RECORD_SIZE]),
+        }
+    }
+}
+
+/// The ring was full: the record was dropped (and counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// The ring over caller-provided slots (non-paged memory in the driver).
+pub struct RecordRing<'a> {
+    slots: &'a [Slot],
+    /// Next position producers claim.
+    tail: AtomicU64,
+    /// Next position the consumer copies out; written only by the consumer.
+    head: AtomicU64,
+    /// Set while a [`Consumer`] exists.
+    consumer_active: AtomicBool,
+    /// Records dropped because the ring was full.
+    dropped: AtomicU64,
+}
+
+impl<'a> RecordRing<'a> {
+    /// A ring over `slots`, which must be `Slot::new(0)`, `Slot::new(1)`, ...
+    /// in order, and at least [`MIN_CAPACITY`].
+    ///
+    /// # Panics
+    /// When there are too few slots or they are not freshly made in order.
+    #[must_use]
+    pub fn new(slots: &'a [Slot]) -> Self {
+        assert!(
+            slots.len() >= MIN_CAPACITY,
+            "a ring needs at least {MIN_CAPACITY} slots"
+        );
+        assert!(
+            slots
+                .iter()
+                .zip(0_u64..)
+                .all(|(slot, index)| slot.stamp.load(Ordering::Relaxed) == index),
+            "slots must be fresh and in order"
+        );
+        Self {
+            slots,
+            tail: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            consumer_active: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// How many records the ring holds at most.
+    #[must_use]
+    pub const fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn slot(&self, position: u64) -> &Slot {
+        // The modulo keeps the index below `slots.len()`, which is a usize.
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "the remainder is below slots.len()"
+        )]
+        let index = (position % self.slots.len() as u64) as usize;
+        &self.slots[index]
+    }
+
+    /// Publishes one record: `write` fills the claimed slot (the record's
+    /// first two bytes must be its size, as kstack-abi encodes it).
+    ///
+    /// # Errors
+    /// [`Full`] when no slot is free; the drop counter has been incremented
+    /// and `write` was not called.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`. Never waits: a failed claim only retries
+    /// because another producer's claim succeeded.
+    pub fn publish(&self, write: impl FnOnce(&mut [u8; MAX_RECORD_SIZE])) -> Result<(), Full> {
+        let mut position = self.tail.load(Ordering::Relaxed);
+        loop {
+            let slot = self.slot(position);
+            match slot.stamp.load(Ordering::Acquire).cmp(&position) {
+                CmpOrdering::Equal => {
+                    match self.tail.compare_exchange_weak(
+                        position,
+                        position + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            slot.record.with_mut(|record| {
+                                // SAFETY: this producer alone claimed
+                                // `position`, and the consumer does not read
+                                // the slot until the stamp below says it is
+                                // written.
+                                write(unsafe { &mut *record });
+                            });
+                            slot.stamp.store(position + 1, Ordering::Release);
+                            return Ok(());
+                        }
+                        Err(current) => position = current,
+                    }
+                }
+                CmpOrdering::Less => {
+                    // The slot still holds the record from one lap ago.
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    return Err(Full);
+                }
+                CmpOrdering::Greater => {
+                    // Another producer claimed `position` first.
+                    position = self.tail.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Records claimed and not yet copied out (a record being written counts).
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        let head = self.head.load(Ordering::Relaxed);
+        let tail = self.tail.load(Ordering::Relaxed);
+        usize::try_from(tail.saturating_sub(head))
+            .unwrap_or(usize::MAX)
+            .min(self.capacity())
+    }
+
+    /// Whether no record is waiting.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records dropped because the ring was full.
+    #[must_use]
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The consumer side, unless another caller holds it now.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn consumer(&self) -> Option<Consumer<'_, 'a>> {
+        self.consumer_active
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Consumer { ring: self })
+    }
+}
+
+/// What one drain copied out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Whole records copied.
+    pub records: u32,
+    /// Bytes copied.
+    pub bytes: usize,
+    /// A written record was left because the buffer was full.
+    pub more_pending: bool,
+}
+
+/// Exclusive access to the consumer side; released when dropped.
+pub struct Consumer<'r, 'a> {
+    ring: &'r RecordRing<'a>,
+}
+
+impl Consumer<'_, '_> {
+    /// Copies whole records into `out`, oldest first, while they fit. A
+    /// record still being written ends the drain (it is read next time).
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
+    pub fn drain(&mut self, out: &mut [u8]) -> Drained {
+        let mut drained = Drained::default();
+        self.take_while(|record| {
+            let Some(room) = out.get_mut(drained.bytes..drained.bytes + record.len()) else {
+                drained.more_pending = true;
+                return false;
+            };
+            room.copy_from_slice(record);
+            drained.bytes += record.len();
+            drained.records += 1;
+            true
+        });
+        drained
+    }
+
+    /// Discards every written record; returns how many.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn discard_all(&mut self) -> u64 {
+        let mut discarded = 0;
+        self.take_while(|_| {
+            discarded += 1;
+            true
+        });
+        discarded
+    }
+
+    /// Hands each written record, oldest first, to `take` and frees its slot
+    /// while `take` returns true.
+    fn take_while(&mut self, mut take: impl FnMut(&[u8]) -> bool) {
+        let ring = self.ring;
+        let capacity = ring.slots.len() as u64;
+        let mut position = ring.head.load(Ordering::Relaxed);
+        loop {
+            let slot = ring.slot(position);
+            if slot.stamp.load(Ordering::Acquire) != position + 1 {
+                return;
+            }
+            let taken = slot.record.with(|record| {
+                // SAFETY: the Acquire load saw the producer's Release store
+                // of `position + 1`: the record is complete, and no producer
+                // touches the slot until the stamp below frees it.
+                let record = unsafe { &*record };
+                let size =
+                    usize::from(u16::from_le_bytes([record[0], record[1]])).min(MAX_RECORD_SIZE);
+                take(&record[..size])
+            });
+            if !taken {
+                return;
+            }
+            slot.stamp.store(position + capacity, Ordering::Release);
+            position += 1;
+            ring.head.store(position, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Consumer<'_, '_> {
+    fn drop(&mut self) {
+        self.ring.consumer_active.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::{collections::VecDeque, vec::Vec};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn slots(capacity: u64) -> Vec<Slot> {
+        (0..capacity).map(Slot::new).collect()
+    }
+
+    /// A fake record: its size word, then `fill` bytes up to `size`.
+    fn record(size: u16, fill: u8) -> impl FnOnce(&mut [u8; MAX_RECORD_SIZE]) {
+        move |slot| {
+            slot[..2].copy_from_slice(&size.to_le_bytes());
+            slot[2..usize::from(size)].fill(fill);
+        }
+    }
+
+    fn fake(size: u16, fill: u8) -> Vec<u8> {
+        let mut bytes = vec![fill; usize::from(size)];
+        bytes[..2].copy_from_slice(&size.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn publishes_and_drains_in_order() {
+        let slots = slots(4);
+        let ring = RecordRing::new(&slots);
+        ring.publish(record(8, 1)).unwrap();
+        ring.publish(record(16, 2)).unwrap();
+        assert_eq!(ring.len(), 2);
+        let mut out = [0_u8; 64];
+        let drained = ring.consumer().unwrap().drain(&mut out);
+        assert_eq!(
+            drained,
+            Drained {
+                records: 2,
+                bytes: 24,
+                more_pending: false
+            }
+        );
+        assert_eq!(&out[..8], fake(8, 1).as_slice());
+        assert_eq!(&out[8..24], fake(16, 2).as_slice());
+        assert!(ring.is_empty());
+    }
+
+    #[test]
+    fn full_ring_drops_the_newest_and_counts_it() {
+        let slots = slots(2);
+        let ring = RecordRing::new(&slots);
+        ring.publish(record(8, 1)).unwrap();
+        ring.publish(record(8, 2)).unwrap();
+        assert_eq!(ring.publish(record(8, 3)), Err(Full));
+        assert_eq!(ring.dropped(), 1);
+        let mut out = [0_u8; 64];
+        ring.consumer().unwrap().drain(&mut out);
+        assert_eq!(out[2], 1, "the oldest records stay; the newest was dropped");
+        assert_eq!(out[10], 2);
+        ring.publish(record(8, 4)).unwrap();
+        assert_eq!(ring.dropped(), 1);
+    }
+
+    #[test]
+    fn a_drain_never_splits_a_record() {
+        let slots = slots(4);
+        let ring = RecordRing::new(&slots);
+        ring.publish(record(16, 1)).unwrap();
+        ring.publish(record(16, 2)).unwrap();
+        let mut out = [0_u8; 31];
+        let drained = ring.consumer().unwrap().drain(&mut out);
+        assert_eq!(
+            drained,
+            Drained {
+                records: 1,
+                bytes: 16,
+                more_pending: true
+            }
+        );
+        let drained = ring.consumer().unwrap().drain(&mut out);
+        assert_eq!(
+            drained,
+            Drained {
+                records: 1,
+                bytes: 16,
+                more_pending: false
+            }
+        );
+    }
+
+    #[test]
+    fn only_one_consumer_at_a_time() {
+        let slots = slots(2);
+        let ring = RecordRing::new(&slots);
+        let first = ring.consumer().unwrap();
+        assert!(ring.consumer().is_none());
+        drop(first);
+        assert!(ring.consumer().is_some());
+    }
+
+    #[test]
+    #[should_panic(expected = "at least 2 slots")]
+    fn one_slot_is_too_few() {
+        let slots = slots(1);
+        let _ = RecordRing::new(&slots);
+    }
+
+    #[test]
+    #[should_panic(expected = "fresh and in order")]
+    fn slots_must_be_fresh() {
+        let slots = vec![Slot::new(1), Slot::new(0)];
+        let _ = RecordRing::new(&slots);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Publish(u16),
+        Drain(usize),
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (2_u16..=u16::try_from(MAX_RECORD_SIZE).unwrap()).prop_map(Op::Publish),
+            2 => (0_usize..2000).prop_map(Op::Drain),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    proptest! {
+        /// The ring behaves as a bounded FIFO that drops the newest record
+        /// when full, counts every drop, and never splits a record.
+        #[test]
+        fn behaves_like_a_bounded_fifo(capacity in 2_u64..6, ops in prop::collection::vec(op(), 0..60)) {
+            let slots = slots(capacity);
+            let ring = RecordRing::new(&slots);
+            let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+            let mut model_dropped = 0;
+            for (step, op) in ops.into_iter().enumerate() {
+                let fill = u8::try_from(step % 251).unwrap();
+                match op {
+                    Op::Publish(size) => {
+                        let result = ring.publish(record(size, fill));
+                        if model.len() < usize::try_from(capacity).unwrap() {
+                            prop_assert_eq!(result, Ok(()));
+                            model.push_back(fake(size, fill));
+                        } else {
+                            prop_assert_eq!(result, Err(Full));
+                            model_dropped += 1;
+                        }
+                    }
+                    Op::Drain(room) => {
+                        let mut out = vec![0_u8; room];
+                        let drained = ring.consumer().unwrap().drain(&mut out);
+                        let mut expected = Vec::new();
+                        while model.front().is_some_and(|next| expected.len() + next.len() <= room) {
+                            expected.extend(model.pop_front().unwrap());
+                        }
+                        prop_assert_eq!(&out[..drained.bytes], expected.as_slice());
+                        prop_assert_eq!(drained.more_pending, !model.is_empty());
+                    }
+                    Op::Clear => {
+                        let discarded = ring.consumer().unwrap().discard_all();
+                        prop_assert_eq!(discarded, model.len() as u64);
+                        model.clear();
+                    }
+                }
+                prop_assert_eq!(ring.len(), model.len());
+                prop_assert_eq!(ring.dropped(), model_dropped);
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_producers_lose_nothing_silently() {
+        const PRODUCERS: u8 = 4;
+        const PER_PRODUCER: u16 = 20_000;
+        let slots = slots(64);
+        let ring = RecordRing::new(&slots);
+        let mut seen = vec![0_u32; usize::from(PRODUCERS)];
+        let mut copied = 0_u64;
+        std::thread::scope(|scope| {
+            for producer in 0..PRODUCERS {
+                let ring = &ring;
+                scope.spawn(move || {
+                    for n in 0..PER_PRODUCER {
+                        let _ = ring.publish(|slot| {
+                            slot[..2].copy_from_slice(&8_u16.to_le_bytes());
+                            slot[2] = producer;
+                            slot[3..5].copy_from_slice(&n.to_le_bytes());
+                            slot[5..8].fill(producer ^ 0xA5);
+                        });
+                    }
+                });
+            }
+            let mut out = [0_u8; 8 * 16];
+            let mut last = vec![None::<u16>; usize::from(PRODUCERS)];
+            let total = u64::from(PRODUCERS) * u64::from(PER_PRODUCER);
+            // Drain until every attempt is accounted for, then until empty.
+            loop {
+                let done = copied + ring.dropped() >= total;
+                let drained = ring.consumer().unwrap().drain(&mut out);
+                for chunk in out[..drained.bytes].chunks_exact(8) {
+                    let producer = usize::from(chunk[2]);
+                    let n = u16::from_le_bytes([chunk[3], chunk[4]]);
+                    assert!(
+                        chunk[5..8].iter().all(|&b| b == chunk[2] ^ 0xA5),
+                        "torn record {chunk:?}"
+                    );
+                    assert!(
+                        last[producer].is_none_or(|previous| n > previous),
+                        "per-producer order"
+                    );
+                    last[producer] = Some(n);
+                    seen[producer] += 1;
+                    copied += 1;
+                }
+                if done && drained.records == 0 {
+                    break;
+                }
+            }
+        });
+        assert_eq!(
+            copied + ring.dropped(),
+            u64::from(PRODUCERS) * u64::from(PER_PRODUCER)
+        );
+        assert_eq!(seen.iter().map(|&n| u64::from(n)).sum::<u64>(), copied);
+    }
+}
