@@ -3,13 +3,15 @@
 
 use kstack_abi::{
     CaptureConfig, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source, SourceFacts,
-    SourceSet, encode_record, ntstatus::NtStatus, stack_id,
+    SourceSet, encode_record,
+    ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
+    stack_id,
 };
 
 use crate::{
     paging_policy::{WalkDecision, walk_decision},
     ring::RecordRing,
-    sync::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
 };
 
 /// What the capture needs from the kernel. Every method is callable at up
@@ -108,7 +110,8 @@ impl ConfigCell {
 pub struct DriverCore<'a> {
     pub(crate) ring: RecordRing<'a>,
     pub(crate) paging: PagingExecutive,
-    pub(crate) registrations: [SourceRegistration; Source::COUNT],
+    /// Each source's registration status, set once at load.
+    registrations: [AtomicI32; Source::COUNT],
     config: ConfigCell,
     pub(crate) captured: [AtomicU64; Source::COUNT],
     pub(crate) skipped_irql: [AtomicU64; Source::COUNT],
@@ -141,23 +144,38 @@ impl Walked {
 }
 
 impl<'a> DriverCore<'a> {
-    /// The state at load: nothing enabled, default frame counts.
+    /// The state at load: nothing enabled, default frame counts, and every
+    /// source unavailable until [`DriverCore::set_registration`] says
+    /// otherwise.
     #[must_use]
-    pub fn new(
-        ring: RecordRing<'a>,
-        paging: PagingExecutive,
-        registrations: [SourceRegistration; Source::COUNT],
-    ) -> Self {
+    pub fn new(ring: RecordRing<'a>, paging: PagingExecutive) -> Self {
         Self {
             ring,
             paging,
-            registrations,
+            registrations: core::array::from_fn(|_| AtomicI32::new(STATUS_NOT_SUPPORTED)),
             config: ConfigCell::new(&CaptureConfig::default()),
             captured: core::array::from_fn(|_| AtomicU64::new(0)),
             skipped_irql: core::array::from_fn(|_| AtomicU64::new(0)),
             next_sequence: AtomicU64::new(1),
             cleared: AtomicU64::new(0),
             configuring: AtomicBool::new(false),
+        }
+    }
+
+    /// Records how registering `source`'s callback went.
+    ///
+    /// Max IRQL: any.
+    pub fn set_registration(&self, source: Source, registration: SourceRegistration) {
+        self.registrations[source.index()].store(registration.status, Ordering::Relaxed);
+    }
+
+    /// How registering `source`'s callback went.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn registration(&self, source: Source) -> SourceRegistration {
+        SourceRegistration {
+            status: self.registrations[source.index()].load(Ordering::Relaxed),
         }
     }
 
@@ -314,6 +332,19 @@ pub(crate) mod tests {
         (0..capacity).map(Slot::new).collect()
     }
 
+    /// A core over `slots` whose sources registered as `registrations` say.
+    pub fn registered_core(
+        slots: &[Slot],
+        paging: PagingExecutive,
+        registrations: [SourceRegistration; Source::COUNT],
+    ) -> DriverCore<'_> {
+        let core = DriverCore::new(RecordRing::new(slots), paging);
+        for source in Source::ALL {
+            core.set_registration(source, registrations[source.index()]);
+        }
+        core
+    }
+
     pub fn all_registered() -> [SourceRegistration; Source::COUNT] {
         [SourceRegistration {
             status: STATUS_SUCCESS,
@@ -347,11 +378,7 @@ pub(crate) mod tests {
     #[test]
     fn a_disabled_source_does_not_walk() {
         let slots = slots(4);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let platform = FakePlatform::default();
         assert_eq!(
             core.capture(&platform, PROCESS_EXIT),
@@ -363,11 +390,7 @@ pub(crate) mod tests {
     #[test]
     fn an_enabled_source_publishes_a_complete_record() {
         let slots = slots(4);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         enable(&core, SourceSet::EMPTY.with(Source::Process));
         let platform = FakePlatform::default();
         assert_eq!(
@@ -409,11 +432,7 @@ pub(crate) mod tests {
     #[test]
     fn a_full_walk_is_flagged_truncated_and_skip_is_passed_through() {
         let slots = slots(4);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         core.set_config(&CaptureConfig {
             sources: SourceSet::ALL,
             frames_to_skip: 3,
@@ -431,11 +450,7 @@ pub(crate) mod tests {
     #[test]
     fn the_process_filter_keeps_other_processes_out() {
         let slots = slots(4);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         core.set_config(&CaptureConfig {
             sources: SourceSet::ALL,
             process_filter: 99,
@@ -461,7 +476,7 @@ pub(crate) mod tests {
             (PagingExecutive::Value(1), CaptureOutcome::Published(1)),
         ] {
             let slots = slots(4);
-            let core = DriverCore::new(RecordRing::new(&slots), paging, all_registered());
+            let core = registered_core(&slots, paging, all_registered());
             enable(&core, SourceSet::ALL);
             let platform = FakePlatform::default();
             platform.irql.set(2);
@@ -488,11 +503,7 @@ pub(crate) mod tests {
     #[test]
     fn drops_spend_sequence_numbers_so_gaps_equal_drops() {
         let slots = slots(2);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         let outcomes: Vec<_> = (0..5)

@@ -84,8 +84,8 @@ impl DriverCore<'_> {
     #[must_use]
     pub fn status(&self, pool_allocations: u32) -> StatusResponse {
         let sources = core::array::from_fn(|index| SourceStatus {
-            registration: self.registrations[index].status,
-            available: self.registrations[index].available(),
+            registration: self.registration(Source::ALL[index]).status,
+            available: self.registration(Source::ALL[index]).available(),
             captured: self.captured[index].load(Ordering::Relaxed),
             skipped_irql: self.skipped_irql[index].load(Ordering::Relaxed),
         });
@@ -113,7 +113,7 @@ impl DriverCore<'_> {
         if config
             .sources
             .iter()
-            .any(|source| !self.registrations[source.index()].available())
+            .any(|source| !self.registration(source).available())
         {
             return STATUS_NOT_SUPPORTED;
         }
@@ -237,8 +237,7 @@ mod tests {
     use super::*;
     use crate::{
         SourceRegistration,
-        capture::tests::{FakePlatform, all_registered, slots},
-        ring::RecordRing,
+        capture::tests::{FakePlatform, all_registered, registered_core, slots},
     };
 
     #[derive(Default)]
@@ -323,11 +322,7 @@ mod tests {
         registrations[Source::Registry.index()] = SourceRegistration {
             status: STATUS_NOT_SUPPORTED,
         };
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::Value(1),
-            registrations,
-        );
+        let core = registered_core(&slots, PagingExecutive::Value(1), registrations);
         let status = status(&core);
         assert_eq!(status.ring_capacity, 8);
         assert!(status.ring_ready);
@@ -345,11 +340,7 @@ mod tests {
     #[test]
     fn configure_round_trips_and_bad_configs_change_nothing() {
         let slots = slots(8);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         let wanted = CaptureConfig {
             sources: SourceSet::EMPTY
@@ -392,11 +383,7 @@ mod tests {
         registrations[Source::Registry.index()] = SourceRegistration {
             status: STATUS_NOT_SUPPORTED,
         };
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            registrations,
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, registrations);
         let config = CaptureConfig {
             sources: SourceSet::EMPTY.with(Source::Registry),
             ..CaptureConfig::default()
@@ -411,11 +398,7 @@ mod tests {
     #[test]
     fn the_timer_needs_paging_executive_disabled_and_is_started_and_stopped() {
         let refused_slots = slots(8);
-        let refused = DriverCore::new(
-            RecordRing::new(&refused_slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let refused = registered_core(&refused_slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         assert_eq!(
             configure(&refused, &timer_config(10), &timer),
@@ -424,11 +407,7 @@ mod tests {
         assert!(timer.0.borrow().is_empty());
 
         let slots = slots(8);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::Value(1),
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::Value(1), all_registered());
         assert_eq!(configure(&core, &timer_config(10), &timer), STATUS_SUCCESS);
         assert_eq!(
             configure(&core, &timer_config(10), &timer),
@@ -446,11 +425,7 @@ mod tests {
     #[test]
     fn read_returns_whole_records_after_a_header() {
         let slots = slots(8);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         configure(
             &core,
@@ -486,11 +461,7 @@ mod tests {
     #[test]
     fn clear_discards_and_counts() {
         let slots = slots(8);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         configure(
             &core,
@@ -522,11 +493,7 @@ mod tests {
     #[test]
     fn busy_consumers_are_told_so() {
         let slots = slots(8);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let _held = core.ring.consumer().unwrap();
         let mut out = vec![0_u8; MIN_READ_BUFFER];
         let timer = TimerLog::default();
@@ -543,11 +510,7 @@ mod tests {
     #[test]
     fn capture_now_returns_the_record_and_keeps_it_only_when_enabled() {
         let slots = slots(8);
-        let core = DriverCore::new(
-            RecordRing::new(&slots),
-            PagingExecutive::NotSet,
-            all_registered(),
-        );
+        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         let mut out = [0_u8; MAX_RECORD_SIZE];
         let input = encode_capture_now_request(77);

@@ -26,6 +26,23 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
 /// would be the same stamp.
 pub const MIN_CAPACITY: usize = 2;
 
+/// Ring capacity, in records, when the service's `Parameters\RingCapacity`
+/// registry value is absent: 16384 slots of 576 bytes, 9 MiB of non-paged
+/// pool.
+pub const DEFAULT_CAPACITY: u32 = 16_384;
+/// The capacities `RingCapacity` may choose (16 records to 144 MiB).
+pub const CAPACITY_RANGE: core::ops::RangeInclusive<u32> = 16..=262_144;
+
+/// The capacity for a `RingCapacity` setting: the default when there is
+/// none, else the setting brought into [`CAPACITY_RANGE`] (status shows the
+/// capacity in force).
+#[must_use]
+pub fn capacity_for_setting(setting: Option<u32>) -> u32 {
+    setting.map_or(DEFAULT_CAPACITY, |records| {
+        records.clamp(*CAPACITY_RANGE.start(), *CAPACITY_RANGE.end())
+    })
+}
+
 /// One record's place in the ring.
 pub struct Slot {
     stamp: AtomicU64,
@@ -302,6 +319,15 @@ mod tests {
         let mut bytes = vec![fill; usize::from(size)];
         bytes[..2].copy_from_slice(&size.to_le_bytes());
         bytes
+    }
+
+    #[test]
+    fn capacity_settings_are_defaulted_and_bounded() {
+        assert_eq!(capacity_for_setting(None), DEFAULT_CAPACITY);
+        assert_eq!(capacity_for_setting(Some(0)), 16);
+        assert_eq!(capacity_for_setting(Some(100)), 100);
+        assert_eq!(capacity_for_setting(Some(u32::MAX)), 262_144);
+        assert!(usize::try_from(*CAPACITY_RANGE.start()).unwrap() >= MIN_CAPACITY);
     }
 
     #[test]

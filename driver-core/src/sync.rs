@@ -2,10 +2,10 @@
 //! so the model checker sees every access.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub use loom::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
-pub use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// An `UnsafeCell` with loom's closure-based access, so the same code runs
 /// under the model checker.

@@ -1,17 +1,17 @@
-//! IRP dispatch: create, close and device control. Lengths and contents are
-//! checked with kstack-abi before anything is used.
+//! IRP dispatch: create, close and device control. kstack-driver-core admits
+//! the request (code and lengths) before anything is read, then serves it.
 
 use core::slice;
 
-use kstack_abi::{
-    CaptureConfig, Ioctl, RequestError, Source, SourceStatus, StatusResponse,
-    ntstatus::{NtStatus, STATUS_BUFFER_OVERFLOW, STATUS_SUCCESS},
+use kstack_abi::{ioctl::MAX_INPUT_LENGTH, ntstatus::NtStatus};
+use kstack_driver_core::DriverCore;
+use wdk_sys::{
+    DEVICE_OBJECT, IRP, NTSTATUS, STATUS_DEVICE_NOT_READY, STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
 };
-use wdk_sys::{DEVICE_OBJECT, IRP, NTSTATUS, STATUS_INVALID_PARAMETER, STATUS_NOT_IMPLEMENTED};
 
 use crate::{
-    kernel::{self, DeviceControl},
-    paging_executive,
+    kernel::{self, DeviceControl, KernelPlatform},
+    loaded, pool,
 };
 
 /// The dispatch routine for every major function the driver handles.
@@ -24,7 +24,7 @@ pub unsafe extern "C" fn dispatch(_device: *mut DEVICE_OBJECT, irp: *mut IRP) ->
     // SAFETY: the I/O manager passes a valid, current IRP.
     let (_major, control) = unsafe { kernel::current_request(irp) };
     let (status, information) = match control {
-        // Create and close: nothing to set up or tear down per handle.
+        // Create and close: the device's DACL already admitted the caller.
         None => (STATUS_SUCCESS, 0),
         Some(request) => device_control(&request),
     };
@@ -32,68 +32,44 @@ pub unsafe extern "C" fn dispatch(_device: *mut DEVICE_OBJECT, irp: *mut IRP) ->
     unsafe { kernel::complete_request(irp, status, information) }
 }
 
-/// Handles one device-control request; returns its status and the bytes
+/// Serves one device-control request; returns its status and the bytes
 /// written to the output buffer.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn device_control(request: &DeviceControl) -> (NtStatus, usize) {
-    let Some(ioctl) = Ioctl::from_code(request.code) else {
-        return (
-            RequestError::UnknownCode { code: request.code }.ntstatus(),
-            0,
-        );
+    let ioctl = match DriverCore::admit(request.code, request.input_length, request.output_length) {
+        Ok(ioctl) => ioctl,
+        Err(status) => return (status, 0),
     };
-    if let Err(error) = ioctl.check_lengths(request.input_length, request.output_length) {
-        return (error.ntstatus(), 0);
-    }
-    if request.system_buffer.is_null() && (request.input_length != 0 || request.output_length != 0)
-    {
+    let has_buffers = request.input_length != 0 || request.output_length != 0;
+    if request.system_buffer.is_null() && has_buffers {
         return (STATUS_INVALID_PARAMETER, 0);
     }
-    match ioctl {
-        Ioctl::Status => {
-            // SAFETY: METHOD_BUFFERED: the system buffer holds at least
-            // `output_length` bytes, owned by this request until completion.
-            let output =
-                unsafe { slice::from_raw_parts_mut(request.system_buffer, request.output_length) };
-            let (written, complete) = status().encode(output);
-            (
-                if complete {
-                    STATUS_SUCCESS
-                } else {
-                    STATUS_BUFFER_OVERFLOW
-                },
-                written,
+    // METHOD_BUFFERED: input and output share the system buffer, so the
+    // input (at most MAX_INPUT_LENGTH bytes, as admitted) is copied first.
+    let mut input = [0_u8; MAX_INPUT_LENGTH];
+    let input = &mut input[..request.input_length];
+    let output: &mut [u8] = if has_buffers {
+        // SAFETY: the system buffer holds max(input, output) bytes and is
+        // this request's until completion.
+        let buffer = unsafe {
+            slice::from_raw_parts_mut(
+                request.system_buffer,
+                request.input_length.max(request.output_length),
             )
-        }
-        // Capture, the ring and the sources arrive with the driver core.
-        Ioctl::Configure | Ioctl::Read | Ioctl::Clear | Ioctl::CaptureNow => {
-            (STATUS_NOT_IMPLEMENTED, 0)
-        }
-    }
-}
-
-/// The driver's status as of now.
-///
-/// Max IRQL: `PASSIVE_LEVEL`.
-fn status() -> StatusResponse {
-    let unregistered = SourceStatus {
-        registration: STATUS_NOT_IMPLEMENTED,
-        available: false,
-        captured: 0,
-        skipped_irql: 0,
+        };
+        input.copy_from_slice(&buffer[..request.input_length]);
+        &mut buffer[..request.output_length]
+    } else {
+        &mut []
     };
-    StatusResponse {
-        driver_version: StatusResponse::this_version(),
-        paging_executive: paging_executive(),
-        ring_ready: false,
-        ring_capacity: 0,
-        ring_used: 0,
-        outstanding_allocations: 0,
-        config: CaptureConfig::default(),
-        dropped: 0,
-        cleared: 0,
-        next_sequence: 0,
-        sources: [unregistered; Source::COUNT],
-    }
+    loaded::with_loaded(|driver| {
+        let platform = KernelPlatform {
+            routines: &driver.routines,
+        };
+        driver
+            .core
+            .serve(ioctl, input, output, &platform, driver, pool::outstanding())
+    })
+    .unwrap_or((STATUS_DEVICE_NOT_READY, 0))
 }

@@ -8,10 +8,18 @@
 
 use core::mem::{offset_of, size_of};
 
+use kstack_driver_core::Platform;
+
 use wdk_sys::{
-    DEVICE_OBJECT, DRIVER_OBJECT, IO_STACK_LOCATION, IRP, NTSTATUS, UNICODE_STRING,
-    ntddk::IofCompleteRequest,
+    DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
+    NTSTATUS, OB_PRE_OPERATION_INFORMATION, PS_CREATE_NOTIFY_INFO, UNICODE_STRING,
+    ntddk::{
+        IofCompleteRequest, KeGetCurrentProcessorNumberEx, PsGetCurrentProcessId,
+        PsGetCurrentThreadId, RtlCaptureStackBackTrace,
+    },
 };
+
+use crate::routines::Routines;
 
 // WDK x64 offsets of every field this module touches. Field paths only:
 // bindgen's names for anonymous types differ between header sets.
@@ -48,7 +56,102 @@ const _: () = {
     assert!(offset_of!(IO_STACK_LOCATION, Parameters.DeviceIoControl.IoControlCode) == 0x18);
     assert!(size_of::<IO_STACK_LOCATION>() == 0x48);
     assert!(size_of::<UNICODE_STRING>() == 0x10);
+    assert!(offset_of!(PS_CREATE_NOTIFY_INFO, ParentProcessId) == 0x10);
+    assert!(offset_of!(IMAGE_INFO, ImageBase) == 0x08);
+    assert!(offset_of!(IMAGE_INFO, ImageSize) == 0x18);
+    assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Operation) == 0);
+    assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Object) == 0x08);
+    assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, ObjectType) == 0x10);
+    assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Parameters) == 0x20);
 };
+
+/// A static UTF-16 copy of an ASCII string literal, for `UNICODE_STRING`s.
+macro_rules! utf16 {
+    ($text:literal) => {{
+        const TEXT: &str = $text;
+        static UTF16: [u16; TEXT.len()] = kstack_abi::ascii_to_utf16(TEXT);
+        &UTF16
+    }};
+}
+pub(crate) use utf16;
+
+/// `KernelMode` as the `KPROCESSOR_MODE` that wait and handle routines take.
+pub const KERNEL_MODE: wdk_sys::KPROCESSOR_MODE = 0;
+const _: () = assert!(wdk_sys::_MODE::KernelMode == 0);
+
+/// A kernel handle that holds a process or thread id.
+///
+/// Max IRQL: any.
+pub fn handle_to_id(handle: HANDLE) -> u32 {
+    u32::try_from(handle as usize).unwrap_or(u32::MAX)
+}
+
+/// The current IRQL: on x64 it is CR8, which is what the WDK's inline
+/// `KeGetCurrentIrql` reads (ntoskrnl does not export it on x64).
+///
+/// Max IRQL: any.
+pub fn current_irql() -> u8 {
+    let cr8: u64;
+    // SAFETY: reading CR8 is allowed at CPL 0, has no side effects, and
+    // touches no memory.
+    unsafe {
+        core::arch::asm!("mov {}, cr8", out(reg) cr8, options(nomem, nostack, preserves_flags));
+    }
+    u8::try_from(cr8 & 0xF).unwrap_or(u8::MAX)
+}
+
+/// The kernel as kstack-driver-core's capture sees it.
+pub struct KernelPlatform<'a> {
+    pub routines: &'a Routines,
+}
+
+impl Platform for KernelPlatform<'_> {
+    fn irql(&self) -> u8 {
+        current_irql()
+    }
+
+    fn current_ids(&self) -> (u32, u32) {
+        // SAFETY: callable at any IRQL; returns the current ids.
+        let process = unsafe { PsGetCurrentProcessId() };
+        // SAFETY: as above.
+        let thread = unsafe { PsGetCurrentThreadId() };
+        (handle_to_id(process), handle_to_id(thread))
+    }
+
+    fn processor(&self) -> u32 {
+        // SAFETY: a null PROCESSOR_NUMBER pointer is allowed; any IRQL.
+        unsafe { KeGetCurrentProcessorNumberEx(core::ptr::null_mut()) }
+    }
+
+    fn system_time(&self) -> u64 {
+        let Some(query) = self.routines.query_system_time else {
+            return 0;
+        };
+        let mut time = LARGE_INTEGER::default();
+        // SAFETY: the routine writes one LARGE_INTEGER; callable at any IRQL.
+        unsafe { query(&raw mut time) };
+        // SAFETY: QuadPart is the whole value of the union.
+        u64::try_from(unsafe { time.QuadPart }).unwrap_or(0)
+    }
+
+    #[inline(never)]
+    fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
+        let mut hash = 0_u32;
+        let wanted = u32::try_from(frames.len()).unwrap_or(u32::MAX);
+        // SAFETY: `frames` holds `wanted` pointer-sized slots (u64 on x64);
+        // the walk writes at most that many and the hash once. The caller
+        // has checked the IRQL against the paging policy.
+        let captured = unsafe {
+            RtlCaptureStackBackTrace(
+                frames_to_skip,
+                wanted,
+                frames.as_mut_ptr().cast(),
+                &raw mut hash,
+            )
+        };
+        (usize::from(captured), hash)
+    }
+}
 
 /// A `UNICODE_STRING` over a static UTF-16 array.
 ///

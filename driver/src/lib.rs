@@ -1,10 +1,13 @@
 //! kstack.sys: a WDM driver that captures kernel stack traces.
 //!
-//! Layout: [`kernel`] is the only module that touches WDK struct fields;
-//! [`device`] owns the device and link; [`dispatch`] serves the IRPs, using
-//! kstack-abi for every length, code and layout; [`registry`] reads values
-//! at load. `DriverEntry` and `DriverUnload` below are the single setup and
-//! cleanup path.
+//! Where things are: [`loaded`] holds the per-load state and the rundown
+//! gate; [`sources`] has one file per capture source; [`dispatch`] serves
+//! the IRPs; [`device`] owns the device, its DACL and its link; [`pool`]
+//! allocates (tags in one place); [`routines`] finds optional kernel exports;
+//! [`registry`] reads settings; [`kernel`] is the only module touching WDK
+//! struct fields. The logic (ring, paging policy, capture, requests) is in
+//! kstack-driver-core, tested on the host. `DriverEntry` and `DriverUnload`
+//! below are the single setup and teardown path.
 
 #![no_std]
 
@@ -14,78 +17,82 @@ extern crate wdk_panic;
 mod device;
 mod dispatch;
 mod kernel;
+mod loaded;
+mod pool;
 mod registry;
+mod routines;
+mod sources;
 
-use core::sync::atomic::{AtomicU64, Ordering};
-
-use kstack_abi::{PagingExecutive, ascii_to_utf16};
+use kstack_abi::PagingExecutive;
+use kstack_driver_core::ring::capacity_for_setting;
 use wdk_sys::{
     DRIVER_OBJECT, IRP_MJ_CLOSE, IRP_MJ_CREATE, IRP_MJ_DEVICE_CONTROL, NTSTATUS, PCUNICODE_STRING,
     STATUS_SUCCESS,
 };
-// kstack's own code does not allocate (all memory is set up at load); this
-// makes any `alloc` use by a dependency come from tagged non-paged pool.
+
+use crate::{kernel::utf16, registry::Dword, routines::Routines};
+
+// kstack's own code does not allocate through `alloc` (all memory is set up
+// at load, in pool.rs); this makes any use by a dependency come from tagged
+// non-paged pool.
 #[cfg(not(test))]
 #[global_allocator]
 static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
-
-const MEMORY_MANAGEMENT_KEY: &str =
-    r"\Registry\Machine\SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management";
-static MEMORY_MANAGEMENT_KEY_UTF16: [u16; MEMORY_MANAGEMENT_KEY.len()] =
-    ascii_to_utf16(MEMORY_MANAGEMENT_KEY);
-const DISABLE_PAGING_EXECUTIVE: &str = "DisablePagingExecutive";
-static DISABLE_PAGING_EXECUTIVE_UTF16: [u16; DISABLE_PAGING_EXECUTIVE.len()] =
-    ascii_to_utf16(DISABLE_PAGING_EXECUTIVE);
-
-/// `DisablePagingExecutive` as read at load: bit 32 set when the value
-/// exists, the value in the low 32 bits. Written once in `DriverEntry`
-/// before the device exists, read by dispatch afterwards.
-static PAGING_EXECUTIVE: AtomicU64 = AtomicU64::new(0);
-
-/// `DisablePagingExecutive` as read at load.
-///
-/// Max IRQL: any.
-fn paging_executive() -> PagingExecutive {
-    let word = PAGING_EXECUTIVE.load(Ordering::Relaxed);
-    match u32::try_from(word >> 32) {
-        Ok(0) => PagingExecutive::NotSet,
-        _ => PagingExecutive::Value(u32::try_from(word & u64::from(u32::MAX)).unwrap_or_default()),
-    }
-}
 
 /// Reads `DisablePagingExecutive`; a missing value, a non-DWORD or an
 /// unreadable key all mean paging is allowed, the safe assumption.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn read_paging_executive() -> PagingExecutive {
-    let key = kernel::unicode_string(&MEMORY_MANAGEMENT_KEY_UTF16);
-    match registry::read_dword(&key, &DISABLE_PAGING_EXECUTIVE_UTF16) {
-        Ok(registry::Dword::Value(value)) => PagingExecutive::Value(value),
-        Ok(registry::Dword::Absent | registry::Dword::WrongType) | Err(_) => {
-            PagingExecutive::NotSet
-        }
+    let key = kernel::unicode_string(utf16!(
+        r"\Registry\Machine\SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management"
+    ));
+    match registry::read_dword(&key, utf16!("DisablePagingExecutive")) {
+        Ok(Dword::Value(value)) => PagingExecutive::Value(value),
+        Ok(Dword::Absent | Dword::WrongType) | Err(_) => PagingExecutive::NotSet,
     }
 }
 
-/// The driver's entry point.
+/// The ring capacity from the service's `Parameters\RingCapacity`.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn read_ring_capacity(service_key: PCUNICODE_STRING) -> usize {
+    // SAFETY: the kernel passes DriverEntry a valid service key path.
+    let setting = unsafe { service_key.as_ref() }
+        .and_then(|key| registry::read_service_parameter(key, utf16!("RingCapacity")).ok())
+        .and_then(|dword| {
+            if let Dword::Value(records) = dword {
+                Some(records)
+            } else {
+                None
+            }
+        });
+    usize::try_from(capacity_for_setting(setting)).unwrap_or(usize::MAX)
+}
+
+/// The driver's entry point: state, sources, then the device; on failure
+/// the same teardown as unload.
 ///
 /// # Safety
-/// Called once by the kernel with its driver object.
+/// Called once by the kernel with its driver object and service key.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 #[unsafe(export_name = "DriverEntry")]
 pub unsafe extern "system" fn driver_entry(
     driver: *mut DRIVER_OBJECT,
-    _registry_path: PCUNICODE_STRING,
+    service_key: PCUNICODE_STRING,
 ) -> NTSTATUS {
-    let paging = match read_paging_executive() {
-        PagingExecutive::NotSet => 0,
-        PagingExecutive::Value(value) => 1 << 32 | u64::from(value),
+    let routines = Routines::resolve();
+    let paging = read_paging_executive();
+    let capacity = read_ring_capacity(service_key);
+    let loaded = match loaded::create(routines, paging, capacity) {
+        Ok(loaded) => loaded,
+        Err(status) => return status,
     };
-    PAGING_EXECUTIVE.store(paging, Ordering::Relaxed);
-
+    sources::register_all(loaded, driver);
     // SAFETY: `driver` is the kernel's driver object for this load.
     if let Err(status) = unsafe { device::create(driver) } {
+        loaded::destroy(sources::unregister_all);
         return status;
     }
     // SAFETY: the driver object is ours to fill in during DriverEntry.
@@ -97,7 +104,7 @@ pub unsafe extern "system" fn driver_entry(
     STATUS_SUCCESS
 }
 
-/// The single cleanup path.
+/// Unload: the device first (no new requests), then the single teardown.
 ///
 /// # Safety
 /// Called once by the kernel when the service stops.
@@ -110,4 +117,5 @@ unsafe extern "C" fn driver_unload(driver: *mut DRIVER_OBJECT) {
         // SAFETY: `device` came from `device::create` and is deleted once.
         unsafe { device::delete(device) };
     }
+    loaded::destroy(sources::unregister_all);
 }

@@ -84,3 +84,36 @@ fn query_dword(key: HANDLE, value_name: &'static [u16]) -> Result<Dword, NTSTATU
         Dword::WrongType
     })
 }
+
+/// Room for the service key path plus `\Parameters`; service key paths are
+/// about 60 characters.
+const SERVICE_PATH_CAPACITY: usize = 256;
+
+/// Reads a DWORD from the service's `Parameters` subkey, given the service
+/// key path `DriverEntry` received. A path too long for the buffer reads as
+/// absent.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn read_service_parameter(
+    service_key: &UNICODE_STRING,
+    value_name: &'static [u16],
+) -> Result<Dword, NTSTATUS> {
+    const SUFFIX: &str = r"\Parameters";
+    let suffix: [u16; SUFFIX.len()] = kstack_abi::ascii_to_utf16(SUFFIX);
+    let key_chars = usize::from(service_key.Length) / 2;
+    let mut path = [0_u16; SERVICE_PATH_CAPACITY];
+    if service_key.Buffer.is_null() || key_chars + suffix.len() > path.len() {
+        return Ok(Dword::Absent);
+    }
+    // SAFETY: the kernel's UNICODE_STRING holds Length bytes at Buffer.
+    let key = unsafe { core::slice::from_raw_parts(service_key.Buffer, key_chars) };
+    path[..key_chars].copy_from_slice(key);
+    path[key_chars..key_chars + suffix.len()].copy_from_slice(&suffix);
+    let bytes = u16::try_from((key_chars + suffix.len()) * 2).unwrap_or(u16::MAX);
+    let parameters_key = UNICODE_STRING {
+        Length: bytes,
+        MaximumLength: bytes,
+        Buffer: path.as_mut_ptr(),
+    };
+    read_dword(&parameters_key, value_name)
+}

@@ -1,0 +1,97 @@
+//! Kernel routines and data kstack looks up by name at load, so a kernel
+//! that lacks one reports the feature unavailable instead of refusing to load
+//! the driver (a static import of a missing export fails the whole load on
+//! Windows). Windows before 2004 lacks `ExAllocatePool2`; Windows 7 lacks
+//! `KeQuerySystemTimePrecise`; Wine 8 lacks both, and `CmRegisterCallbackEx`.
+
+use core::{ffi::c_void, ptr};
+
+use wdk_sys::{
+    LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEX_CALLBACK_FUNCTION, POBJECT_TYPE,
+    ntddk::MmGetSystemRoutineAddress,
+};
+
+use crate::kernel::{unicode_string, utf16};
+
+/// `ExAllocatePool2(Flags, NumberOfBytes, Tag)`.
+pub type AllocatePool2 = unsafe extern "system" fn(u64, usize, u32) -> *mut c_void;
+/// `KeQuerySystemTimePrecise(CurrentTime)` / `KeQuerySystemTime(CurrentTime)`.
+pub type QuerySystemTime = unsafe extern "system" fn(*mut LARGE_INTEGER);
+/// `CmRegisterCallbackEx(Function, Altitude, Driver, Context, Cookie, Reserved)`.
+pub type RegisterRegistryCallback = unsafe extern "system" fn(
+    PEX_CALLBACK_FUNCTION,
+    PCUNICODE_STRING,
+    *mut c_void,
+    *mut c_void,
+    *mut LARGE_INTEGER,
+    *mut c_void,
+) -> NTSTATUS;
+/// `CmUnRegisterCallback(Cookie)`.
+pub type UnregisterRegistryCallback = unsafe extern "system" fn(LARGE_INTEGER) -> NTSTATUS;
+
+/// What was found.
+pub struct Routines {
+    pub allocate_pool2: Option<AllocatePool2>,
+    pub query_system_time: Option<QuerySystemTime>,
+    pub register_registry_callback: Option<RegisterRegistryCallback>,
+    pub unregister_registry_callback: Option<UnregisterRegistryCallback>,
+    /// `&PsProcessType` (the exported variable), or null.
+    pub process_type: *mut POBJECT_TYPE,
+    /// `&PsThreadType`, or null.
+    pub thread_type: *mut POBJECT_TYPE,
+}
+
+/// The address the kernel exports under `name`, or null.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn find(name: &'static [u16]) -> *mut c_void {
+    let mut name = unicode_string(name);
+    // SAFETY: `name` is a valid UNICODE_STRING over a static buffer.
+    unsafe { MmGetSystemRoutineAddress(&raw mut name) }
+}
+
+/// Reinterprets an export's address as the routine type `F`.
+///
+/// # Safety
+/// The export named for `F` has exactly `F`'s signature and ABI.
+unsafe fn routine<F: Copy>(address: *mut c_void) -> Option<F> {
+    if address.is_null() {
+        return None;
+    }
+    debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    // SAFETY: `F` is a function pointer type (caller), the same size as a
+    // pointer, and `address` is that routine's entry point.
+    Some(unsafe { ptr::read((&raw const address).cast::<F>()) })
+}
+
+impl Routines {
+    /// Looks everything up.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub fn resolve() -> Self {
+        let precise = find(utf16!("KeQuerySystemTimePrecise"));
+        let time = if precise.is_null() {
+            find(utf16!("KeQuerySystemTime"))
+        } else {
+            precise
+        };
+        // SAFETY: the export name matches its type alias (the WDK prototypes;
+        // KeQuerySystemTime and its precise variant share one), here and in
+        // the blocks below.
+        let allocate_pool2 = unsafe { routine(find(utf16!("ExAllocatePool2"))) };
+        // SAFETY: as above.
+        let query_system_time = unsafe { routine(time) };
+        // SAFETY: as above.
+        let register_registry_callback = unsafe { routine(find(utf16!("CmRegisterCallbackEx"))) };
+        // SAFETY: as above.
+        let unregister_registry_callback = unsafe { routine(find(utf16!("CmUnRegisterCallback"))) };
+        Self {
+            allocate_pool2,
+            query_system_time,
+            register_registry_callback,
+            unregister_registry_callback,
+            process_type: find(utf16!("PsProcessType")).cast(),
+            thread_type: find(utf16!("PsThreadType")).cast(),
+        }
+    }
+}

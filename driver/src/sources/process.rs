@@ -1,0 +1,46 @@
+//! Process create and exit (`PsSetCreateProcessNotifyRoutineEx`).
+//!
+//! The kernel requires the image to carry the force-integrity flag for this
+//! routine (it returns `STATUS_ACCESS_DENIED` otherwise); wdk-build links
+//! with /INTEGRITYCHECK and `tests/tests/driver_image.rs` checks it.
+
+use kstack_abi::{SourceFacts, source::Lifecycle};
+use wdk_sys::{
+    HANDLE, NTSTATUS, PEPROCESS, PPS_CREATE_NOTIFY_INFO, ntddk::PsSetCreateProcessNotifyRoutineEx,
+};
+
+use crate::{kernel::handle_to_id, loaded};
+
+/// The callback.
+///
+/// Max IRQL: `PASSIVE_LEVEL` (process notify routines run there).
+unsafe extern "C" fn on_process(
+    _process: PEPROCESS,
+    process_id: HANDLE,
+    create_info: PPS_CREATE_NOTIFY_INFO,
+) {
+    // SAFETY: the kernel passes null on exit and a valid structure on create.
+    let create = unsafe { create_info.as_ref() };
+    let facts = SourceFacts::Process {
+        event: if create.is_some() {
+            Lifecycle::Create
+        } else {
+            Lifecycle::Exit
+        },
+        process_id: handle_to_id(process_id),
+        parent_process_id: create.map_or(0, |info| handle_to_id(info.ParentProcessId)),
+    };
+    loaded::record(|_| Some(facts));
+}
+
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn register() -> NTSTATUS {
+    // SAFETY: registers a routine that lives as long as the driver image.
+    unsafe { PsSetCreateProcessNotifyRoutineEx(Some(on_process), 0) }
+}
+
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn unregister() {
+    // SAFETY: removes the routine registered by `register`.
+    let _ = unsafe { PsSetCreateProcessNotifyRoutineEx(Some(on_process), 1) };
+}

@@ -1,0 +1,86 @@
+//! Registry operations (`CmRegisterCallbackEx`), looked up at load: a kernel
+//! without it (Wine 8) reports the source unavailable.
+
+use core::{
+    ffi::c_void,
+    ptr,
+    sync::atomic::{AtomicI64, Ordering},
+};
+
+use kstack_abi::SourceFacts;
+use wdk_sys::{
+    DRIVER_OBJECT, LARGE_INTEGER, NTSTATUS, PVOID, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
+};
+
+use crate::{
+    kernel::{unicode_string, utf16},
+    loaded,
+    routines::Routines,
+};
+
+/// The callback's registration.
+pub struct RegistryCallback {
+    cookie: AtomicI64,
+}
+
+/// The callback. `argument1` is the operation's `REG_NOTIFY_CLASS`.
+///
+/// Max IRQL: `PASSIVE_LEVEL` (registry callbacks run there).
+unsafe extern "C" fn on_registry(_context: PVOID, argument1: PVOID, _argument2: PVOID) -> NTSTATUS {
+    let notify_class = u32::try_from(argument1 as usize).unwrap_or(u32::MAX);
+    loaded::record(|_| Some(SourceFacts::Registry { notify_class }));
+    // kstack only observes: every operation proceeds.
+    STATUS_SUCCESS
+}
+
+impl RegistryCallback {
+    pub const fn new() -> Self {
+        Self {
+            cookie: AtomicI64::new(0),
+        }
+    }
+
+    /// Registers, if the kernel has both routines.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub fn register(&self, routines: &Routines, driver: *mut DRIVER_OBJECT) -> NTSTATUS {
+        let (Some(register), Some(_)) = (
+            routines.register_registry_callback,
+            routines.unregister_registry_callback,
+        ) else {
+            return STATUS_NOT_SUPPORTED;
+        };
+        // Registry callbacks are ordered by altitude; kstack observes only.
+        let altitude = unicode_string(utf16!("385290"));
+        let mut cookie = LARGE_INTEGER::default();
+        // SAFETY: the routine is CmRegisterCallbackEx; the callback lives as
+        // long as the image, `altitude` and `cookie` outlive the call.
+        let status = unsafe {
+            register(
+                Some(on_registry),
+                &raw const altitude,
+                driver.cast::<c_void>(),
+                ptr::null_mut(),
+                &raw mut cookie,
+                ptr::null_mut(),
+            )
+        };
+        if status >= 0 {
+            // SAFETY: QuadPart is the whole value of the union.
+            self.cookie
+                .store(unsafe { cookie.QuadPart }, Ordering::Relaxed);
+        }
+        status
+    }
+
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub fn unregister(&self, routines: &Routines) {
+        if let Some(unregister) = routines.unregister_registry_callback {
+            let cookie = LARGE_INTEGER {
+                QuadPart: self.cookie.load(Ordering::Relaxed),
+            };
+            // SAFETY: the cookie came from a successful registration.
+            let _ = unsafe { unregister(cookie) };
+        }
+    }
+}
