@@ -67,6 +67,15 @@ pub enum ClientError {
         /// The driver's version.
         driver: u32,
     },
+    /// A configuration the driver would refuse, caught before sending.
+    InvalidConfig(kstack_abi::ConfigError),
+    /// A read's header and records disagree.
+    CountMismatch {
+        /// Records the header declares.
+        declared: u32,
+        /// Records found.
+        found: usize,
+    },
     /// The driver's reply did not decode.
     Malformed {
         /// The request.
@@ -87,7 +96,8 @@ impl ClientError {
             Self::NeedsWindows | Self::Open { .. } => exit_code::DRIVER_UNAVAILABLE,
             Self::Refused { .. } => exit_code::REQUEST_REFUSED,
             Self::AbiMismatch { .. } => exit_code::ABI_MISMATCH,
-            Self::Malformed { .. } => exit_code::MALFORMED_REPLY,
+            Self::InvalidConfig(_) => exit_code::USAGE,
+            Self::Malformed { .. } | Self::CountMismatch { .. } => exit_code::MALFORMED_REPLY,
         }
     }
 
@@ -138,6 +148,11 @@ impl fmt::Display for ClientError {
                 f,
                 "the driver speaks ABI version {driver}, this client {ABI_VERSION}: use the client built with \
                  the running kstack.sys"
+            ),
+            Self::InvalidConfig(error) => write!(f, "invalid configuration: {error}"),
+            Self::CountMismatch { declared, found } => write!(
+                f,
+                "the driver's read reply declares {declared} records but holds {found}"
             ),
             Self::Malformed { request, error } => {
                 write!(

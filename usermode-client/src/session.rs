@@ -2,12 +2,13 @@
 //! with kstack-abi, check the reply's status, decode it with kstack-abi.
 
 use kstack_abi::{
-    Ioctl, StatusResponse,
-    messages::STATUS_RESPONSE_SIZE,
-    ntstatus::{STATUS_BUFFER_OVERFLOW, STATUS_SUCCESS},
+    CaptureConfig, Ioctl, MAX_RECORD_SIZE, ReadHeader, StatusResponse, decode_record,
+    ioctl::MIN_READ_BUFFER,
+    messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
+    ntstatus::{NtStatus, STATUS_BUFFER_OVERFLOW, STATUS_BUFFER_TOO_SMALL, STATUS_SUCCESS},
 };
 
-use crate::{error::ClientError, transport::Transport};
+use crate::{error::ClientError, trace::TraceRecord, transport::Transport};
 
 /// Asks for the driver's status. A driver of another ABI version is
 /// reported as a mismatch, whatever its status layout.
@@ -29,11 +30,181 @@ pub fn status(transport: &mut impl Transport) -> Result<StatusResponse, ClientEr
     StatusResponse::decode(written).map_err(|error| ClientError::from_reply(Ioctl::Status, error))
 }
 
+/// Sends a request that returns nothing.
+fn command(
+    transport: &mut impl Transport,
+    request: Ioctl,
+    input: &[u8],
+) -> Result<(), ClientError> {
+    let reply = transport.control(request.code(), input, &mut []);
+    check(request, reply.status)
+}
+
+fn check(request: Ioctl, status: NtStatus) -> Result<(), ClientError> {
+    if status == STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(ClientError::Refused { request, status })
+    }
+}
+
+/// Replaces the capture configuration. The client validates it first with
+/// the same code the driver uses, so a bad value is explained before
+/// anything is sent.
+///
+/// # Errors
+/// [`ClientError::InvalidConfig`], or the driver's refusal.
+pub fn configure(
+    transport: &mut impl Transport,
+    config: &CaptureConfig,
+) -> Result<(), ClientError> {
+    config.validate().map_err(ClientError::InvalidConfig)?;
+    command(
+        transport,
+        Ioctl::Configure,
+        &encode_configure_request(config),
+    )
+}
+
+/// Discards every record in the ring.
+///
+/// # Errors
+/// The driver's refusal (busy while another reader drains).
+pub fn clear(transport: &mut impl Transport) -> Result<(), ClientError> {
+    command(transport, Ioctl::Clear, &[])
+}
+
+/// Captures the calling request's stack in the driver.
+///
+/// # Errors
+/// The driver's refusal or a malformed reply.
+pub fn capture_now(transport: &mut impl Transport, tag: u64) -> Result<TraceRecord, ClientError> {
+    let mut output = [0_u8; MAX_RECORD_SIZE];
+    let reply = transport.control(
+        Ioctl::CaptureNow.code(),
+        &encode_capture_now_request(tag),
+        &mut output,
+    );
+    check(Ioctl::CaptureNow, reply.status)?;
+    let written = output.get(..reply.information).unwrap_or(&output);
+    let (record, _) = decode_record(written)
+        .map_err(|error| ClientError::from_reply(Ioctl::CaptureNow, error))?;
+    Ok(TraceRecord::from(&record))
+}
+
+/// The largest read buffer the reader grows to.
+const MAX_READ_BUFFER: usize = 4 << 20;
+
+/// Drains the ring through a buffer that grows while reads come back full.
+pub struct Reader {
+    buffer: Vec<u8>,
+}
+
+/// What one read returned.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub records: Vec<TraceRecord>,
+    /// Records were still waiting when the buffer filled.
+    pub more_pending: bool,
+    /// The driver's drop counter at the time of the read.
+    pub dropped: u64,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Self {
+            buffer: vec![0; 64 << 10],
+        }
+    }
+}
+
+impl Reader {
+    /// Reads once: whole records only, every one checked.
+    ///
+    /// # Errors
+    /// The driver's refusal, or a malformed reply (a record that does not
+    /// decode, a count that disagrees with the records).
+    pub fn read(&mut self, transport: &mut impl Transport) -> Result<Batch, ClientError> {
+        let reply = transport.control(Ioctl::Read.code(), &[], &mut self.buffer);
+        if reply.status == STATUS_BUFFER_TOO_SMALL {
+            self.grow();
+        }
+        check(Ioctl::Read, reply.status)?;
+        let malformed = |error| ClientError::from_reply(Ioctl::Read, error);
+        let written = self.buffer.get(..reply.information).unwrap_or(&self.buffer);
+        let (header, records) = ReadHeader::decode(written).map_err(malformed)?;
+        let records = records
+            .map(|record| record.map(|view| TraceRecord::from(&view)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(malformed)?;
+        if records.len() != header.record_count as usize {
+            return Err(ClientError::CountMismatch {
+                declared: header.record_count,
+                found: records.len(),
+            });
+        }
+        if header.more_pending {
+            self.grow();
+        }
+        Ok(Batch {
+            records,
+            more_pending: header.more_pending,
+            dropped: header.dropped,
+        })
+    }
+
+    fn grow(&mut self) {
+        let size = (self.buffer.len() * 2).clamp(MIN_READ_BUFFER, MAX_READ_BUFFER);
+        self.buffer.resize(size, 0);
+    }
+}
+
+/// Accounts for sequence numbers across reads: every number the driver
+/// spent is a record received, dropped (ring full) or cleared.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SequenceTracker {
+    pub received: u64,
+    lowest: Option<u64>,
+    highest: Option<u64>,
+}
+
+impl SequenceTracker {
+    /// Notes one received record (records not kept in the ring carry 0).
+    pub fn note(&mut self, sequence: u64) {
+        if sequence == 0 {
+            return;
+        }
+        self.received += 1;
+        self.lowest = Some(self.lowest.map_or(sequence, |lowest| lowest.min(sequence)));
+        self.highest = Some(
+            self.highest
+                .map_or(sequence, |highest| highest.max(sequence)),
+        );
+    }
+
+    /// Sequence numbers between the lowest and highest seen that never
+    /// arrived.
+    #[must_use]
+    pub fn gaps(&self) -> u64 {
+        match (self.lowest, self.highest) {
+            (Some(lowest), Some(highest)) => (highest - lowest + 1).saturating_sub(self.received),
+            _ => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 pub mod tests {
     use kstack_abi::{
         ABI_VERSION, CaptureConfig, DecodeError, PagingExecutive, Source, SourceStatus,
         ntstatus::{NtStatus, STATUS_INVALID_DEVICE_REQUEST},
+    };
+
+    use kstack_abi::{
+        RecordFlags, RecordHeader, SourceFacts, SourceSet, encode_record,
+        messages::READ_HEADER_SIZE,
+        ntstatus::{KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, STATUS_DEVICE_BUSY},
+        stack_id,
     };
 
     use super::*;
@@ -164,5 +335,158 @@ pub mod tests {
                 }
             })
         );
+    }
+
+    fn record_bytes(sequence: u64) -> Vec<u8> {
+        let frames = [0xFFFF_F800_0000_1000_u64, 0xFFFF_F800_0000_2000];
+        let header = RecordHeader {
+            sequence,
+            timestamp: 0,
+            process_id: 4,
+            thread_id: 8,
+            processor: 0,
+            irql: 0,
+            flags: RecordFlags::NONE,
+            os_hash: 1,
+            stack_id: stack_id(frames),
+            facts: SourceFacts::OnDemand { tag: 3 },
+        };
+        let mut out = vec![0; MAX_RECORD_SIZE];
+        let size = encode_record(&header, &frames, &mut out).unwrap();
+        out.truncate(size);
+        out
+    }
+
+    fn read_reply(sequences: &[u64], declared: u32, more_pending: bool) -> Vec<u8> {
+        let payload: Vec<u8> = sequences
+            .iter()
+            .flat_map(|&sequence| record_bytes(sequence))
+            .collect();
+        let mut bytes = vec![0; READ_HEADER_SIZE];
+        ReadHeader {
+            record_count: declared,
+            payload_bytes: u32::try_from(payload.len()).unwrap(),
+            more_pending,
+            dropped: 2,
+        }
+        .encode(&mut bytes);
+        bytes.extend(payload);
+        bytes
+    }
+
+    #[test]
+    fn a_read_decodes_every_record_and_grows_when_full() {
+        let mut driver = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: read_reply(&[1, 2], 2, true),
+            requests: vec![],
+        };
+        let mut reader = Reader::default();
+        let before = reader.buffer.len();
+        let batch = reader.read(&mut driver).unwrap();
+        assert_eq!(
+            batch.records.iter().map(|r| r.sequence).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert!(batch.more_pending);
+        assert_eq!(batch.dropped, 2);
+        assert_eq!(reader.buffer.len(), before * 2);
+    }
+
+    #[test]
+    fn a_read_whose_count_disagrees_is_an_error() {
+        let mut driver = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: read_reply(&[1, 2], 3, false),
+            requests: vec![],
+        };
+        assert_eq!(
+            Reader::default().read(&mut driver),
+            Err(ClientError::CountMismatch {
+                declared: 3,
+                found: 2
+            })
+        );
+        let mut bytes = read_reply(&[1], 1, false);
+        bytes.truncate(bytes.len() - 1);
+        let mut truncated = Scripted {
+            status: STATUS_SUCCESS,
+            bytes,
+            requests: vec![],
+        };
+        assert!(matches!(
+            Reader::default().read(&mut truncated),
+            Err(ClientError::Malformed { .. })
+        ));
+        let mut busy = Scripted {
+            status: STATUS_DEVICE_BUSY,
+            bytes: vec![],
+            requests: vec![],
+        };
+        assert_eq!(
+            Reader::default().read(&mut busy),
+            Err(ClientError::Refused {
+                request: Ioctl::Read,
+                status: STATUS_DEVICE_BUSY
+            })
+        );
+    }
+
+    #[test]
+    fn capture_now_decodes_the_record() {
+        let mut driver = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: record_bytes(0),
+            requests: vec![],
+        };
+        let record = capture_now(&mut driver, 3).unwrap();
+        assert_eq!(record.facts, SourceFacts::OnDemand { tag: 3 });
+        assert_eq!(record.frames.len(), 2);
+        assert_eq!(driver.requests, [Ioctl::CaptureNow.code()]);
+    }
+
+    #[test]
+    fn configure_validates_before_sending() {
+        let mut driver = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: vec![],
+            requests: vec![],
+        };
+        let bad = CaptureConfig {
+            frames_to_capture: 0,
+            ..CaptureConfig::default()
+        };
+        assert!(matches!(
+            configure(&mut driver, &bad),
+            Err(ClientError::InvalidConfig(_))
+        ));
+        assert!(driver.requests.is_empty(), "nothing sent");
+        let timer = CaptureConfig {
+            sources: SourceSet::ALL,
+            ..CaptureConfig::default()
+        };
+        let mut refusing = Scripted {
+            status: KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
+            bytes: vec![],
+            requests: vec![],
+        };
+        assert_eq!(
+            configure(&mut refusing, &timer),
+            Err(ClientError::Refused {
+                request: Ioctl::Configure,
+                status: KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED
+            })
+        );
+    }
+
+    #[test]
+    fn sequence_tracker_counts_gaps() {
+        let mut tracker = SequenceTracker::default();
+        assert_eq!(tracker.gaps(), 0);
+        for sequence in [3, 5, 4, 9, 0] {
+            tracker.note(sequence);
+        }
+        assert_eq!(tracker.received, 4);
+        assert_eq!(tracker.gaps(), 3, "6, 7 and 8 never arrived");
     }
 }

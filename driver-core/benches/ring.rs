@@ -1,0 +1,288 @@
+//! Host benchmarks of the record ring (criterion): publishing a 32-frame
+//! record with one and two producers against a plain encode into a buffer,
+//! and draining a full ring and decoding what it held.
+//!
+//! Run with `cargo bench -p kstack-driver-core --bench ring`. Every
+//! benchmark counts one record as one element, so criterion reports time per
+//! record and records per second. The results and the spec's targets are in
+//! `docs/performance.md`.
+
+use std::{
+    hint::black_box,
+    sync::Barrier,
+    thread,
+    time::{Duration, Instant},
+};
+
+use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
+use kstack_abi::{
+    MAX_RECORD_SIZE, RecordFlags, RecordHeader, Records, SourceFacts, encode_record, stack_id,
+};
+use kstack_driver_core::{RecordRing, Slot};
+
+/// Frames per benchmarked record (the default `frames_to_capture`).
+const FRAMES: usize = 32;
+/// Slots in every benchmarked ring: 4096 records of 576 bytes, 2.3 MiB.
+const RING_CAPACITY: u64 = 4096;
+/// Bytes one drain may copy out, as a client's read buffer.
+const DRAIN_BUFFER: usize = 256 * 1024;
+
+/// 32 return addresses that look like a timer DPC's kernel stack: spread
+/// over ntoskrnl's and a few drivers' images in the x64 kernel range.
+fn kernel_frames() -> [u64; FRAMES] {
+    const IMAGE_BASES: [u64; 4] = [
+        0xFFFF_F803_1A40_0000, // ntoskrnl.exe
+        0xFFFF_F803_1E20_0000, // hal.dll
+        0xFFFF_F803_2C10_0000, // a filter driver
+        0xFFFF_F803_3B80_0000, // kstack.sys
+    ];
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    core::array::from_fn(|index| {
+        // xorshift64: fixed, varied offsets below 8 MiB into each image.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        IMAGE_BASES[index % IMAGE_BASES.len()] + (state & 0x7F_FFFF)
+    })
+}
+
+/// A timer record's header for `frames`, as the capture path builds it.
+fn timer_header(frames: &[u64; FRAMES], processor: u32) -> RecordHeader {
+    RecordHeader {
+        sequence: 1,
+        timestamp: 134_081_000_000_000_000,
+        process_id: 4,
+        thread_id: 0,
+        processor,
+        irql: 2,
+        // The walk filled all 32 frames asked for.
+        flags: RecordFlags::TRUNCATED,
+        // Windows' BackTraceHash is the low 32 bits of the sum of the frames.
+        os_hash: u32::try_from(frames.iter().copied().fold(0_u64, u64::wrapping_add) & 0xFFFF_FFFF)
+            .expect("masked to 32 bits"),
+        stack_id: stack_id(frames.iter().copied()),
+        facts: SourceFacts::Timer,
+    }
+}
+
+/// The slots of a fresh ring of `RING_CAPACITY` records.
+fn fresh_slots() -> Vec<Slot> {
+    (0..RING_CAPACITY).map(Slot::new).collect()
+}
+
+/// Empties the ring (not timed) so the next round's publishes all find a
+/// free slot.
+fn empty(ring: &RecordRing<'_>) {
+    ring.consumer()
+        .expect("the benchmark is the only consumer")
+        .discard_all();
+    assert!(ring.is_empty());
+}
+
+/// Publishes `count` records with sequence numbers from `first`; returns how
+/// many found the ring full.
+fn publish_records(
+    ring: &RecordRing<'_>,
+    header: &RecordHeader,
+    frames: &[u64; FRAMES],
+    first: u64,
+    count: u64,
+) -> u64 {
+    let mut full = 0;
+    for sequence in first..first + count {
+        let header = RecordHeader {
+            sequence,
+            ..*header
+        };
+        let published = ring.publish(|slot| {
+            encode_record(&header, frames, slot).expect("32 frames fit a slot");
+        });
+        if published.is_err() {
+            full += 1;
+        }
+    }
+    full
+}
+
+/// The rounds an `iters`-record measurement is cut into: at most one ring's
+/// worth each, so a round never meets a full ring.
+fn rounds(iters: u64) -> impl Iterator<Item = u64> {
+    let full_rounds = iters / RING_CAPACITY;
+    let rest = iters % RING_CAPACITY;
+    std::iter::repeat_n(
+        RING_CAPACITY,
+        usize::try_from(full_rounds).unwrap_or(usize::MAX),
+    )
+    .chain((rest > 0).then_some(rest))
+}
+
+/// A group timing one record per iteration, kept short (the whole bench runs
+/// in well under two minutes on two cores).
+fn record_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .throughput(Throughput::Elements(1))
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group
+}
+
+/// Publishing one 32-frame timer record (encoded straight into the claimed
+/// slot), by one producer and by two concurrent producers, beside the same
+/// encode into a plain buffer.
+///
+/// A publish that finds the ring full costs far less than a real one (no
+/// encode, no copy), so a measurement with any drop would be meaningless.
+/// Each measurement is therefore cut into rounds of at most `RING_CAPACITY`
+/// records, the ring is emptied between rounds outside the timed region,
+/// and every round asserts that none of its publishes met a full ring (and
+/// the ring's drop counter is checked to be still zero at the end).
+fn publish_32_frames(c: &mut Criterion) {
+    let frames = kernel_frames();
+    let mut group = record_group(c, "publish_32_frames");
+
+    let slots = fresh_slots();
+    let ring = RecordRing::new(&slots);
+    let header = timer_header(&frames, 0);
+    group.bench_function("ring_1_producer", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            let mut sequence = 0;
+            for count in rounds(iters) {
+                empty(&ring);
+                let start = Instant::now();
+                let full = publish_records(
+                    &ring,
+                    black_box(&header),
+                    black_box(&frames),
+                    sequence,
+                    count,
+                );
+                elapsed += start.elapsed();
+                assert_eq!(full, 0, "a timed publish met a full ring");
+                sequence += count;
+            }
+            elapsed
+        });
+    });
+    assert_eq!(ring.dropped(), 0);
+
+    // Two threads each publish half of every round. The time of a round is
+    // from the first producer's start to the last one's end, as each thread
+    // measures it: thread start-up and the barriers are not timed.
+    let slots = fresh_slots();
+    let ring = RecordRing::new(&slots);
+    group.bench_function("ring_2_producers", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds(iters) {
+                empty(&ring);
+                let halves = [count / 2, count - count / 2];
+                let go = Barrier::new(halves.len());
+                let spans: Vec<(Instant, Instant, u64)> = thread::scope(|scope| {
+                    let workers: Vec<_> = halves
+                        .iter()
+                        .zip(0_u32..)
+                        .map(|(&half, producer)| {
+                            let (ring, go, frames) = (&ring, &go, &frames);
+                            scope.spawn(move || {
+                                let header = timer_header(frames, producer);
+                                let first = u64::from(producer) << 32;
+                                go.wait();
+                                let start = Instant::now();
+                                let full = publish_records(
+                                    ring,
+                                    black_box(&header),
+                                    black_box(frames),
+                                    first,
+                                    half,
+                                );
+                                (start, Instant::now(), full)
+                            })
+                        })
+                        .collect();
+                    workers
+                        .into_iter()
+                        .map(|worker| worker.join().expect("producer panicked"))
+                        .collect()
+                });
+                let first_start = spans.iter().map(|span| span.0).min().expect("2 producers");
+                let last_end = spans.iter().map(|span| span.1).max().expect("2 producers");
+                elapsed += last_end - first_start;
+                let full: u64 = spans.iter().map(|span| span.2).sum();
+                assert_eq!(full, 0, "a timed publish met a full ring");
+            }
+            elapsed
+        });
+    });
+    assert_eq!(ring.dropped(), 0);
+
+    // The baseline: the same encode into a plain slot-sized buffer, no ring.
+    let mut buffer = [0_u8; MAX_RECORD_SIZE];
+    let mut sequence = 0_u64;
+    group.bench_function("plain_copy", |b| {
+        b.iter(|| {
+            sequence += 1;
+            let header = RecordHeader {
+                sequence,
+                ..*black_box(&header)
+            };
+            encode_record(&header, black_box(&frames), &mut buffer).expect("32 frames fit a slot");
+            black_box(&mut buffer);
+        });
+    });
+    group.finish();
+}
+
+/// Draining a ring of `RING_CAPACITY` 32-frame records into a client-sized
+/// buffer and decoding every record, frames included. The ring is filled
+/// outside the timed region before each round.
+fn drain_and_decode(c: &mut Criterion) {
+    let frames = kernel_frames();
+    let header = timer_header(&frames, 0);
+    let slots = fresh_slots();
+    let ring = RecordRing::new(&slots);
+    let mut buffer = vec![0_u8; DRAIN_BUFFER];
+    let mut group = record_group(c, "drain_and_decode");
+    group.bench_function("ring_4096_into_256KiB", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds(iters) {
+                empty(&ring);
+                assert_eq!(publish_records(&ring, &header, &frames, 0, count), 0);
+                let start = Instant::now();
+                let mut consumer = ring.consumer().expect("the only consumer");
+                let (mut drained, mut decoded, mut sum) = (0_u64, 0_u64, 0_u64);
+                loop {
+                    let batch = consumer.drain(&mut buffer);
+                    if batch.records == 0 {
+                        break;
+                    }
+                    drained += u64::from(batch.records);
+                    for record in Records::new(&buffer[..batch.bytes]) {
+                        let record = record.expect("the ring holds valid records");
+                        sum = sum
+                            .wrapping_add(record.header.sequence)
+                            .wrapping_add(record.frames().fold(0, u64::wrapping_add));
+                        decoded += 1;
+                    }
+                }
+                drop(consumer);
+                black_box(sum);
+                elapsed += start.elapsed();
+                assert_eq!((drained, decoded), (count, count));
+            }
+            elapsed
+        });
+    });
+    group.finish();
+    assert_eq!(ring.dropped(), 0);
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    publish_32_frames(&mut criterion);
+    drain_and_decode(&mut criterion);
+    criterion.final_summary();
+}

@@ -1,0 +1,344 @@
+//! Trace records as the client keeps them (owned, decoded by kstack-abi),
+//! and their two renderings: a readable block, and one JSON line.
+
+use std::fmt::Write as _;
+
+use kstack_abi::{
+    RecordFlags, RecordView, Source, SourceFacts,
+    source::{HandleOperation, Lifecycle, ObjectKind},
+};
+use serde_json::{Value, json};
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+
+/// Version of the JSON line schema (README, "JSON output").
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
+/// One trace record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRecord {
+    pub sequence: u64,
+    pub timestamp: u64,
+    pub process_id: u32,
+    pub thread_id: u32,
+    pub processor: u32,
+    pub irql: u8,
+    pub flags: RecordFlags,
+    pub os_hash: u32,
+    pub stack_id: u64,
+    pub facts: SourceFacts,
+    pub frames: Vec<u64>,
+}
+
+impl From<&RecordView<'_>> for TraceRecord {
+    fn from(view: &RecordView<'_>) -> Self {
+        let header = view.header;
+        Self {
+            sequence: header.sequence,
+            timestamp: header.timestamp,
+            process_id: header.process_id,
+            thread_id: header.thread_id,
+            processor: header.processor,
+            irql: header.irql,
+            flags: header.flags,
+            os_hash: header.os_hash,
+            stack_id: header.stack_id,
+            facts: header.facts,
+            frames: view.frames().collect(),
+        }
+    }
+}
+
+/// 100 ns intervals between 1601-01-01 and 1970-01-01.
+const UNIX_EPOCH_AS_FILETIME: u64 = 116_444_736_000_000_000;
+
+/// A Windows system time (100 ns units since 1601) as RFC 3339 UTC, or
+/// `None` when the driver had no clock (0) or the value is out of range.
+#[must_use]
+pub fn system_time_text(filetime: u64) -> Option<String> {
+    let since_unix = filetime.checked_sub(UNIX_EPOCH_AS_FILETIME)?;
+    let nanos = i128::from(since_unix) * 100;
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()?
+        .format(&Rfc3339)
+        .ok()
+}
+
+impl TraceRecord {
+    /// The source that captured it.
+    #[must_use]
+    pub const fn source(&self) -> Source {
+        self.facts.source()
+    }
+
+    /// What the source knew, in words.
+    #[must_use]
+    pub fn facts_text(&self) -> String {
+        match self.facts {
+            SourceFacts::Process {
+                event,
+                process_id,
+                parent_process_id,
+            } => match event {
+                Lifecycle::Create => format!("process {process_id} created by {parent_process_id}"),
+                Lifecycle::Exit => format!("process {process_id} exited"),
+            },
+            SourceFacts::Thread {
+                event,
+                process_id,
+                thread_id,
+            } => {
+                format!(
+                    "thread {thread_id} of process {process_id} {}",
+                    lifecycle_word(event)
+                )
+            }
+            SourceFacts::ImageLoad {
+                image_base,
+                image_size,
+                process_id,
+            } => {
+                format!(
+                    "image at {image_base:#x} ({image_size:#x} bytes) into process {process_id}"
+                )
+            }
+            SourceFacts::Registry { notify_class } => {
+                format!("registry operation class {notify_class}")
+            }
+            SourceFacts::ObjectHandle {
+                operation,
+                object,
+                desired_access,
+                target_process_id,
+            } => format!(
+                "{} {} handle, access {desired_access:#x}, target process {target_process_id}",
+                handle_operation_word(operation),
+                object_word(object)
+            ),
+            SourceFacts::Timer => "timer sample".to_owned(),
+            SourceFacts::OnDemand { tag } => format!("capture-now, tag {tag}"),
+        }
+    }
+
+    /// The readable block: a header line, then one line per frame.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let time = system_time_text(self.timestamp).unwrap_or_else(|| "time unknown".to_owned());
+        let _ = write!(
+            out,
+            "#{} {} {time} pid {} tid {} cpu {} irql {} stack {:016x} os-hash {:08x}: {}",
+            self.sequence,
+            self.source().name(),
+            self.process_id,
+            self.thread_id,
+            self.processor,
+            self.irql,
+            self.stack_id,
+            self.os_hash,
+            self.facts_text()
+        );
+        if self.flags.contains(RecordFlags::TRUNCATED) {
+            out.push_str(" [truncated]");
+        }
+        if self.flags.contains(RecordFlags::NOT_IN_RING) {
+            out.push_str(" [not kept in the ring]");
+        }
+        out.push('\n');
+        for (index, frame) in self.frames.iter().enumerate() {
+            let _ = writeln!(out, "  {index:>2}  {frame:#018x}");
+        }
+        out
+    }
+
+    /// One JSON line (schema version [`JSON_SCHEMA_VERSION`]).
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        let mut flags = Vec::new();
+        if self.flags.contains(RecordFlags::TRUNCATED) {
+            flags.push("truncated");
+        }
+        if self.flags.contains(RecordFlags::NOT_IN_RING) {
+            flags.push("not_in_ring");
+        }
+        json!({
+            "schema": JSON_SCHEMA_VERSION,
+            "sequence": self.sequence,
+            "source": self.source().name(),
+            "time": system_time_text(self.timestamp),
+            "system_time_100ns": self.timestamp,
+            "process_id": self.process_id,
+            "thread_id": self.thread_id,
+            "processor": self.processor,
+            "irql": self.irql,
+            "flags": flags,
+            "os_hash": format!("{:#010x}", self.os_hash),
+            "stack_id": format!("{:#018x}", self.stack_id),
+            "facts": facts_json(&self.facts),
+            "frames": self.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
+        })
+    }
+}
+
+const fn lifecycle_word(event: Lifecycle) -> &'static str {
+    match event {
+        Lifecycle::Create => "created",
+        Lifecycle::Exit => "exited",
+    }
+}
+
+const fn handle_operation_word(operation: HandleOperation) -> &'static str {
+    match operation {
+        HandleOperation::Create => "open",
+        HandleOperation::Duplicate => "duplicate",
+    }
+}
+
+const fn object_word(object: ObjectKind) -> &'static str {
+    match object {
+        ObjectKind::Process => "process",
+        ObjectKind::Thread => "thread",
+    }
+}
+
+fn facts_json(facts: &SourceFacts) -> Value {
+    match *facts {
+        SourceFacts::Process {
+            event,
+            process_id,
+            parent_process_id,
+        } => json!({
+            "event": lifecycle_word(event), "process_id": process_id, "parent_process_id": parent_process_id
+        }),
+        SourceFacts::Thread {
+            event,
+            process_id,
+            thread_id,
+        } => json!({
+            "event": lifecycle_word(event), "process_id": process_id, "thread_id": thread_id
+        }),
+        SourceFacts::ImageLoad {
+            image_base,
+            image_size,
+            process_id,
+        } => json!({
+            "image_base": format!("{image_base:#x}"), "image_size": image_size, "process_id": process_id
+        }),
+        SourceFacts::Registry { notify_class } => json!({ "notify_class": notify_class }),
+        SourceFacts::ObjectHandle {
+            operation,
+            object,
+            desired_access,
+            target_process_id,
+        } => json!({
+            "operation": handle_operation_word(operation),
+            "object": object_word(object),
+            "desired_access": format!("{desired_access:#x}"),
+            "target_process_id": target_process_id,
+        }),
+        SourceFacts::Timer => json!({}),
+        SourceFacts::OnDemand { tag } => json!({ "tag": tag }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn sample() -> TraceRecord {
+        TraceRecord {
+            sequence: 7,
+            timestamp: UNIX_EPOCH_AS_FILETIME + 17_637_984_010_000_000,
+            process_id: 4,
+            thread_id: 96,
+            processor: 1,
+            irql: 2,
+            flags: RecordFlags::TRUNCATED,
+            os_hash: 0xDEAD_BEEF,
+            stack_id: 0x0123_4567_89AB_CDEF,
+            facts: SourceFacts::Timer,
+            frames: vec![0xFFFF_F800_1234_5678, 0xFFFF_F800_0000_1000],
+        }
+    }
+
+    #[test]
+    fn system_time_converts_to_utc() {
+        assert_eq!(
+            system_time_text(UNIX_EPOCH_AS_FILETIME).as_deref(),
+            Some("1970-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            system_time_text(sample().timestamp).as_deref(),
+            Some("2025-11-22T08:00:01Z")
+        );
+        assert_eq!(
+            system_time_text(0),
+            None,
+            "before 1970: treated as no clock"
+        );
+    }
+
+    #[test]
+    fn text_has_header_and_numbered_frames() {
+        let text = sample().to_text();
+        assert_eq!(
+            text,
+            "#7 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2 stack 0123456789abcdef os-hash deadbeef: \
+             timer sample [truncated]\n   0  0xfffff80012345678\n   1  0xfffff80000001000\n"
+        );
+    }
+
+    #[test]
+    fn json_line_has_the_documented_fields() {
+        let value = sample().to_json();
+        assert_eq!(value["schema"], 1);
+        assert_eq!(value["source"], "timer");
+        assert_eq!(value["stack_id"], "0x0123456789abcdef");
+        assert_eq!(value["os_hash"], "0xdeadbeef");
+        assert_eq!(value["flags"], json!(["truncated"]));
+        assert_eq!(
+            value["frames"],
+            json!(["0xfffff80012345678", "0xfffff80000001000"])
+        );
+        assert_eq!(value["time"], "2025-11-22T08:00:01Z");
+    }
+
+    #[test]
+    fn every_source_has_words_and_json_facts() {
+        let all = [
+            SourceFacts::Process {
+                event: Lifecycle::Create,
+                process_id: 8,
+                parent_process_id: 4,
+            },
+            SourceFacts::Thread {
+                event: Lifecycle::Exit,
+                process_id: 8,
+                thread_id: 12,
+            },
+            SourceFacts::ImageLoad {
+                image_base: 0x1000,
+                image_size: 0x2000,
+                process_id: 0,
+            },
+            SourceFacts::Registry { notify_class: 3 },
+            SourceFacts::ObjectHandle {
+                operation: HandleOperation::Duplicate,
+                object: ObjectKind::Thread,
+                desired_access: 0x40,
+                target_process_id: 8,
+            },
+            SourceFacts::Timer,
+            SourceFacts::OnDemand { tag: 5 },
+        ];
+        for facts in all {
+            let record = TraceRecord { facts, ..sample() };
+            assert!(!record.facts_text().is_empty());
+            assert!(record.to_json()["facts"].is_object());
+        }
+        let create = TraceRecord {
+            facts: all[0],
+            ..sample()
+        };
+        assert_eq!(create.facts_text(), "process 8 created by 4");
+    }
+}
