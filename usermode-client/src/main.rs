@@ -39,7 +39,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Driver and ABI version, paging policy, sources, counters, ring fill.
-    Status,
+    Status(OutputArgs),
     /// Show or change what is captured (no options: show).
     Config(ConfigArgs),
     /// Drain the ring once and print the records.
@@ -136,8 +136,13 @@ fn main() -> ExitCode {
 fn run(command: &Command) -> Result<(), ClientError> {
     let mut device = open_device()?;
     match command {
-        Command::Status => {
-            print!("{}", report::status(&session::status(&mut device)?));
+        Command::Status(output) => {
+            let status = session::status(&mut device)?;
+            if output.json {
+                println!("{}", report::status_json(&status));
+            } else {
+                print!("{}", report::status(&status));
+            }
         }
         Command::Config(args) => config(&mut device, args)?,
         Command::Read(output) => {

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use kstack_abi::{ABI_VERSION, KSTACK_VERSION, PagingExecutive, Source, StatusResponse};
+use serde_json::{Value, json};
 
 /// The `kstack status` report.
 #[must_use]
@@ -75,6 +76,48 @@ pub fn status(status: &StatusResponse) -> String {
     out
 }
 
+/// The `kstack status --json` object.
+#[must_use]
+pub fn status_json(status: &StatusResponse) -> Value {
+    let (major, minor, patch) = status.driver_version;
+    let config = &status.config;
+    let sources: Vec<Value> = Source::ALL
+        .iter()
+        .map(|&source| {
+            let state = &status.sources[source.index()];
+            json!({
+                "name": source.name(),
+                "available": state.available,
+                "enabled": config.sources.contains(source),
+                "registration": format!("{:#010x}", state.registration),
+                "captured": state.captured,
+                "skipped_irql": state.skipped_irql,
+            })
+        })
+        .collect();
+    json!({
+        "driver_version": format!("{major}.{minor}.{patch}"),
+        "abi_version": ABI_VERSION,
+        "disable_paging_executive": match status.paging_executive {
+            PagingExecutive::NotSet => Value::Null,
+            PagingExecutive::Value(value) => json!(value),
+        },
+        "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
+        "ring": { "ready": status.ring_ready, "capacity": status.ring_capacity, "used": status.ring_used },
+        "dropped": status.dropped,
+        "cleared": status.cleared,
+        "next_sequence": status.next_sequence,
+        "pool_allocations": status.outstanding_allocations,
+        "config": {
+            "frames_to_skip": config.frames_to_skip,
+            "frames_to_capture": config.frames_to_capture,
+            "process_filter": config.process_filter,
+            "timer_period_ms": config.timer_period_ms,
+        },
+        "sources": sources,
+    })
+}
+
 /// `DisablePagingExecutive` and what it means for capture.
 fn paging_executive(value: PagingExecutive) -> String {
     let consequence = if value.allows_elevated_walks() {
@@ -114,6 +157,16 @@ mod tests {
             text.contains("DisablePagingExecutive: not set; executive code may be paged out"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn status_json_has_every_source_and_the_paging_value() {
+        let value = status_json(&sample_status());
+        assert_eq!(value["sources"].as_array().unwrap().len(), Source::COUNT);
+        assert_eq!(value["sources"][0]["name"], "process");
+        assert_eq!(value["disable_paging_executive"], Value::Null);
+        assert_eq!(value["ring"]["capacity"], 8192);
+        assert_eq!(value["next_sequence"], 3);
     }
 
     #[test]

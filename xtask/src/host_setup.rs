@@ -17,6 +17,11 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "DDK headers, GNU import libraries, and the linker for the client",
     ),
     ("patch", "applies the wdk-build Linux-host patch"),
+    (
+        "wine",
+        "Wine 8, which hosts kstack.sys for the end-to-end tests and the demo",
+    ),
+    ("wine64", "Wine's 64-bit loader"),
 ];
 
 /// Rust targets: the driver (msvc, linked by rust-lld) and the client that

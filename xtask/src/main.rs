@@ -135,6 +135,10 @@ fn test(workspace: &Path) -> Result<()> {
         ],
     )
     .env(package::PACKAGE_DIR_ENV, &built.dir)
+    .env(
+        package::WINE_SUPPORT_DIR_ENV,
+        package::wine_support_dir(workspace),
+    )
     .run()?;
     Ok(())
 }

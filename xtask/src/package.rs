@@ -19,6 +19,8 @@ pub const MSVC_TARGET: &str = "x86_64-pc-windows-msvc";
 const GNU_TARGET: &str = "x86_64-pc-windows-gnu";
 /// Tells integration tests where the package folder is.
 pub const PACKAGE_DIR_ENV: &str = "KSTACK_PACKAGE_DIR";
+/// Tells the Wine tests where the Wine-only helpers are.
+pub const WINE_SUPPORT_DIR_ENV: &str = "KSTACK_WINE_SUPPORT_DIR";
 
 /// A built package.
 pub struct Built {
@@ -67,7 +69,26 @@ pub fn build(workspace: &Path) -> Result<Built> {
         &target.join(GNU_TARGET).join("release/kstack.exe"),
         &dir.join("kstack.exe"),
     )?;
+    build_wine_support(workspace)?;
     Ok(Built { dir, toolchain })
+}
+
+/// Where the Wine-only helpers go (never into the package).
+pub fn wine_support_dir(workspace: &Path) -> PathBuf {
+    workspace.join("target/kstack-wine")
+}
+
+/// Builds the `bcryptprimitives.dll` shim Rust programs need under Wine 8
+/// (see tests/wine/bcryptprimitives.c).
+fn build_wine_support(workspace: &Path) -> Result<()> {
+    let dir = wine_support_dir(workspace);
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Run::new("x86_64-w64-mingw32-gcc")
+        .args(["-O2", "-shared", "-o"])
+        .args([dir.join("bcryptprimitives.dll")])
+        .args([workspace.join("tests/wine/bcryptprimitives.c")])
+        .args(["-ladvapi32"])
+        .run()
 }
 
 /// Lints the driver with the same toolchain setup as its build.

@@ -1,0 +1,349 @@
+//! A private Wine 8 prefix hosting the real kstack.sys, driven through Wine's
+//! own `sc.exe` and the real client. Used by the end-to-end tests and by
+//! `cargo xtask demo`. Facts it relies on are in `../shared/PLATFORM-NOTES.md`.
+
+use std::{
+    env,
+    fmt::Write as _,
+    fs::{self, File},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    sync::atomic::{AtomicU64, Ordering},
+    thread,
+    time::Duration,
+};
+
+/// The service name kstack is installed as.
+pub const SERVICE: &str = kstack_abi::SERVICE_NAME;
+/// Where the driver lives inside the prefix.
+const DRIVER_WINDOWS_PATH: &str = r"C:\windows\system32\drivers\kstack.sys";
+/// The registry key holding `DisablePagingExecutive`.
+const MEMORY_MANAGEMENT_KEY: &str =
+    r"HKLM\SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management";
+/// The service's `Parameters` key (ring capacity).
+const PARAMETERS_KEY: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\kstack\Parameters";
+/// Win32 `ERROR_SERVICE_DATABASE_LOCKED`: services.exe is still starting.
+const DATABASE_LOCKED: &str = "1055";
+
+/// A failed step, with what was run and what it said.
+pub type WineResult<T> = Result<T, String>;
+
+/// The prefix and where the client lives in it.
+pub struct WineHost {
+    prefix: PathBuf,
+    client_dir: PathBuf,
+}
+
+impl WineHost {
+    /// Makes a fresh prefix at `prefix` (removing an old one), keeps its
+    /// wineserver alive, installs `kstack.sys` and the client (with the
+    /// `bcryptprimitives.dll` shim from `wine_support`), and creates the
+    /// service. The driver is not started.
+    ///
+    /// # Errors
+    /// Any step that fails, with its output.
+    pub fn create(prefix: &Path, package: &Path, wine_support: &Path) -> WineResult<Self> {
+        if prefix.exists() {
+            // An earlier run's wineserver may still hold the old prefix.
+            let _ = Command::new("wineserver")
+                .arg("-k")
+                .env("WINEPREFIX", prefix)
+                .status();
+            fs::remove_dir_all(prefix)
+                .map_err(|error| format!("removing {}: {error}", prefix.display()))?;
+        }
+        fs::create_dir_all(prefix)
+            .map_err(|error| format!("creating {}: {error}", prefix.display()))?;
+        let host = Self {
+            prefix: prefix.to_path_buf(),
+            client_dir: prefix.join("drive_c/kstack"),
+        };
+        // While wineboot first sets up a prefix, two services.exe run for a
+        // few seconds, and a service created then lands in one of them only
+        // (seen with Wine 8): let that server end before anything else.
+        host.run_detached(host.command("wine").args(["wineboot", "-i"]))?;
+        host.run_detached(host.command("wineserver").arg("-w"))?;
+        // Persistent: otherwise wineserver exits with its last client and
+        // takes winedevice.exe, the driver's host process, with it.
+        host.run_detached(host.command("wineserver").arg("-p"))?;
+        // Start services.exe now, with no output of ours to inherit.
+        host.run_detached(host.command("wine").arg("wineboot"))?;
+        fs::create_dir_all(&host.client_dir)
+            .map_err(|error| format!("creating the client folder: {error}"))?;
+        let drivers = prefix.join("drive_c/windows/system32/drivers");
+        copy(&package.join("kstack.sys"), &drivers.join("kstack.sys"))?;
+        copy(
+            &package.join("kstack.exe"),
+            &host.client_dir.join("kstack.exe"),
+        )?;
+        copy(
+            &wine_support.join("bcryptprimitives.dll"),
+            &host.client_dir.join("bcryptprimitives.dll"),
+        )?;
+        host.create_service()?;
+        Ok(host)
+    }
+
+    /// A command run in this prefix, quietly.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("WINEPREFIX", &self.prefix)
+            .env("WINEDEBUG", "-all")
+            .env_remove("DISPLAY");
+        command
+    }
+
+    /// Runs a command that leaves processes behind (wineserver, services):
+    /// with no pipes for them to inherit, so waiting for it cannot hang.
+    fn run_detached(&self, command: &mut Command) -> WineResult<()> {
+        let status = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|error| format!("cannot run {command:?}: {error}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{command:?} failed ({status}) in {}",
+                self.prefix.display()
+            ))
+        }
+    }
+
+    fn checked(command: &mut Command) -> WineResult<Output> {
+        let output = capture(command)?;
+        if output.status.success() {
+            Ok(output)
+        } else {
+            Err(describe(command, &output))
+        }
+    }
+
+    /// `sc.exe` with these arguments.
+    ///
+    /// # Errors
+    /// When sc fails.
+    pub fn sc(&self, args: &[&str]) -> WineResult<String> {
+        // Wine's sc reports the Win32 error code only on its err channel.
+        let output = Self::checked(
+            self.command("wine")
+                .env("WINEDEBUG", "-all,err+sc")
+                .arg("sc")
+                .args(args),
+        )?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// `sc create kstack type= kernel binPath= ...`.
+    ///
+    /// # Errors
+    /// When sc fails.
+    pub fn create_service(&self) -> WineResult<()> {
+        self.sc(&[
+            "create",
+            SERVICE,
+            "type=",
+            "kernel",
+            "start=",
+            "demand",
+            "binPath=",
+            DRIVER_WINDOWS_PATH,
+        ])
+        .map(drop)
+    }
+
+    /// `sc delete kstack`.
+    ///
+    /// # Errors
+    /// When sc fails.
+    pub fn delete_service(&self) -> WineResult<()> {
+        self.sc(&["delete", SERVICE]).map(drop)
+    }
+
+    /// Starts the driver; waits out services.exe still starting after
+    /// wineboot (error 1055), then expects the service to run.
+    ///
+    /// # Errors
+    /// When the service does not reach RUNNING.
+    pub fn start_driver(&self) -> WineResult<()> {
+        let mut attempts = 0;
+        loop {
+            match self.sc(&["start", SERVICE]) {
+                Ok(_) => break,
+                Err(error) if error.contains(DATABASE_LOCKED) && attempts < 40 => {
+                    attempts += 1;
+                    thread::sleep(Duration::from_millis(250));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        self.expect_state("RUNNING")
+    }
+
+    /// Stops the driver (its `DriverUnload` runs) and expects STOPPED.
+    ///
+    /// # Errors
+    /// When the service does not stop.
+    pub fn stop_driver(&self) -> WineResult<()> {
+        self.sc(&["stop", SERVICE])?;
+        self.expect_state("STOPPED")
+    }
+
+    fn expect_state(&self, state: &str) -> WineResult<()> {
+        let query = self.sc(&["query", SERVICE])?;
+        if query.contains(state) {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected the service {state}, sc query says:\n{query}"
+            ))
+        }
+    }
+
+    /// Whether the driver is running now.
+    #[must_use]
+    pub fn driver_running(&self) -> bool {
+        self.sc(&["query", SERVICE])
+            .is_ok_and(|query| query.contains("RUNNING"))
+    }
+
+    /// Runs the real client with `args`; the output is whatever it printed
+    /// and its exit status.
+    ///
+    /// # Errors
+    /// Only when Wine cannot be started at all.
+    pub fn client(&self, args: &[&str]) -> WineResult<Output> {
+        let mut command = self.command("wine");
+        command
+            .arg(self.client_dir.join("kstack.exe"))
+            .args(args)
+            .current_dir(&self.client_dir);
+        capture(&mut command)
+    }
+
+    /// Runs the client and requires success; returns its standard output.
+    ///
+    /// # Errors
+    /// A failing client, with everything it printed.
+    pub fn client_ok(&self, args: &[&str]) -> WineResult<String> {
+        let output = self.client(args)?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            let mut message = format!("kstack {} failed ({})", args.join(" "), output.status);
+            let _ = write!(
+                message,
+                "\nstdout:\n{}\nstderr:\n{}",
+                lossy(&output.stdout),
+                lossy(&output.stderr)
+            );
+            Err(message)
+        }
+    }
+
+    /// Sets `DisablePagingExecutive` (or removes it). The driver reads it at
+    /// load, as Windows reads it at boot: restart the driver to apply.
+    ///
+    /// # Errors
+    /// When reg fails.
+    pub fn set_disable_paging_executive(&self, value: Option<u32>) -> WineResult<()> {
+        self.set_dword(MEMORY_MANAGEMENT_KEY, "DisablePagingExecutive", value)
+    }
+
+    /// Sets the service's `Parameters\RingCapacity` (or removes it); read at
+    /// load.
+    ///
+    /// # Errors
+    /// When reg fails.
+    pub fn set_ring_capacity(&self, records: Option<u32>) -> WineResult<()> {
+        self.set_dword(PARAMETERS_KEY, "RingCapacity", records)
+    }
+
+    fn set_dword(&self, key: &str, name: &str, value: Option<u32>) -> WineResult<()> {
+        let mut command = self.command("wine");
+        command.args(["reg"]);
+        match value {
+            Some(value) => command.args([
+                "add",
+                key,
+                "/v",
+                name,
+                "/t",
+                "REG_DWORD",
+                "/d",
+                &value.to_string(),
+                "/f",
+            ]),
+            None => command.args(["delete", key, "/v", name, "/f"]),
+        };
+        let output = capture(&mut command)?;
+        // Deleting a value that is not there is fine.
+        if output.status.success() || value.is_none() {
+            Ok(())
+        } else {
+            Err(describe(&command, &output))
+        }
+    }
+
+    /// Stops the driver if it runs and ends this prefix's wineserver (and
+    /// with it winedevice.exe).
+    pub fn shut_down(&self) {
+        if self.driver_running() {
+            let _ = self.stop_driver();
+        }
+        let _ = self.run_detached(self.command("wineserver").arg("-k"));
+    }
+}
+
+/// Runs `command` with its output going to files, not pipes: a Wine process
+/// may start long-lived ones (services.exe, winedevice.exe) that inherit its
+/// output and keep a pipe open forever.
+fn capture(command: &mut Command) -> WineResult<Output> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let stem = env::temp_dir().join(format!(
+        "kstack-wine-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let (out_path, err_path) = (stem.with_extension("out"), stem.with_extension("err"));
+    let file = |path: &Path| {
+        File::create(path).map_err(|error| format!("creating {}: {error}", path.display()))
+    };
+    let status = command
+        .stdin(Stdio::null())
+        .stdout(file(&out_path)?)
+        .stderr(file(&err_path)?)
+        .status()
+        .map_err(|error| format!("cannot run {command:?}: {error}"));
+    let read = |path: &Path| fs::read(path).unwrap_or_default();
+    let output = status.map(|status| Output {
+        status,
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+    });
+    let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&err_path);
+    output
+}
+
+fn copy(from: &Path, to: &Path) -> WineResult<()> {
+    fs::copy(from, to)
+        .map(drop)
+        .map_err(|error| format!("copying {} to {}: {error}", from.display(), to.display()))
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn describe(command: &Command, output: &Output) -> String {
+    format!(
+        "{command:?} failed ({})\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        lossy(&output.stdout),
+        lossy(&output.stderr)
+    )
+}

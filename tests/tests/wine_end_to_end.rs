@@ -1,0 +1,433 @@
+//! End to end on Linux: the real kstack.sys in Wine 8, installed and driven
+//! with Wine's `sc.exe`, and the real client talking to it. Nothing here is
+//! mocked.
+//!
+//! One private prefix serves every case, so the cases run in order from a
+//! plain `main` (no libtest): each starts from a running driver with nothing
+//! enabled, and the run ends with the closing line `N passed, N failed`.
+//!
+//! What Wine cannot show, and these tests therefore do not claim: real IRQL
+//! (CR8 reads 0 even in a DPC, so timer records say irql 0), paging, and the
+//! process, thread, object and registry callbacks (Wine never fires them).
+
+use std::{
+    collections::BTreeSet,
+    env,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    thread,
+    time::{Duration, Instant},
+};
+
+use kstack_tests::wine_host::{WineHost, WineResult};
+use object::read::pe::{ImageNtHeaders, ImageOptionalHeader, PeFile64};
+use serde_json::Value;
+
+/// A case: `Ok` or what went wrong.
+type Case = fn(&Context) -> WineResult<()>;
+
+struct Context {
+    wine: WineHost,
+    package: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf();
+    let from_env = |name: &str, default: &str| {
+        env::var_os(name)
+            .filter(|dir| !dir.is_empty())
+            .map_or_else(|| workspace.join(default), PathBuf::from)
+    };
+    let package = from_env("KSTACK_PACKAGE_DIR", "target/kstack-package");
+    let wine_support = from_env("KSTACK_WINE_SUPPORT_DIR", "target/kstack-wine");
+    let prefix = workspace.join("target/wine-tests/prefix");
+
+    let started = Instant::now();
+    let wine = match WineHost::create(&prefix, &package, &wine_support) {
+        Ok(wine) => wine,
+        Err(error) => {
+            eprintln!(
+                "setting up the Wine prefix failed (run `cargo xtask test`, which builds the package):\n{error}"
+            );
+            println!("0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "Wine prefix ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let context = Context { wine, package };
+    let cases: [(&str, Case); 7] = [
+        (
+            "lifecycle: create, start, stop (device gone), delete, start again",
+            lifecycle,
+        ),
+        (
+            "status reports the driver as loaded",
+            status_reports_the_driver,
+        ),
+        (
+            "configure round trip, and bad settings refused locally",
+            configure_round_trip,
+        ),
+        (
+            "capture-now frames start inside kstack.sys",
+            capture_now_frames_are_in_kstack,
+        ),
+        (
+            "read returns whole records in order; clear discards them",
+            read_and_clear,
+        ),
+        (
+            "timer source: refused without DisablePagingExecutive, samples with it",
+            timer_follows_the_paging_policy,
+        ),
+        (
+            "tiny ring: every sequence number is received or counted as dropped",
+            overflow_loses_nothing_silently,
+        ),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, case) in cases {
+        let started = Instant::now();
+        let result = fresh_driver(&context.wine).and_then(|()| case(&context));
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => {
+                passed += 1;
+                println!("ok     {name} ({seconds:.1} s)");
+            }
+            Err(error) => {
+                failed += 1;
+                println!("FAILED {name} ({seconds:.1} s)\n{error}\n");
+            }
+        }
+    }
+    context.wine.shut_down();
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Every case starts from a freshly started driver with default settings.
+fn fresh_driver(wine: &WineHost) -> WineResult<()> {
+    if wine.driver_running() {
+        wine.stop_driver()?;
+    }
+    wine.set_disable_paging_executive(None)?;
+    wine.set_ring_capacity(None)?;
+    wine.start_driver()
+}
+
+fn ensure(condition: bool, message: impl FnOnce() -> String) -> WineResult<()> {
+    if condition { Ok(()) } else { Err(message()) }
+}
+
+fn status(wine: &WineHost) -> WineResult<Value> {
+    let text = wine.client_ok(&["status", "--json"])?;
+    serde_json::from_str(&text)
+        .map_err(|error| format!("status --json is not JSON ({error}): {text}"))
+}
+
+fn json_lines(text: &str) -> WineResult<Vec<Value>> {
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line).map_err(|error| format!("not a JSON line ({error}): {line}"))
+        })
+        .collect()
+}
+
+fn lifecycle(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    wine.client_ok(&["status"])?;
+    wine.stop_driver()?;
+    let stopped = wine.client(&["status"])?;
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    ensure(
+        stopped.status.code() == Some(3) && stderr.contains("sc.exe start kstack"),
+        || {
+            format!(
+                "with the driver stopped, status should exit 3 and say how to start it: {:?} {stderr}",
+                stopped.status
+            )
+        },
+    )?;
+    wine.delete_service()?;
+    wine.create_service()?;
+    wine.start_driver()?;
+    wine.client_ok(&["status"]).map(drop)
+}
+
+fn status_reports_the_driver(context: &Context) -> WineResult<()> {
+    let status = status(&context.wine)?;
+    let expect = |pointer: &str, wanted: Value| {
+        let actual = status.pointer(pointer).cloned().unwrap_or(Value::Null);
+        ensure(actual == wanted, || {
+            format!("status{pointer} is {actual}, expected {wanted}\n{status:#}")
+        })
+    };
+    expect("/abi_version", Value::from(kstack_abi::ABI_VERSION))?;
+    expect("/driver_version", Value::from(env!("CARGO_PKG_VERSION")))?;
+    expect("/disable_paging_executive", Value::Null)?;
+    expect("/elevated_walks_allowed", Value::Bool(false))?;
+    expect("/ring/ready", Value::Bool(true))?;
+    expect("/ring/capacity", Value::from(16_384))?;
+    expect("/ring/used", Value::from(0))?;
+    expect("/next_sequence", Value::from(1))?;
+    // The state block and the ring: all the driver allocates.
+    expect("/pool_allocations", Value::from(2))?;
+    let sources = status["sources"].as_array().cloned().unwrap_or_default();
+    for source in &sources {
+        let name = source["name"].as_str().unwrap_or_default();
+        // Wine 8 has no CmRegisterCallbackEx: the registry source is reported
+        // unavailable with STATUS_NOT_SUPPORTED; everything else registers.
+        let (available, registration) = if name == "registry" {
+            (false, "0xc00000bb")
+        } else {
+            (true, "0x00000000")
+        };
+        ensure(
+            source["available"] == available && source["registration"] == registration,
+            || format!("source {name}: {source}"),
+        )?;
+        ensure(source["enabled"] == false, || {
+            format!("source {name} enabled at load: {source}")
+        })?;
+    }
+    ensure(sources.len() == 7, || {
+        format!("{} sources reported", sources.len())
+    })
+}
+
+fn configure_round_trip(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    wine.client_ok(&[
+        "config",
+        "--enable",
+        "process,thread,image,object,ondemand",
+        "--skip",
+        "1",
+        "--frames",
+        "40",
+        "--pid",
+        "0",
+        "--timer-period",
+        "25",
+    ])?;
+    let status = status(wine)?;
+    let config = &status["config"];
+    ensure(
+        config["frames_to_skip"] == 1
+            && config["frames_to_capture"] == 40
+            && config["timer_period_ms"] == 25,
+        || format!("config after configure: {config}"),
+    )?;
+    let enabled: BTreeSet<&str> = status["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|source| source["enabled"] == true)
+        .filter_map(|source| source["name"].as_str())
+        .collect();
+    ensure(
+        enabled == BTreeSet::from(["image", "object", "ondemand", "process", "thread"]),
+        || format!("enabled sources: {enabled:?}"),
+    )?;
+    wine.client_ok(&["config", "--disable", "all"])?;
+    // Refused by the client before anything is sent, with the reason.
+    let refused = wine.client(&["config", "--frames", "0"])?;
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    ensure(
+        refused.status.code() == Some(2) && stderr.contains("frames to capture is 0"),
+        || {
+            format!(
+                "--frames 0 should be refused with exit 2: {:?} {stderr}",
+                refused.status
+            )
+        },
+    )?;
+    // The registry source is unavailable under Wine: the driver refuses it.
+    let unavailable = wine.client(&["config", "--enable", "registry"])?;
+    let stderr = String::from_utf8_lossy(&unavailable.stderr).into_owned();
+    ensure(
+        unavailable.status.code() == Some(5) && stderr.contains("0xc00000bb"),
+        || {
+            format!(
+                "enabling the registry source should be refused by the driver: {:?} {stderr}",
+                unavailable.status
+            )
+        },
+    )?;
+    let status = self::status(wine)?;
+    ensure(
+        status["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|source| source["enabled"] == false),
+        || format!("refused requests must change nothing: {status}"),
+    )
+}
+
+/// The address range kstack.sys occupies when loaded at its preferred base
+/// (Wine loads it there when the range is free; a relocation makes this
+/// case fail, visibly).
+fn kstack_image_range(package: &Path) -> WineResult<(u64, u64)> {
+    let image = std::fs::read(package.join("kstack.sys"))
+        .map_err(|error| format!("reading kstack.sys: {error}"))?;
+    let pe = PeFile64::parse(&*image).map_err(|error| format!("parsing kstack.sys: {error}"))?;
+    let optional = pe.nt_headers().optional_header();
+    let base = optional.image_base();
+    Ok((base, base + u64::from(optional.size_of_image())))
+}
+
+fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
+    let (start, end) = kstack_image_range(&context.package)?;
+    let records = json_lines(&context.wine.client_ok(&["selftest", "--json"])?)?;
+    let record = records.first().ok_or("selftest printed no record")?;
+    ensure(
+        record["source"] == "ondemand" && record["flags"] == serde_json::json!(["not_in_ring"]),
+        || format!("selftest record: {record}"),
+    )?;
+    let frames: Vec<u64> = record["frames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|frame| u64::from_str_radix(frame.as_str()?.trim_start_matches("0x"), 16).ok())
+        .collect();
+    let first = *frames.first().ok_or("no frames")?;
+    ensure((start..end).contains(&first), || {
+        format!("frame 0 {first:#x} is not inside kstack.sys [{start:#x}, {end:#x}): {frames:x?}")
+    })?;
+    ensure(frames.len() > 3, || format!("only {} frames", frames.len()))
+}
+
+fn read_and_clear(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    wine.client_ok(&["config", "--enable", "ondemand"])?;
+    for _ in 0..3 {
+        wine.client_ok(&["selftest"])?;
+    }
+    let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    let sequences: Vec<u64> = records
+        .iter()
+        .filter_map(|record| record["sequence"].as_u64())
+        .collect();
+    ensure(sequences == [1, 2, 3], || {
+        format!("sequences read: {sequences:?}")
+    })?;
+    ensure(
+        records.iter().all(|record| {
+            record["frames"]
+                .as_array()
+                .is_some_and(|frames| !frames.is_empty())
+        }),
+        || "a record without frames".to_owned(),
+    )?;
+    ensure(wine.client_ok(&["read", "--json"])?.is_empty(), || {
+        "a second read found records".to_owned()
+    })?;
+    for _ in 0..2 {
+        wine.client_ok(&["selftest"])?;
+    }
+    wine.client_ok(&["clear"])?;
+    let status = status(wine)?;
+    ensure(
+        status["cleared"] == 2 && status["ring"]["used"] == 0,
+        || format!("after clear: {status}"),
+    )?;
+    ensure(wine.client_ok(&["read"])?.is_empty(), || {
+        "records survived clear".to_owned()
+    })
+}
+
+fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    let refused = wine.client(&["config", "--enable", "timer"])?;
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    ensure(
+        refused.status.code() == Some(5)
+            && stderr.contains("DisablePagingExecutive")
+            && stderr.contains("0xe0b50001"),
+        || {
+            format!(
+                "the timer must be refused while paging is allowed: {:?} {stderr}",
+                refused.status
+            )
+        },
+    )?;
+    wine.stop_driver()?;
+    wine.set_disable_paging_executive(Some(1))?;
+    wine.start_driver()?;
+    wine.client_ok(&["config", "--enable", "timer", "--timer-period", "5"])?;
+    thread::sleep(Duration::from_millis(500));
+    wine.client_ok(&["config", "--disable", "timer"])?;
+    let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    ensure(records.len() >= 20, || {
+        format!("{} timer records in 0.5 s at 5 ms", records.len())
+    })?;
+    ensure(
+        records
+            .iter()
+            .all(|record| record["source"] == "timer" && record["facts"] == serde_json::json!({})),
+        || "a non-timer record".to_owned(),
+    )?;
+    let status = status(wine)?;
+    ensure(
+        status["elevated_walks_allowed"] == true && status["disable_paging_executive"] == 1,
+        || format!("status after DisablePagingExecutive=1: {status}"),
+    )
+}
+
+fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    wine.stop_driver()?;
+    wine.set_disable_paging_executive(Some(1))?;
+    wine.set_ring_capacity(Some(16))?;
+    wine.start_driver()?;
+    ensure(status(wine)?["ring"]["capacity"] == 16, || {
+        "RingCapacity=16 not applied".to_owned()
+    })?;
+    wine.client_ok(&["config", "--enable", "timer", "--timer-period", "1"])?;
+    let mut received = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        for record in json_lines(&wine.client_ok(&["read", "--json"])?)? {
+            received.insert(
+                record["sequence"]
+                    .as_u64()
+                    .ok_or("record without sequence")?,
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // Stop the source, then collect what is left: no number is spent after.
+    wine.client_ok(&["config", "--disable", "timer"])?;
+    for record in json_lines(&wine.client_ok(&["read", "--json"])?)? {
+        received.insert(
+            record["sequence"]
+                .as_u64()
+                .ok_or("record without sequence")?,
+        );
+    }
+    let status = status(wine)?;
+    let spent = status["next_sequence"].as_u64().ok_or("no next_sequence")? - 1;
+    let dropped = status["dropped"].as_u64().ok_or("no dropped")?;
+    let missing = spent - received.len() as u64;
+    ensure(dropped > 0, || {
+        format!("a 16-record ring read every 100 ms never overflowed: {status}")
+    })?;
+    ensure(missing == dropped, || {
+        format!(
+            "{spent} sequence numbers spent, {} received, {missing} missing, but {dropped} drops counted",
+            received.len()
+        )
+    })
+}
