@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 #[cfg(target_os = "linux")]
 use anyhow::{Context, Result, bail};
+#[cfg(target_os = "linux")]
+use kstack_tests::wine_host::WineHost;
 
 #[cfg(target_os = "linux")]
 const USAGE: &str = "\
@@ -29,7 +31,7 @@ commands:
   setup        install what the Linux build needs (idempotent)
   build        build kstack.sys and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
-  demo         build the package and show what it holds
+  demo         build, then run kstack.sys under Wine with the real client
   package-dir  print the package folder
   help         print this text";
 
@@ -144,24 +146,77 @@ fn test(workspace: &Path) -> Result<()> {
 }
 
 #[cfg(target_os = "linux")]
-/// Until the Wine demo exists: build the package and say where it is.
+/// The demo: the real kstack.sys in a private Wine prefix, installed with
+/// Wine's sc.exe and driven by the real client, step by step.
 fn demo(workspace: &Path) -> Result<()> {
     let built = package::build(workspace)?;
+    let prefix = workspace.join("target/wine-demo/prefix");
+    process::step(&format!(
+        "making a private Wine prefix in {} (about 10 s)",
+        prefix.display()
+    ));
+    let wine = WineHost::create(&prefix, &built.dir, &package::wine_support_dir(workspace))
+        .map_err(anyhow::Error::msg)?;
+    let result = demo_steps(&wine);
+    process::step("sc stop kstack (DriverUnload runs), sc delete kstack");
+    let stopped = wine.stop_driver().and_then(|()| wine.delete_service());
+    wine.shut_down();
+    result?;
+    stopped.map_err(anyhow::Error::msg)?;
     println!();
-    println!("kstack package: {}", built.dir.display());
-    for entry in std::fs::read_dir(&built.dir).context("reading the package folder")? {
-        let entry = entry?;
-        println!(
-            "  {:<14} {:>9} bytes",
-            entry.file_name().to_string_lossy(),
-            entry.metadata()?.len()
-        );
+    println!(
+        "Demo finished. The package (kstack.sys, kstack.pdb, kstack.exe) is in {}.",
+        built.dir.display()
+    );
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn demo_steps(wine: &WineHost) -> Result<()> {
+    let client = |args: &[&str]| -> Result<()> {
+        println!("    > kstack {}", args.join(" "));
+        let output = wine.client_ok(args).map_err(anyhow::Error::msg)?;
+        for line in output.lines().take(40) {
+            println!("      {line}");
+        }
+        Ok(())
+    };
+    process::step("sc create kstack type= kernel ... ; sc start kstack");
+    wine.start_driver().map_err(anyhow::Error::msg)?;
+    client(&["status"])?;
+    process::step("selftest: the driver captures the stack of this very request");
+    client(&["selftest"])?;
+    process::step(
+        "timer sampling walks stacks at DISPATCH_LEVEL, which is only safe when executive code cannot be \
+         paged out: setting DisablePagingExecutive=1 in this prefix's registry (on a real machine: temporary, \
+         for diagnosis, and it needs a reboot; here a driver restart)",
+    );
+    wine.stop_driver().map_err(anyhow::Error::msg)?;
+    wine.set_disable_paging_executive(Some(1))
+        .map_err(anyhow::Error::msg)?;
+    wine.start_driver().map_err(anyhow::Error::msg)?;
+    client(&[
+        "config",
+        "--enable",
+        "timer,ondemand",
+        "--timer-period",
+        "10",
+        "--frames",
+        "16",
+    ])?;
+    process::step("watching for 2 seconds");
+    let output = wine
+        .client(&["watch", "--duration", "2"])
+        .map_err(anyhow::Error::msg)?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let records = text.lines().filter(|line| line.starts_with('#')).count();
+    for line in text.lines().take(12) {
+        println!("      {line}");
     }
-    println!();
-    println!("On a Windows test VM (test signing on, see README.md), as Administrator:");
-    println!("  sc.exe create kstack type= kernel start= demand binPath= C:\\kstack\\kstack.sys");
-    println!("  sc.exe start kstack");
-    println!("  kstack.exe status");
+    println!("      ... ({records} records in all)");
+    println!("      {}", String::from_utf8_lossy(&output.stderr).trim());
+    client(&["config", "--disable", "all"])?;
+    client(&["status"])?;
     Ok(())
 }
 
