@@ -30,7 +30,11 @@ use wdk_sys::{
     STATUS_SUCCESS,
 };
 
-use crate::{kernel::utf16, registry::Dword, routines::Routines};
+use crate::{
+    kernel::utf16,
+    registry::{Dword, ParametersKey},
+    routines::Routines,
+};
 
 // kstack's own code does not allocate through `alloc` (all memory is set up
 // at load, in pool.rs); this makes any use by a dependency come from tagged
@@ -56,10 +60,9 @@ fn read_paging_executive() -> PagingExecutive {
 /// The ring capacity from the service's `Parameters\RingCapacity`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-fn read_ring_capacity(service_key: PCUNICODE_STRING) -> usize {
-    // SAFETY: the kernel passes DriverEntry a valid service key path.
-    let setting = unsafe { service_key.as_ref() }
-        .and_then(|key| registry::read_service_parameter(key, utf16!("RingCapacity")).ok())
+fn read_ring_capacity(parameters: Option<ParametersKey>) -> usize {
+    let setting = parameters
+        .and_then(|key| key.read_dword(utf16!("RingCapacity")).ok())
         .and_then(|dword| {
             if let Dword::Value(records) = dword {
                 Some(records)
@@ -84,8 +87,10 @@ pub unsafe extern "system" fn driver_entry(
 ) -> NTSTATUS {
     let routines = Routines::resolve();
     let paging = read_paging_executive();
-    let capacity = read_ring_capacity(service_key);
-    let loaded = match loaded::create(routines, paging, capacity) {
+    // SAFETY: the kernel passes DriverEntry a valid service key path.
+    let parameters = unsafe { service_key.as_ref() }.and_then(ParametersKey::new);
+    let capacity = read_ring_capacity(parameters);
+    let loaded = match loaded::create(routines, paging, capacity, parameters) {
         Ok(loaded) => loaded,
         Err(status) => return status,
     };

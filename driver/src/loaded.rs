@@ -17,8 +17,9 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{KERNEL_MODE, KernelPlatform},
+    kernel::{KERNEL_MODE, KernelPlatform, utf16},
     pool,
+    registry::ParametersKey,
     routines::Routines,
     sources::{
         object_handles::ObjectCallbacks, registry_operations::RegistryCallback, timer::TimerSource,
@@ -33,6 +34,8 @@ pub struct LoadedDriver {
     pub registry: RegistryCallback,
     pub objects: ObjectCallbacks,
     slots: NonNull<Slot>,
+    /// Where unload records what it left allocated.
+    parameters: Option<ParametersKey>,
 }
 
 /// The loaded driver; null before `DriverEntry` publishes it and after
@@ -85,6 +88,7 @@ pub fn create(
     routines: Routines,
     paging: PagingExecutive,
     capacity: usize,
+    parameters: Option<ParametersKey>,
 ) -> Result<&'static LoadedDriver, NTSTATUS> {
     let slot_bytes = capacity
         .checked_mul(size_of::<Slot>())
@@ -117,6 +121,7 @@ pub fn create(
             registry: RegistryCallback::new(),
             objects: ObjectCallbacks::new(),
             slots,
+            parameters,
         });
     }
     // SAFETY: initialized above; it lives until `destroy`.
@@ -148,6 +153,7 @@ pub fn destroy(unregister: impl FnOnce(&LoadedDriver)) {
     }
     LOADED.store(ptr::null_mut(), Ordering::Release);
     let slots = driver.slots;
+    let parameters = driver.parameters;
     // SAFETY: no callback or request can reach the state any more (gate
     // drained, callbacks unregistered, timer stopped and its DPCs flushed).
     unsafe {
@@ -157,4 +163,9 @@ pub fn destroy(unregister: impl FnOnce(&LoadedDriver)) {
     unsafe { pool::free(slots.cast(), pool::TAG_RING) };
     // SAFETY: as above.
     unsafe { pool::free(state.cast(), pool::TAG_STATE) };
+    // What this load left allocated (0 when everything was freed), for
+    // whoever checks after the fact: the driver cannot be asked any more.
+    if let Some(parameters) = parameters {
+        let _ = parameters.write_dword(utf16!("LastUnloadPoolAllocations"), pool::outstanding());
+    }
 }

@@ -4,9 +4,10 @@ use core::{mem::size_of, ptr};
 
 use wdk_sys::{
     _KEY_VALUE_INFORMATION_CLASS::KeyValuePartialInformation,
-    HANDLE, KEY_QUERY_VALUE, NTSTATUS, OBJ_CASE_INSENSITIVE, OBJ_KERNEL_HANDLE, OBJECT_ATTRIBUTES,
-    REG_DWORD, STATUS_OBJECT_NAME_NOT_FOUND, UNICODE_STRING,
-    ntddk::{ZwClose, ZwOpenKey, ZwQueryValueKey},
+    HANDLE, KEY_QUERY_VALUE, KEY_SET_VALUE, NTSTATUS, OBJ_CASE_INSENSITIVE, OBJ_KERNEL_HANDLE,
+    OBJECT_ATTRIBUTES, REG_DWORD, REG_OPTION_NON_VOLATILE, STATUS_OBJECT_NAME_NOT_FOUND,
+    UNICODE_STRING,
+    ntddk::{ZwClose, ZwCreateKey, ZwOpenKey, ZwQueryValueKey, ZwSetValueKey},
 };
 
 use crate::kernel::unicode_string;
@@ -27,14 +28,7 @@ pub enum Dword {
 /// Max IRQL: `PASSIVE_LEVEL` (Zw registry routines).
 pub fn read_dword(key: &UNICODE_STRING, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
     let mut key_name = *key;
-    let mut attributes = OBJECT_ATTRIBUTES {
-        Length: u32::try_from(size_of::<OBJECT_ATTRIBUTES>()).unwrap_or(u32::MAX),
-        RootDirectory: ptr::null_mut(),
-        ObjectName: &raw mut key_name,
-        Attributes: OBJ_CASE_INSENSITIVE | OBJ_KERNEL_HANDLE,
-        SecurityDescriptor: ptr::null_mut(),
-        SecurityQualityOfService: ptr::null_mut(),
-    };
+    let mut attributes = object_attributes(&mut key_name);
     let mut handle: HANDLE = ptr::null_mut();
     // SAFETY: every pointer refers to a live local; the handle is closed below.
     let status = unsafe { ZwOpenKey(&raw mut handle, KEY_QUERY_VALUE, &raw mut attributes) };
@@ -87,33 +81,101 @@ fn query_dword(key: HANDLE, value_name: &'static [u16]) -> Result<Dword, NTSTATU
 
 /// Room for the service key path plus `\Parameters`; service key paths are
 /// about 60 characters.
-const SERVICE_PATH_CAPACITY: usize = 256;
+const PARAMETERS_PATH_CAPACITY: usize = 256;
 
-/// Reads a DWORD from the service's `Parameters` subkey, given the service
-/// key path `DriverEntry` received. A path too long for the buffer reads as
-/// absent.
-///
-/// Max IRQL: `PASSIVE_LEVEL`.
-pub fn read_service_parameter(
-    service_key: &UNICODE_STRING,
-    value_name: &'static [u16],
-) -> Result<Dword, NTSTATUS> {
-    const SUFFIX: &str = r"\Parameters";
-    let suffix: [u16; SUFFIX.len()] = kstack_abi::ascii_to_utf16(SUFFIX);
-    let key_chars = usize::from(service_key.Length) / 2;
-    let mut path = [0_u16; SERVICE_PATH_CAPACITY];
-    if service_key.Buffer.is_null() || key_chars + suffix.len() > path.len() {
-        return Ok(Dword::Absent);
+/// The service's `Parameters` key path, built once from the service key
+/// `DriverEntry` receives and kept (it is needed again at unload).
+#[derive(Clone, Copy)]
+pub struct ParametersKey {
+    path: [u16; PARAMETERS_PATH_CAPACITY],
+    chars: usize,
+}
+
+impl ParametersKey {
+    /// `<service key>\Parameters`, or `None` for a path too long to keep.
+    ///
+    /// Max IRQL: any.
+    pub fn new(service_key: &UNICODE_STRING) -> Option<Self> {
+        const SUFFIX: &str = r"\Parameters";
+        let suffix: [u16; SUFFIX.len()] = kstack_abi::ascii_to_utf16(SUFFIX);
+        let key_chars = usize::from(service_key.Length) / 2;
+        let chars = key_chars + suffix.len();
+        if service_key.Buffer.is_null() || chars > PARAMETERS_PATH_CAPACITY {
+            return None;
+        }
+        // SAFETY: the kernel's UNICODE_STRING holds Length bytes at Buffer.
+        let key = unsafe { core::slice::from_raw_parts(service_key.Buffer, key_chars) };
+        let mut path = [0_u16; PARAMETERS_PATH_CAPACITY];
+        path[..key_chars].copy_from_slice(key);
+        path[key_chars..chars].copy_from_slice(&suffix);
+        Some(Self { path, chars })
     }
-    // SAFETY: the kernel's UNICODE_STRING holds Length bytes at Buffer.
-    let key = unsafe { core::slice::from_raw_parts(service_key.Buffer, key_chars) };
-    path[..key_chars].copy_from_slice(key);
-    path[key_chars..key_chars + suffix.len()].copy_from_slice(&suffix);
-    let bytes = u16::try_from((key_chars + suffix.len()) * 2).unwrap_or(u16::MAX);
-    let parameters_key = UNICODE_STRING {
-        Length: bytes,
-        MaximumLength: bytes,
-        Buffer: path.as_mut_ptr(),
-    };
-    read_dword(&parameters_key, value_name)
+
+    /// The path as a `UNICODE_STRING` over this value's buffer.
+    fn unicode_string(&mut self) -> UNICODE_STRING {
+        let bytes = u16::try_from(self.chars * 2).unwrap_or(u16::MAX);
+        UNICODE_STRING {
+            Length: bytes,
+            MaximumLength: bytes,
+            Buffer: self.path.as_mut_ptr(),
+        }
+    }
+
+    /// Reads a DWORD under the key.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub fn read_dword(mut self, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
+        read_dword(&self.unicode_string(), value_name)
+    }
+
+    /// Writes a `REG_DWORD` under the key, creating the key if needed.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub fn write_dword(mut self, value_name: &'static [u16], value: u32) -> Result<(), NTSTATUS> {
+        let mut key_name = self.unicode_string();
+        let mut attributes = object_attributes(&mut key_name);
+        let mut handle: HANDLE = ptr::null_mut();
+        // SAFETY: every pointer refers to a live local; the handle is closed below.
+        let status = unsafe {
+            ZwCreateKey(
+                &raw mut handle,
+                KEY_SET_VALUE,
+                &raw mut attributes,
+                0,
+                ptr::null_mut(),
+                REG_OPTION_NON_VOLATILE,
+                ptr::null_mut(),
+            )
+        };
+        if status < 0 {
+            return Err(status);
+        }
+        let mut name = unicode_string(value_name);
+        let mut data = value;
+        // SAFETY: `data` is the 4 bytes of a REG_DWORD and outlives the call.
+        let status = unsafe {
+            ZwSetValueKey(
+                handle,
+                &raw mut name,
+                0,
+                REG_DWORD,
+                (&raw mut data).cast(),
+                4,
+            )
+        };
+        // SAFETY: `handle` was opened above and is closed exactly once.
+        let _ = unsafe { ZwClose(handle) };
+        if status < 0 { Err(status) } else { Ok(()) }
+    }
+}
+
+fn object_attributes(name: &mut UNICODE_STRING) -> OBJECT_ATTRIBUTES {
+    OBJECT_ATTRIBUTES {
+        Length: u32::try_from(size_of::<OBJECT_ATTRIBUTES>()).unwrap_or(u32::MAX),
+        RootDirectory: ptr::null_mut(),
+        ObjectName: name,
+        Attributes: OBJ_CASE_INSENSITIVE | OBJ_KERNEL_HANDLE,
+        SecurityDescriptor: ptr::null_mut(),
+        SecurityQualityOfService: ptr::null_mut(),
+    }
 }

@@ -22,6 +22,8 @@ const MEMORY_MANAGEMENT_KEY: &str =
     r"HKLM\SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management";
 /// The service's `Parameters` key (ring capacity).
 const PARAMETERS_KEY: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\kstack\Parameters";
+/// The value the driver writes under `Parameters` at unload.
+const UNLOAD_RECORD: &str = "LastUnloadPoolAllocations";
 /// Win32 `ERROR_SERVICE_DATABASE_LOCKED`: services.exe is still starting.
 const DATABASE_LOCKED: &str = "1055";
 
@@ -260,6 +262,40 @@ impl WineHost {
     /// When reg fails.
     pub fn set_ring_capacity(&self, records: Option<u32>) -> WineResult<()> {
         self.set_dword(PARAMETERS_KEY, "RingCapacity", records)
+    }
+
+    /// What the driver recorded at its last unload: the pool allocations it
+    /// still held after freeing everything (`None` when there is no record).
+    ///
+    /// # Errors
+    /// When the recorded value cannot be read.
+    pub fn last_unload_pool_allocations(&self) -> WineResult<Option<u32>> {
+        let output = capture(self.command("wine").args([
+            "reg",
+            "query",
+            PARAMETERS_KEY,
+            "/v",
+            UNLOAD_RECORD,
+        ]))?;
+        if !output.status.success() {
+            return Ok(None);
+        }
+        let text = lossy(&output.stdout);
+        let value = text
+            .lines()
+            .find(|line| line.contains(UNLOAD_RECORD))
+            .and_then(|line| line.split_whitespace().last())
+            .and_then(|hex| u32::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
+            .ok_or_else(|| format!("unexpected reg query output:\n{text}"))?;
+        Ok(Some(value))
+    }
+
+    /// Removes the unload record, so the next unload's is fresh.
+    ///
+    /// # Errors
+    /// When reg fails.
+    pub fn forget_unload_record(&self) -> WineResult<()> {
+        self.set_dword(PARAMETERS_KEY, UNLOAD_RECORD, None)
     }
 
     fn set_dword(&self, key: &str, name: &str, value: Option<u32>) -> WineResult<()> {

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64()
     );
     let context = Context { wine, package };
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 8] = [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
             lifecycle,
@@ -89,6 +89,10 @@ fn main() -> ExitCode {
         (
             "tiny ring: every sequence number is received or counted as dropped",
             overflow_loses_nothing_silently,
+        ),
+        (
+            "100 start/stop cycles with the timer firing: no pool left at any unload",
+            start_stop_cycles,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);
@@ -430,4 +434,27 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
             received.len()
         )
     })
+}
+
+fn start_stop_cycles(context: &Context) -> WineResult<()> {
+    const CYCLES: u32 = 100;
+    let wine = &context.wine;
+    wine.stop_driver()?;
+    wine.set_disable_paging_executive(Some(1))?;
+    for cycle in 1..=CYCLES {
+        wine.start_driver()
+            .map_err(|error| format!("cycle {cycle}: {error}"))?;
+        wine.client_ok(&["config", "--enable", "timer", "--timer-period", "2"])?;
+        wine.client_ok(&["read"])?;
+        wine.forget_unload_record()?;
+        // Stopped with the timer still firing: unload must cancel it, flush
+        // its DPCs and wait for callbacks in flight before freeing.
+        wine.stop_driver()
+            .map_err(|error| format!("cycle {cycle}: {error}"))?;
+        let left = wine.last_unload_pool_allocations()?;
+        ensure(left == Some(0), || {
+            format!("cycle {cycle}: the unload record says {left:?} allocations left")
+        })?;
+    }
+    wine.start_driver()
 }
