@@ -223,7 +223,7 @@ fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientErro
     {
         let batch = reader.read(device)?;
         for record in &batch.records {
-            tracker.note(record.sequence);
+            tracker.note(record.header.sequence);
         }
         print_records(&batch.records, args.output.json);
         dropped.get_or_insert(batch.dropped);

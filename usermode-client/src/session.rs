@@ -385,7 +385,11 @@ pub mod tests {
         let before = reader.buffer.len();
         let batch = reader.read(&mut driver).unwrap();
         assert_eq!(
-            batch.records.iter().map(|r| r.sequence).collect::<Vec<_>>(),
+            batch
+                .records
+                .iter()
+                .map(|r| r.header.sequence)
+                .collect::<Vec<_>>(),
             [1, 2]
         );
         assert!(batch.more_pending);
@@ -440,7 +444,7 @@ pub mod tests {
             requests: vec![],
         };
         let record = capture_now(&mut driver, 3).unwrap();
-        assert_eq!(record.facts, SourceFacts::OnDemand { tag: 3 });
+        assert_eq!(record.header.facts, SourceFacts::OnDemand { tag: 3 });
         assert_eq!(record.frames.len(), 2);
         assert_eq!(driver.requests, [Ioctl::CaptureNow.code()]);
     }

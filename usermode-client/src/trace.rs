@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use kstack_abi::{
-    RecordFlags, RecordView, Source, SourceFacts,
+    RecordFlags, RecordHeader, RecordView, Source, SourceFacts,
     source::{HandleOperation, Lifecycle, ObjectKind},
 };
 use serde_json::{Value, json};
@@ -13,36 +13,17 @@ use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 /// Version of the JSON line schema (README, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
-/// One trace record.
+/// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
-    pub sequence: u64,
-    pub timestamp: u64,
-    pub process_id: u32,
-    pub thread_id: u32,
-    pub processor: u32,
-    pub irql: u8,
-    pub flags: RecordFlags,
-    pub os_hash: u32,
-    pub stack_id: u64,
-    pub facts: SourceFacts,
+    pub header: RecordHeader,
     pub frames: Vec<u64>,
 }
 
 impl From<&RecordView<'_>> for TraceRecord {
     fn from(view: &RecordView<'_>) -> Self {
-        let header = view.header;
         Self {
-            sequence: header.sequence,
-            timestamp: header.timestamp,
-            process_id: header.process_id,
-            thread_id: header.thread_id,
-            processor: header.processor,
-            irql: header.irql,
-            flags: header.flags,
-            os_hash: header.os_hash,
-            stack_id: header.stack_id,
-            facts: header.facts,
+            header: view.header,
             frames: view.frames().collect(),
         }
     }
@@ -67,13 +48,13 @@ impl TraceRecord {
     /// The source that captured it.
     #[must_use]
     pub const fn source(&self) -> Source {
-        self.facts.source()
+        self.header.facts.source()
     }
 
     /// What the source knew, in words.
     #[must_use]
     pub fn facts_text(&self) -> String {
-        match self.facts {
+        match self.header.facts {
             SourceFacts::Process {
                 event,
                 process_id,
@@ -123,24 +104,25 @@ impl TraceRecord {
     #[must_use]
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let time = system_time_text(self.timestamp).unwrap_or_else(|| "time unknown".to_owned());
+        let time =
+            system_time_text(self.header.timestamp).unwrap_or_else(|| "time unknown".to_owned());
         let _ = write!(
             out,
             "#{} {} {time} pid {} tid {} cpu {} irql {} stack {:016x} os-hash {:08x}: {}",
-            self.sequence,
+            self.header.sequence,
             self.source().name(),
-            self.process_id,
-            self.thread_id,
-            self.processor,
-            self.irql,
-            self.stack_id,
-            self.os_hash,
+            self.header.process_id,
+            self.header.thread_id,
+            self.header.processor,
+            self.header.irql,
+            self.header.stack_id,
+            self.header.os_hash,
             self.facts_text()
         );
-        if self.flags.contains(RecordFlags::TRUNCATED) {
+        if self.header.flags.contains(RecordFlags::TRUNCATED) {
             out.push_str(" [truncated]");
         }
-        if self.flags.contains(RecordFlags::NOT_IN_RING) {
+        if self.header.flags.contains(RecordFlags::NOT_IN_RING) {
             out.push_str(" [not kept in the ring]");
         }
         out.push('\n');
@@ -154,26 +136,26 @@ impl TraceRecord {
     #[must_use]
     pub fn to_json(&self) -> Value {
         let mut flags = Vec::new();
-        if self.flags.contains(RecordFlags::TRUNCATED) {
+        if self.header.flags.contains(RecordFlags::TRUNCATED) {
             flags.push("truncated");
         }
-        if self.flags.contains(RecordFlags::NOT_IN_RING) {
+        if self.header.flags.contains(RecordFlags::NOT_IN_RING) {
             flags.push("not_in_ring");
         }
         json!({
             "schema": JSON_SCHEMA_VERSION,
-            "sequence": self.sequence,
+            "sequence": self.header.sequence,
             "source": self.source().name(),
-            "time": system_time_text(self.timestamp),
-            "system_time_100ns": self.timestamp,
-            "process_id": self.process_id,
-            "thread_id": self.thread_id,
-            "processor": self.processor,
-            "irql": self.irql,
+            "time": system_time_text(self.header.timestamp),
+            "system_time_100ns": self.header.timestamp,
+            "process_id": self.header.process_id,
+            "thread_id": self.header.thread_id,
+            "processor": self.header.processor,
+            "irql": self.header.irql,
             "flags": flags,
-            "os_hash": format!("{:#010x}", self.os_hash),
-            "stack_id": format!("{:#018x}", self.stack_id),
-            "facts": facts_json(&self.facts),
+            "os_hash": format!("{:#010x}", self.header.os_hash),
+            "stack_id": format!("{:#018x}", self.header.stack_id),
+            "facts": facts_json(&self.header.facts),
             "frames": self.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
         })
     }
@@ -246,16 +228,18 @@ mod tests {
 
     pub fn sample() -> TraceRecord {
         TraceRecord {
-            sequence: 7,
-            timestamp: UNIX_EPOCH_AS_FILETIME + 17_637_984_010_000_000,
-            process_id: 4,
-            thread_id: 96,
-            processor: 1,
-            irql: 2,
-            flags: RecordFlags::TRUNCATED,
-            os_hash: 0xDEAD_BEEF,
-            stack_id: 0x0123_4567_89AB_CDEF,
-            facts: SourceFacts::Timer,
+            header: RecordHeader {
+                sequence: 7,
+                timestamp: UNIX_EPOCH_AS_FILETIME + 17_637_984_010_000_000,
+                process_id: 4,
+                thread_id: 96,
+                processor: 1,
+                irql: 2,
+                flags: RecordFlags::TRUNCATED,
+                os_hash: 0xDEAD_BEEF,
+                stack_id: 0x0123_4567_89AB_CDEF,
+                facts: SourceFacts::Timer,
+            },
             frames: vec![0xFFFF_F800_1234_5678, 0xFFFF_F800_0000_1000],
         }
     }
@@ -267,7 +251,7 @@ mod tests {
             Some("1970-01-01T00:00:00Z")
         );
         assert_eq!(
-            system_time_text(sample().timestamp).as_deref(),
+            system_time_text(sample().header.timestamp).as_deref(),
             Some("2025-11-22T08:00:01Z")
         );
         assert_eq!(
@@ -331,14 +315,13 @@ mod tests {
             SourceFacts::OnDemand { tag: 5 },
         ];
         for facts in all {
-            let record = TraceRecord { facts, ..sample() };
+            let mut record = sample();
+            record.header.facts = facts;
             assert!(!record.facts_text().is_empty());
             assert!(record.to_json()["facts"].is_object());
         }
-        let create = TraceRecord {
-            facts: all[0],
-            ..sample()
-        };
+        let mut create = sample();
+        create.header.facts = all[0];
         assert_eq!(create.facts_text(), "process 8 created by 4");
     }
 }
