@@ -60,7 +60,7 @@ fn read_paging_executive() -> PagingExecutive {
 /// The ring capacity from the service's `Parameters\RingCapacity`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-fn read_ring_capacity(parameters: Option<ParametersKey>) -> usize {
+fn read_ring_capacity(parameters: Option<&ParametersKey>) -> usize {
     let setting = parameters
         .and_then(|key| key.read_dword(utf16!("RingCapacity")).ok())
         .and_then(|dword| {
@@ -89,8 +89,8 @@ pub unsafe extern "system" fn driver_entry(
     let paging = read_paging_executive();
     // SAFETY: the kernel passes DriverEntry a valid service key path.
     let parameters = unsafe { service_key.as_ref() }.and_then(ParametersKey::new);
-    let capacity = read_ring_capacity(parameters);
-    let loaded = match loaded::create(routines, paging, capacity, parameters) {
+    let capacity = read_ring_capacity(parameters.as_ref());
+    let loaded = match loaded::create(routines, paging, capacity, parameters.as_ref()) {
         Ok(loaded) => loaded,
         Err(status) => return status,
     };

@@ -88,7 +88,7 @@ pub fn create(
     routines: Routines,
     paging: PagingExecutive,
     capacity: usize,
-    parameters: Option<ParametersKey>,
+    parameters: Option<&ParametersKey>,
 ) -> Result<&'static LoadedDriver, NTSTATUS> {
     let slot_bytes = capacity
         .checked_mul(size_of::<Slot>())
@@ -121,7 +121,7 @@ pub fn create(
             registry: RegistryCallback::new(),
             objects: ObjectCallbacks::new(),
             slots,
-            parameters,
+            parameters: parameters.copied(),
         });
     }
     // SAFETY: initialized above; it lives until `destroy`.

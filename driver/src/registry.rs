@@ -111,27 +111,28 @@ impl ParametersKey {
         Some(Self { path, chars })
     }
 
-    /// The path as a `UNICODE_STRING` over this value's buffer.
-    fn unicode_string(&mut self) -> UNICODE_STRING {
+    /// The path as a `UNICODE_STRING` over this value's buffer (the
+    /// registry routines only read a key name).
+    fn unicode_string(&self) -> UNICODE_STRING {
         let bytes = u16::try_from(self.chars * 2).unwrap_or(u16::MAX);
         UNICODE_STRING {
             Length: bytes,
             MaximumLength: bytes,
-            Buffer: self.path.as_mut_ptr(),
+            Buffer: self.path.as_ptr().cast_mut(),
         }
     }
 
     /// Reads a DWORD under the key.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
-    pub fn read_dword(mut self, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
+    pub fn read_dword(&self, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
         read_dword(&self.unicode_string(), value_name)
     }
 
     /// Writes a `REG_DWORD` under the key, creating the key if needed.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
-    pub fn write_dword(mut self, value_name: &'static [u16], value: u32) -> Result<(), NTSTATUS> {
+    pub fn write_dword(&self, value_name: &'static [u16], value: u32) -> Result<(), NTSTATUS> {
         let mut key_name = self.unicode_string();
         let mut attributes = object_attributes(&mut key_name);
         let mut handle: HANDLE = ptr::null_mut();
