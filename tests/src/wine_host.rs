@@ -79,6 +79,10 @@ impl WineHost {
             &host.client_dir.join("kstack.exe"),
         )?;
         copy(
+            &wine_support.join("kstack-ioctl-storm.exe"),
+            &host.client_dir.join("kstack-ioctl-storm.exe"),
+        )?;
+        copy(
             &wine_support.join("bcryptprimitives.dll"),
             &host.client_dir.join("bcryptprimitives.dll"),
         )?;
@@ -218,9 +222,17 @@ impl WineHost {
     /// # Errors
     /// Only when Wine cannot be started at all.
     pub fn client(&self, args: &[&str]) -> WineResult<Output> {
+        self.program("kstack.exe", args)
+    }
+
+    /// Runs one of the programs installed beside the client.
+    ///
+    /// # Errors
+    /// Only when Wine cannot be started at all.
+    pub fn program(&self, name: &str, args: &[&str]) -> WineResult<Output> {
         let mut command = self.command("wine");
         command
-            .arg(self.client_dir.join("kstack.exe"))
+            .arg(self.client_dir.join(name))
             .args(args)
             .current_dir(&self.client_dir);
         capture(&mut command)

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64()
     );
     let context = Context { wine, package };
-    let cases: [(&str, Case); 8] = [
+    let cases: [(&str, Case); 9] = [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
             lifecycle,
@@ -89,6 +89,10 @@ fn main() -> ExitCode {
         (
             "tiny ring: every sequence number is received or counted as dropped",
             overflow_loses_nothing_silently,
+        ),
+        (
+            "10,000 bad requests answered exactly as kstack-driver-core answers; still serving",
+            bad_input_storm,
         ),
         (
             "100 start/stop cycles with the timer firing: no pool left at any unload",
@@ -457,4 +461,18 @@ fn start_stop_cycles(context: &Context) -> WineResult<()> {
         })?;
     }
     wine.start_driver()
+}
+
+fn bad_input_storm(context: &Context) -> WineResult<()> {
+    let output = context
+        .wine
+        .program("kstack-ioctl-storm.exe", &["10000", "20261122"])?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    ensure(
+        output.status.success()
+            && stdout.contains("10000 cases, 0 mismatches, driver still serving: true"),
+        || format!("storm failed ({:?}):\n{stdout}\n{stderr}", output.status),
+    )?;
+    status(&context.wine).map(drop)
 }

@@ -1,13 +1,5 @@
 //! `kstack`: the user-mode client of the kstack driver.
 
-#[cfg(windows)]
-mod device;
-mod error;
-mod report;
-mod session;
-mod trace;
-mod transport;
-
 use std::{
     io::{self, Write},
     process::ExitCode,
@@ -21,9 +13,12 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 use kstack_abi::{CaptureConfig, Source, SourceSet};
 
-use crate::{
-    error::ClientError,
-    session::{Reader, SequenceTracker},
+#[cfg(windows)]
+use kstack_client::device;
+use kstack_client::{
+    error::{self, ClientError},
+    report,
+    session::{self, Reader, SequenceTracker},
     trace::TraceRecord,
     transport::Transport,
 };
@@ -274,7 +269,12 @@ enum NoDevice {}
 
 #[cfg(not(windows))]
 impl Transport for NoDevice {
-    fn control(&mut self, _code: u32, _input: &[u8], _output: &mut [u8]) -> transport::Reply {
+    fn control(
+        &mut self,
+        _code: u32,
+        _input: &[u8],
+        _output: &mut [u8],
+    ) -> kstack_client::transport::Reply {
         match *self {}
     }
 }

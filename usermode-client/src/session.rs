@@ -103,6 +103,7 @@ pub struct Reader {
 /// What one read returned.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Batch {
+    /// The records, in ring order.
     pub records: Vec<TraceRecord>,
     /// Records were still waiting when the buffer filled.
     pub more_pending: bool,
@@ -163,6 +164,7 @@ impl Reader {
 /// spent is a record received, dropped (ring full) or cleared.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SequenceTracker {
+    /// Records received (not counting those kept out of the ring).
     pub received: u64,
     lowest: Option<u64>,
     highest: Option<u64>,
@@ -194,7 +196,7 @@ impl SequenceTracker {
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use kstack_abi::{
         ABI_VERSION, CaptureConfig, DecodeError, PagingExecutive, Source, SourceStatus,
         ntstatus::{NtStatus, STATUS_INVALID_DEVICE_REQUEST},

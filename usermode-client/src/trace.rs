@@ -16,7 +16,9 @@ pub const JSON_SCHEMA_VERSION: u32 = 1;
 /// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceRecord {
+    /// Everything but the frames.
     pub header: RecordHeader,
+    /// Return addresses, most recent call first.
     pub frames: Vec<u64>,
 }
 

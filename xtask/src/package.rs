@@ -48,6 +48,8 @@ pub fn build(workspace: &Path) -> Result<Built> {
             "--release",
             "--package",
             "kstack-client",
+            "--package",
+            "kstack-ioctl-storm",
             "--target",
             GNU_TARGET,
         ],
@@ -78,11 +80,19 @@ pub fn wine_support_dir(workspace: &Path) -> PathBuf {
     workspace.join("target/kstack-wine")
 }
 
-/// Builds the `bcryptprimitives.dll` shim Rust programs need under Wine 8
-/// (see tests/wine/bcryptprimitives.c).
+/// Puts the Wine-only helpers in place: the bad-input storm (built with the
+/// client) and the `bcryptprimitives.dll` shim Rust programs need under
+/// Wine 8 (see tests/wine/bcryptprimitives.c).
 fn build_wine_support(workspace: &Path) -> Result<()> {
     let dir = wine_support_dir(workspace);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    copy(
+        &workspace
+            .join("target")
+            .join(GNU_TARGET)
+            .join("release/kstack-ioctl-storm.exe"),
+        &dir.join("kstack-ioctl-storm.exe"),
+    )?;
     Run::new("x86_64-w64-mingw32-gcc")
         .args(["-O2", "-shared", "-o"])
         .args([dir.join("bcryptprimitives.dll")])

@@ -1,0 +1,218 @@
+//! The storm itself (Windows and Wine only).
+
+use std::process::ExitCode;
+
+use kstack_abi::{
+    CaptureConfig, Ioctl, MAX_RECORD_SIZE, Source, SourceSet, StatusResponse,
+    ioctl::{MAX_INPUT_LENGTH, MIN_READ_BUFFER},
+    messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
+    ntstatus::NtStatus,
+};
+use kstack_client::{device::Device, session, transport::Transport};
+use kstack_driver_core::{
+    DriverCore, Platform, RecordRing, Slot, SourceControl, SourceRegistration,
+};
+
+/// A user-mode stand-in for the kernel, for the reference's capture-now.
+struct UserPlatform;
+
+impl Platform for UserPlatform {
+    fn irql(&self) -> u8 {
+        0
+    }
+
+    fn current_ids(&self) -> (u32, u32) {
+        (std::process::id(), 0)
+    }
+
+    fn processor(&self) -> u32 {
+        0
+    }
+
+    fn system_time(&self) -> u64 {
+        0
+    }
+
+    fn walk_stack(&self, _frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
+        frames.fill(0x1000);
+        (frames.len(), 0)
+    }
+}
+
+/// The reference has no timer to start.
+struct NoTimer;
+
+impl SourceControl for NoTimer {
+    fn set_timer(&self, _period_ms: Option<u32>) {}
+}
+
+/// xorshift64*: small, seeded, reproducible.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, bound: usize) -> usize {
+        usize::try_from(self.next() % bound as u64).unwrap_or(0)
+    }
+
+    fn bytes(&mut self, length: usize) -> Vec<u8> {
+        (0..length).map(|_| self.next().to_le_bytes()[0]).collect()
+    }
+}
+
+/// One request: a control code, its input, and its output length.
+struct Request {
+    code: u32,
+    input: Vec<u8>,
+    output_length: usize,
+}
+
+fn generate(random: &mut Random) -> Request {
+    let valid = Ioctl::ALL[random.below(Ioctl::ALL.len())];
+    match random.below(10) {
+        // Any code at all, any small buffers.
+        0 | 1 => Request {
+            code: u32::try_from(random.next() >> 32).unwrap_or(0),
+            input: {
+                let length = random.below(MAX_INPUT_LENGTH * 2);
+                random.bytes(length)
+            },
+            output_length: random.below(1024),
+        },
+        // kstack's codes with lengths of every kind.
+        2..=5 => Request {
+            code: valid.code(),
+            input: {
+                let length = random.below(MAX_INPUT_LENGTH * 2);
+                random.bytes(length)
+            },
+            output_length: random.below(MIN_READ_BUFFER + 64),
+        },
+        // Well-formed requests with a few bytes damaged.
+        _ => {
+            let mut input = match valid {
+                Ioctl::Configure => {
+                    let config = CaptureConfig {
+                        sources: SourceSet::from_bits(
+                            u32::try_from(random.next() & 0xFE).unwrap_or(0),
+                        )
+                        .unwrap_or(SourceSet::EMPTY)
+                        .without(Source::Timer),
+                        frames_to_skip: u16::try_from(random.below(70)).unwrap_or(0),
+                        frames_to_capture: u16::try_from(random.below(70)).unwrap_or(0),
+                        process_filter: 0,
+                        timer_period_ms: u32::try_from(random.below(12_000)).unwrap_or(0),
+                    };
+                    encode_configure_request(&config).to_vec()
+                }
+                Ioctl::CaptureNow => encode_capture_now_request(random.next()).to_vec(),
+                Ioctl::Status | Ioctl::Read | Ioctl::Clear => Vec::new(),
+            };
+            for _ in 0..random.below(3) {
+                if !input.is_empty() {
+                    let at = random.below(input.len());
+                    input[at] = random.bytes(1)[0];
+                }
+            }
+            let output_length = match valid {
+                Ioctl::Status => STATUS_RESPONSE_SIZE,
+                Ioctl::Read => MIN_READ_BUFFER,
+                Ioctl::CaptureNow => MAX_RECORD_SIZE,
+                Ioctl::Configure | Ioctl::Clear => 0,
+            };
+            Request {
+                code: valid.code(),
+                input,
+                output_length,
+            }
+        }
+    }
+}
+
+/// What the reference answers.
+fn expected(reference: &DriverCore<'_>, request: &Request) -> NtStatus {
+    match DriverCore::admit(request.code, request.input.len(), request.output_length) {
+        Err(status) => status,
+        Ok(ioctl) => {
+            let mut output = vec![0; request.output_length];
+            reference
+                .serve(
+                    ioctl,
+                    &request.input,
+                    &mut output,
+                    &UserPlatform,
+                    &NoTimer,
+                    0,
+                )
+                .0
+        }
+    }
+}
+
+fn argument(position: usize, default: u64) -> u64 {
+    std::env::args()
+        .nth(position)
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(default)
+}
+
+pub fn run() -> ExitCode {
+    let cases = argument(1, 10_000);
+    let mut random = Random(argument(2, 1) | 1);
+    let mut device = match Device::open() {
+        Ok(device) => device,
+        Err(error) => {
+            eprintln!("kstack-ioctl-storm: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let status = match session::status(&mut device) {
+        Ok(status) => status,
+        Err(error) => {
+            eprintln!("kstack-ioctl-storm: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let slots: Vec<Slot> = (0..16).map(Slot::new).collect();
+    let reference = DriverCore::new(RecordRing::new(&slots), status.paging_executive);
+    for source in Source::ALL {
+        let registration = SourceRegistration {
+            status: status.sources[source.index()].registration,
+        };
+        reference.set_registration(source, registration);
+    }
+    let mut mismatches = 0_u64;
+    for case in 0..cases {
+        let request = generate(&mut random);
+        let wanted = expected(&reference, &request);
+        let mut output = vec![0; request.output_length];
+        let reply = device.control(request.code, &request.input, &mut output);
+        if reply.status != wanted {
+            mismatches += 1;
+            if mismatches <= 10 {
+                eprintln!(
+                    "case {case}: code {:#010x}, input {:02x?}, output {} bytes: driver {:#010x}, reference {:#010x}",
+                    request.code, request.input, request.output_length, reply.status, wanted
+                );
+            }
+        }
+    }
+    // Leave nothing enabled, and prove the driver still serves.
+    let reset = session::configure(&mut device, &CaptureConfig::default());
+    let still_serving: Result<StatusResponse, _> = session::status(&mut device);
+    println!(
+        "{cases} cases, {mismatches} mismatches, driver still serving: {}",
+        still_serving.is_ok() && reset.is_ok()
+    );
+    if mismatches == 0 && still_serving.is_ok() && reset.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
