@@ -263,6 +263,17 @@ mod tests {
         }
     }
 
+    fn enable(core: &DriverCore<'_>, sources: SourceSet, timer: &TimerLog) -> NtStatus {
+        configure(
+            core,
+            &CaptureConfig {
+                sources,
+                ..CaptureConfig::default()
+            },
+            timer,
+        )
+    }
+
     fn configure(core: &DriverCore<'_>, config: &CaptureConfig, timer: &TimerLog) -> NtStatus {
         request(
             core,
@@ -427,14 +438,7 @@ mod tests {
         let slots = slots(8);
         let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
-        configure(
-            &core,
-            &CaptureConfig {
-                sources: SourceSet::ALL.without(Source::Timer),
-                ..CaptureConfig::default()
-            },
-            &timer,
-        );
+        enable(&core, SourceSet::ALL.without(Source::Timer), &timer);
         let platform = FakePlatform::default();
         for _ in 0..3 {
             core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
@@ -463,14 +467,7 @@ mod tests {
         let slots = slots(8);
         let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
-        configure(
-            &core,
-            &CaptureConfig {
-                sources: SourceSet::EMPTY.with(Source::Thread),
-                ..CaptureConfig::default()
-            },
-            &timer,
-        );
+        enable(&core, SourceSet::EMPTY.with(Source::Thread), &timer);
         let platform = FakePlatform::default();
         let facts = SourceFacts::Thread {
             event: kstack_abi::source::Lifecycle::Create,
@@ -523,14 +520,7 @@ mod tests {
         assert_eq!(record.header.sequence, 0);
         assert!(core.ring.is_empty());
 
-        configure(
-            &core,
-            &CaptureConfig {
-                sources: SourceSet::EMPTY.with(Source::OnDemand),
-                ..CaptureConfig::default()
-            },
-            &timer,
-        );
+        enable(&core, SourceSet::EMPTY.with(Source::OnDemand), &timer);
         let (_, written) = request(&core, Ioctl::CaptureNow.code(), &input, &mut out, &timer);
         let (record, _) = decode_record(&out[..written]).unwrap();
         assert_eq!(record.header.sequence, 1);

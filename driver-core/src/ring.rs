@@ -150,10 +150,8 @@ impl<'a> RecordRing<'a> {
                     ) {
                         Ok(_) => {
                             slot.record.with_mut(|record| {
-                                // SAFETY: this producer alone claimed
-                                // `position`, and the consumer does not read
-                                // the slot until the stamp below says it is
-                                // written.
+                                // SAFETY: only this producer claimed `position`; the
+                                // consumer reads the slot after the stamp below.
                                 write(unsafe { &mut *record });
                             });
                             slot.stamp.store(position + 1, Ordering::Release);
