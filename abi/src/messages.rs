@@ -3,7 +3,7 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, CaptureConfig, DecodeError, KSTACK_VERSION, Records, Source,
+    ABI_VERSION, CaptureConfig, DecodeError, Records, Source,
     config::CAPTURE_CONFIG_SIZE,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
@@ -272,12 +272,6 @@ impl StatusResponse {
             next_sequence: r.u64(64)?,
             sources,
         })
-    }
-
-    /// This build's version, for the driver to report.
-    #[must_use]
-    pub const fn this_version() -> (u16, u16, u16) {
-        KSTACK_VERSION
     }
 }
 

@@ -202,10 +202,11 @@ impl<'a> DriverCore<'a> {
         if !config.sources.contains(source) {
             return CaptureOutcome::Disabled;
         }
-        if config.process_filter != 0 && platform.current_ids().0 != config.process_filter {
+        let ids = platform.current_ids();
+        if config.process_filter != 0 && ids.0 != config.process_filter {
             return CaptureOutcome::Filtered;
         }
-        let Some(mut walked) = self.walk(platform, &config, facts) else {
+        let Some(mut walked) = self.walk(platform, &config, facts, ids) else {
             return CaptureOutcome::SkippedIrql;
         };
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
@@ -218,8 +219,9 @@ impl<'a> DriverCore<'a> {
         }
     }
 
-    /// Walks the stack and fills in every header field but the sequence, or
-    /// counts a skip when the paging policy forbids a walk here.
+    /// Walks the stack and fills in every header field but the sequence
+    /// (`ids`: the current process and thread), or counts a skip when the
+    /// paging policy forbids a walk here.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn walk(
@@ -227,6 +229,7 @@ impl<'a> DriverCore<'a> {
         platform: &impl Platform,
         config: &CaptureConfig,
         facts: SourceFacts,
+        (process_id, thread_id): (u32, u32),
     ) -> Option<Walked> {
         let source = facts.source();
         let irql = platform.irql();
@@ -240,7 +243,6 @@ impl<'a> DriverCore<'a> {
             platform.walk_stack(u32::from(config.frames_to_skip), &mut frames[..wanted]);
         let frame_count = frame_count.min(wanted);
         self.captured[source.index()].fetch_add(1, Ordering::Relaxed);
-        let (process_id, thread_id) = platform.current_ids();
         let flags = if frame_count == wanted {
             RecordFlags::TRUNCATED
         } else {

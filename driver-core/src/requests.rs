@@ -2,8 +2,8 @@
 //! kstack-abi before it is used; a refused request changes nothing.
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, ReadHeader, RecordFlags, RequestError, Source, SourceFacts, SourceStatus,
-    StatusResponse,
+    CaptureConfig, Ioctl, KSTACK_VERSION, ReadHeader, RecordFlags, RequestError, Source,
+    SourceFacts, SourceStatus, StatusResponse,
     messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
     ntstatus::{
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus, STATUS_BUFFER_OVERFLOW,
@@ -90,7 +90,7 @@ impl DriverCore<'_> {
             skipped_irql: self.skipped_irql[index].load(Ordering::Relaxed),
         });
         StatusResponse {
-            driver_version: StatusResponse::this_version(),
+            driver_version: KSTACK_VERSION,
             paging_executive: self.paging,
             ring_ready: true,
             ring_capacity: u32::try_from(self.ring.capacity()).unwrap_or(u32::MAX),
@@ -174,7 +174,12 @@ impl DriverCore<'_> {
         };
         let config = self.config();
         // The caller asked for this stack: no process filter applies.
-        let Some(mut walked) = self.walk(platform, &config, SourceFacts::OnDemand { tag }) else {
+        let Some(mut walked) = self.walk(
+            platform,
+            &config,
+            SourceFacts::OnDemand { tag },
+            platform.current_ids(),
+        ) else {
             return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0);
         };
         if config.sources.contains(Source::OnDemand) {
