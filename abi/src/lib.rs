@@ -24,7 +24,7 @@ mod wire;
 
 pub use config::{CaptureConfig, ConfigError};
 pub use ioctl::{Access, Ioctl, RequestError};
-pub use messages::{PagingExecutive, ReadHeader, SourceStatus, StatusResponse};
+pub use messages::{DriverImage, PagingExecutive, ReadHeader, SourceStatus, StatusResponse};
 pub use record::{
     MAX_FRAMES, MAX_RECORD_SIZE, RecordFlags, RecordHeader, RecordView, Records, decode_record,
     encode_record, stack_id,
@@ -37,7 +37,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (

@@ -21,8 +21,11 @@ pub const READ_HEADER_SIZE: usize = 24;
 const SOURCE_STATUS_SIZE: usize = 24;
 /// Offset of the per-source part of the status response.
 const SOURCES_OFFSET: usize = 72;
-/// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source::COUNT;
+/// Offset of the driver's image range, after the per-source part.
+const DRIVER_IMAGE_OFFSET: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source::COUNT;
+/// The whole status response: the image range is a u64 base, a u32 size
+/// and 4 reserved zero bytes.
+pub const STATUS_RESPONSE_SIZE: usize = DRIVER_IMAGE_OFFSET + 16;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -139,6 +142,17 @@ pub struct SourceStatus {
     pub skipped_irql: u64,
 }
 
+/// Where the driver's own image is loaded, from its `DRIVER_OBJECT`
+/// (`DriverStart`, `DriverSize`): lets the client name frames inside
+/// kstack.sys even where the system's module list lacks it (Wine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverImage {
+    /// The image's base address (0 when unknown).
+    pub base: u64,
+    /// The image's size in bytes (0 when unknown).
+    pub size: u32,
+}
+
 /// The status response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatusResponse {
@@ -164,6 +178,8 @@ pub struct StatusResponse {
     pub next_sequence: u64,
     /// Per source, in [`Source::ALL`] order.
     pub sources: [SourceStatus; Source::COUNT],
+    /// Where kstack.sys is loaded.
+    pub driver_image: DriverImage,
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
@@ -218,6 +234,9 @@ impl StatusResponse {
             w.u64(at + 8, source.captured);
             w.u64(at + 16, source.skipped_irql);
         }
+        w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
+        w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
+        w.u32(DRIVER_IMAGE_OFFSET + 12, 0);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -271,6 +290,10 @@ impl StatusResponse {
             cleared: r.u64(56)?,
             next_sequence: r.u64(64)?,
             sources,
+            driver_image: DriverImage {
+                base: r.u64(DRIVER_IMAGE_OFFSET)?,
+                size: r.u32(DRIVER_IMAGE_OFFSET + 8)?,
+            },
         })
     }
 }
@@ -391,12 +414,16 @@ mod tests {
             cleared: 6,
             next_sequence: 100,
             sources,
+            driver_image: DriverImage {
+                base: 0xFFFF_F801_2340_0000,
+                size: 0x2_0000,
+            },
         }
     }
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 240);
+        assert_eq!(STATUS_RESPONSE_SIZE, 256);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -411,7 +438,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &240_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &256_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

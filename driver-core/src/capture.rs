@@ -2,7 +2,7 @@
 //! process filter, the paging policy, the walk, both hashes, and publishing.
 
 use kstack_abi::{
-    CaptureConfig, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source, SourceFacts,
+    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source, SourceFacts,
     SourceSet, encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
     stack_id,
@@ -110,6 +110,7 @@ impl ConfigCell {
 pub struct DriverCore<'a> {
     pub(crate) ring: RecordRing<'a>,
     pub(crate) paging: PagingExecutive,
+    pub(crate) image: DriverImage,
     /// Each source's registration status, set once at load.
     registrations: [AtomicI32; Source::COUNT],
     config: ConfigCell,
@@ -146,12 +147,13 @@ impl Walked {
 impl<'a> DriverCore<'a> {
     /// The state at load: nothing enabled, default frame counts, and every
     /// source unavailable until [`DriverCore::set_registration`] says
-    /// otherwise.
+    /// otherwise. `image` is where the driver itself is loaded.
     #[must_use]
-    pub fn new(ring: RecordRing<'a>, paging: PagingExecutive) -> Self {
+    pub fn new(ring: RecordRing<'a>, paging: PagingExecutive, image: DriverImage) -> Self {
         Self {
             ring,
             paging,
+            image,
             registrations: core::array::from_fn(|_| AtomicI32::new(STATUS_NOT_SUPPORTED)),
             config: ConfigCell::new(&CaptureConfig::default()),
             captured: core::array::from_fn(|_| AtomicU64::new(0)),
@@ -340,7 +342,7 @@ pub(crate) mod tests {
         paging: PagingExecutive,
         registrations: [SourceRegistration; Source::COUNT],
     ) -> DriverCore<'_> {
-        let core = DriverCore::new(RecordRing::new(slots), paging);
+        let core = DriverCore::new(RecordRing::new(slots), paging, DriverImage::default());
         for source in Source::ALL {
             core.set_registration(source, registrations[source.index()]);
         }

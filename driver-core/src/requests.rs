@@ -101,6 +101,7 @@ impl DriverCore<'_> {
             cleared: self.cleared.load(Ordering::Relaxed),
             next_sequence: self.next_sequence.load(Ordering::Relaxed),
             sources,
+            driver_image: self.image,
         }
     }
 

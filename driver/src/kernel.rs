@@ -8,6 +8,7 @@
 
 use core::mem::{offset_of, size_of};
 
+use kstack_abi::DriverImage;
 use kstack_driver_core::Platform;
 
 use wdk_sys::{
@@ -24,6 +25,8 @@ use crate::routines::Routines;
 // WDK x64 offsets of every field this module touches. Field paths only:
 // bindgen's names for anonymous types differ between header sets.
 const _: () = {
+    assert!(offset_of!(DRIVER_OBJECT, DriverStart) == 0x18);
+    assert!(offset_of!(DRIVER_OBJECT, DriverSize) == 0x20);
     assert!(offset_of!(DRIVER_OBJECT, DriverUnload) == 0x68);
     assert!(offset_of!(DRIVER_OBJECT, MajorFunction) == 0x70);
     assert!(offset_of!(DEVICE_OBJECT, Flags) == 0x30);
@@ -98,6 +101,16 @@ pub fn current_irql() -> u8 {
         core::arch::asm!("mov {}, cr8", out(reg) cr8, options(nomem, nostack, preserves_flags));
     }
     u8::try_from(cr8 & 0xF).unwrap_or(u8::MAX)
+}
+
+/// Where the I/O manager loaded this driver's image.
+///
+/// Max IRQL: any.
+pub fn driver_image(driver: &DRIVER_OBJECT) -> DriverImage {
+    DriverImage {
+        base: driver.DriverStart as u64,
+        size: driver.DriverSize,
+    }
 }
 
 /// The kernel as kstack-driver-core's capture sees it.

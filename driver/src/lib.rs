@@ -23,7 +23,7 @@ mod registry;
 mod routines;
 mod sources;
 
-use kstack_abi::PagingExecutive;
+use kstack_abi::{DriverImage, PagingExecutive};
 use kstack_driver_core::ring::capacity_for_setting;
 use wdk_sys::{
     DRIVER_OBJECT, IRP_MJ_CLOSE, IRP_MJ_CREATE, IRP_MJ_DEVICE_CONTROL, NTSTATUS, PCUNICODE_STRING,
@@ -90,7 +90,9 @@ pub unsafe extern "system" fn driver_entry(
     // SAFETY: the kernel passes DriverEntry a valid service key path.
     let parameters = unsafe { service_key.as_ref() }.and_then(ParametersKey::new);
     let capacity = read_ring_capacity(parameters.as_ref());
-    let loaded = match loaded::create(routines, paging, capacity, parameters.as_ref()) {
+    // SAFETY: the kernel passes DriverEntry its valid driver object.
+    let image = unsafe { driver.as_ref() }.map_or_else(DriverImage::default, kernel::driver_image);
+    let loaded = match loaded::create(routines, paging, image, capacity, parameters.as_ref()) {
         Ok(loaded) => loaded,
         Err(status) => return status,
     };

@@ -10,7 +10,7 @@ use core::{
     sync::atomic::{AtomicPtr, Ordering},
 };
 
-use kstack_abi::{PagingExecutive, SourceFacts};
+use kstack_abi::{DriverImage, PagingExecutive, SourceFacts};
 use kstack_driver_core::{CaptureOutcome, DriverCore, RecordRing, Rundown, Slot, SourceControl};
 use wdk_sys::{
     LARGE_INTEGER, NTSTATUS, STATUS_INSUFFICIENT_RESOURCES, ntddk::KeDelayExecutionThread,
@@ -87,6 +87,7 @@ impl SourceControl for LoadedDriver {
 pub fn create(
     routines: Routines,
     paging: PagingExecutive,
+    image: DriverImage,
     capacity: usize,
     parameters: Option<&ParametersKey>,
 ) -> Result<&'static LoadedDriver, NTSTATUS> {
@@ -115,7 +116,7 @@ pub fn create(
     // LoadedDriver and not yet shared.
     unsafe {
         state.as_ptr().write(LoadedDriver {
-            core: DriverCore::new(RecordRing::new(ring_slots), paging),
+            core: DriverCore::new(RecordRing::new(ring_slots), paging, image),
             routines,
             timer: TimerSource::new(),
             registry: RegistryCallback::new(),

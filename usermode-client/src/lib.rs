@@ -4,8 +4,11 @@
 
 #[cfg(windows)]
 pub mod device;
+pub mod capture_file;
 pub mod error;
 pub mod report;
+pub mod modules;
 pub mod session;
+pub mod system_modules;
 pub mod trace;
 pub mod transport;

@@ -198,7 +198,7 @@ impl SequenceTracker {
 #[cfg(test)]
 pub(crate) mod tests {
     use kstack_abi::{
-        ABI_VERSION, CaptureConfig, DecodeError, PagingExecutive, Source, SourceStatus,
+        ABI_VERSION, CaptureConfig, DecodeError, DriverImage, PagingExecutive, Source, SourceStatus,
         ntstatus::{NtStatus, STATUS_INVALID_DEVICE_REQUEST},
     };
 
@@ -249,6 +249,10 @@ pub(crate) mod tests {
                 captured: 1,
                 skipped_irql: 0,
             }; Source::COUNT],
+            driver_image: DriverImage {
+                base: 0x1_4000_0000,
+                size: 0x3_0000,
+            },
         }
     }
 

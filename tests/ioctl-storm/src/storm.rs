@@ -180,7 +180,11 @@ pub fn run() -> ExitCode {
         }
     };
     let slots: Vec<Slot> = (0..16).map(Slot::new).collect();
-    let reference = DriverCore::new(RecordRing::new(&slots), status.paging_executive);
+    let reference = DriverCore::new(
+        RecordRing::new(&slots),
+        status.paging_executive,
+        status.driver_image,
+    );
     for source in Source::ALL {
         let registration = SourceRegistration {
             status: status.sources[source.index()].registration,

@@ -1,0 +1,417 @@
+//! Saved captures (`kstack save`): the module list at save time, then the
+//! records exactly as the ABI encodes them, so offline analysis (`--input`)
+//! works on any host, Linux included, and symbolizes like a live session.
+//!
+//! Layout, little-endian:
+//! - 0: magic `KSTKCAP\0`; 8: format version (u32, [`FORMAT_VERSION`]);
+//!   12: the ABI version of the records (u32); 16: module count (u32);
+//!   20: reserved, zero (u32).
+//! - then per module: base (u64), size (u32), name length (u16), reserved
+//!   zero (u16), the name in UTF-8;
+//! - then records back to back, in kstack-abi's record layout;
+//! - then the trailer: magic `KSTKEND\0` and the record count (u64).
+//!
+//! The writer appends records as they arrive and the trailer last, so a
+//! capture cut short (the machine stopped mid-write) is told apart from a
+//! finished one, and a damaged record is named with its offset.
+
+use std::{
+    fmt,
+    io::{self, Write},
+};
+
+use kstack_abi::{ABI_VERSION, DecodeError, MAX_RECORD_SIZE, RecordView, Records, encode_record};
+
+use crate::{
+    modules::{Module, ModuleMap},
+    trace::TraceRecord,
+};
+
+/// The first bytes of every capture file.
+pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
+/// The version of this layout.
+pub const FORMAT_VERSION: u32 = 1;
+/// The first bytes of the trailer.
+const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
+const HEADER_SIZE: usize = 24;
+const TRAILER_SIZE: usize = 16;
+const MODULE_ENTRY_SIZE: usize = 16;
+
+/// Why bytes are not a capture this client can read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaptureError {
+    /// The magic is missing: some other file.
+    NotACapture,
+    /// A capture layout from another kstack release.
+    FormatVersion(u32),
+    /// Records encoded by another ABI version.
+    AbiVersion(u32),
+    /// The header or module list ends early.
+    Truncated,
+    /// No trailer: the save was cut short.
+    Unfinished,
+    /// The trailer's record count is not the number of records.
+    RecordCount {
+        /// The trailer's count.
+        declared: u64,
+        /// Records found.
+        found: u64,
+    },
+    /// A module name is not UTF-8.
+    ModuleName {
+        /// Its index in the list.
+        index: usize,
+    },
+    /// A record does not decode.
+    Record {
+        /// Whole records before it.
+        index: u64,
+        /// Its byte offset in the file.
+        offset: usize,
+        /// What was wrong.
+        error: DecodeError,
+    },
+}
+
+impl fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotACapture => write!(f, "not a kstack capture (written by `kstack save`)"),
+            Self::FormatVersion(version) => write!(
+                f,
+                "capture format version {version}; this client reads version {FORMAT_VERSION}"
+            ),
+            Self::AbiVersion(version) => write!(
+                f,
+                "the capture's records use ABI version {version}; this client reads ABI {ABI_VERSION}: \
+                 use the client of the release that saved it"
+            ),
+            Self::Truncated => write!(f, "the capture's header or module list is cut short"),
+            Self::Unfinished => write!(
+                f,
+                "the capture was not finished (no end marker): the save was cut short"
+            ),
+            Self::RecordCount { declared, found } => write!(
+                f,
+                "the capture's end marker counts {declared} records but it holds {found}"
+            ),
+            Self::ModuleName { index } => write!(f, "module {index}'s name is not UTF-8"),
+            Self::Record {
+                index,
+                offset,
+                error,
+            } => write!(
+                f,
+                "record {index} (byte {offset}) is malformed: {error}; the capture is damaged"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+/// Writes a capture: the header and modules at once, records as appended.
+pub struct CaptureWriter<W: Write> {
+    out: W,
+    records: u64,
+    scratch: [u8; MAX_RECORD_SIZE],
+}
+
+impl<W: Write> CaptureWriter<W> {
+    /// Starts a capture with its module list.
+    ///
+    /// # Errors
+    /// The writer's I/O error.
+    pub fn new(mut out: W, modules: &ModuleMap) -> io::Result<Self> {
+        let count = u32::try_from(modules.modules().len())
+            .map_err(|_| io::Error::other("too many modules"))?;
+        let mut header = [0_u8; HEADER_SIZE];
+        header[..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&ABI_VERSION.to_le_bytes());
+        header[16..20].copy_from_slice(&count.to_le_bytes());
+        out.write_all(&header)?;
+        for module in modules.modules() {
+            let name_length = u16::try_from(module.name.len())
+                .map_err(|_| io::Error::other(format!("module name too long: {}", module.name)))?;
+            let mut entry = [0_u8; MODULE_ENTRY_SIZE];
+            entry[..8].copy_from_slice(&module.base.to_le_bytes());
+            entry[8..12].copy_from_slice(&module.size.to_le_bytes());
+            entry[12..14].copy_from_slice(&name_length.to_le_bytes());
+            out.write_all(&entry)?;
+            out.write_all(module.name.as_bytes())?;
+        }
+        Ok(Self {
+            out,
+            records: 0,
+            scratch: [0; MAX_RECORD_SIZE],
+        })
+    }
+
+    /// Appends one record.
+    ///
+    /// # Errors
+    /// The writer's I/O error, or a record with more frames than the ABI
+    /// allows (which no driver reply decodes to).
+    pub fn append(&mut self, record: &TraceRecord) -> io::Result<()> {
+        let size = encode_record(&record.header, &record.frames, &mut self.scratch)
+            .map_err(|error| io::Error::other(error.to_string()))?;
+        self.out.write_all(&self.scratch[..size])?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Records appended so far.
+    #[must_use]
+    pub const fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Writes the trailer, flushes and returns the writer.
+    ///
+    /// # Errors
+    /// The writer's I/O error.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&END_MAGIC)?;
+        self.out.write_all(&self.records.to_le_bytes())?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// A capture read from bytes; its records decode as they are iterated.
+#[derive(Debug)]
+pub struct CaptureView<'a> {
+    /// The module list saved with it.
+    pub modules: ModuleMap,
+    /// Records, as the trailer counts them.
+    pub record_count: u64,
+    records_at: usize,
+    /// The records' bytes, from `records_at` to the trailer.
+    records: &'a [u8],
+}
+
+impl<'a> CaptureView<'a> {
+    /// Reads the header and module list.
+    ///
+    /// # Errors
+    /// A [`CaptureError`] for anything but a capture of this format and ABI.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, CaptureError> {
+        if bytes.get(..8) != Some(&MAGIC[..]) {
+            return Err(CaptureError::NotACapture);
+        }
+        let u32_at = |at: usize| -> Result<u32, CaptureError> {
+            bytes
+                .get(at..at + 4)
+                .and_then(|word| word.try_into().ok())
+                .map(u32::from_le_bytes)
+                .ok_or(CaptureError::Truncated)
+        };
+        let format = u32_at(8)?;
+        if format != FORMAT_VERSION {
+            return Err(CaptureError::FormatVersion(format));
+        }
+        let abi = u32_at(12)?;
+        if abi != ABI_VERSION {
+            return Err(CaptureError::AbiVersion(abi));
+        }
+        let count = u32_at(16)?;
+        let mut at = HEADER_SIZE;
+        let mut modules = Vec::new();
+        for index in 0..usize::try_from(count).unwrap_or(usize::MAX) {
+            let entry = bytes
+                .get(at..at + MODULE_ENTRY_SIZE)
+                .ok_or(CaptureError::Truncated)?;
+            let name_length = usize::from(u16::from_le_bytes([entry[12], entry[13]]));
+            let name = bytes
+                .get(at + MODULE_ENTRY_SIZE..at + MODULE_ENTRY_SIZE + name_length)
+                .ok_or(CaptureError::Truncated)?;
+            modules.push(Module {
+                base: u64::from_le_bytes(entry[..8].try_into().unwrap_or_default()),
+                size: u32::from_le_bytes(entry[8..12].try_into().unwrap_or_default()),
+                name: String::from_utf8(name.to_vec())
+                    .map_err(|_| CaptureError::ModuleName { index })?,
+            });
+            at += MODULE_ENTRY_SIZE + name_length;
+        }
+        let trailer_at = bytes
+            .len()
+            .checked_sub(TRAILER_SIZE)
+            .filter(|&trailer_at| trailer_at >= at && bytes[trailer_at..][..8] == END_MAGIC)
+            .ok_or(CaptureError::Unfinished)?;
+        Ok(Self {
+            modules: ModuleMap::new(modules),
+            record_count: u64::from_le_bytes(
+                bytes[trailer_at + 8..].try_into().unwrap_or_default(),
+            ),
+            records_at: at,
+            records: &bytes[at..trailer_at],
+        })
+    }
+
+    /// Every record in order; a damaged one ends the walk with its error,
+    /// and so does a count that disagrees with the trailer's.
+    pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'a>, CaptureError>> + 'a {
+        let declared = self.record_count;
+        let mut offset = self.records_at;
+        let mut found = 0_u64;
+        let mut done = false;
+        let mut records = Records::new(self.records);
+        core::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let Some(record) = records.next() else {
+                done = true;
+                return (found != declared)
+                    .then_some(Err(CaptureError::RecordCount { declared, found }));
+            };
+            let record = record.map_err(|error| CaptureError::Record {
+                index: found,
+                offset,
+                error,
+            });
+            match &record {
+                Ok(view) => {
+                    offset += kstack_abi::record::record_size(
+                        u16::try_from(view.frame_count()).unwrap_or(u16::MAX),
+                    );
+                    found += 1;
+                }
+                Err(_) => done = true,
+            }
+            Some(record)
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
+
+    use super::*;
+    use crate::modules::tests::sample_map;
+
+    pub fn record(sequence: u64, facts: SourceFacts, frames: &[u64]) -> TraceRecord {
+        TraceRecord {
+            header: RecordHeader {
+                sequence,
+                timestamp: 134_081_280_000_000_000 + sequence * 10_000,
+                process_id: 4,
+                thread_id: 8,
+                processor: 0,
+                irql: 2,
+                flags: RecordFlags::NONE,
+                os_hash: 0x1234,
+                stack_id: stack_id(frames.iter().copied()),
+                facts,
+            },
+            frames: frames.to_vec(),
+        }
+    }
+
+    pub fn saved(modules: &ModuleMap, records: &[TraceRecord]) -> Vec<u8> {
+        let mut writer = CaptureWriter::new(Vec::new(), modules).unwrap();
+        for record in records {
+            writer.append(record).unwrap();
+        }
+        assert_eq!(writer.records(), records.len() as u64);
+        writer.finish().unwrap()
+    }
+
+    fn sample_records() -> Vec<TraceRecord> {
+        vec![
+            record(1, SourceFacts::Timer, &[0xFFFF_F801_2340_0010, 0xFFFF_F800_0000_0020]),
+            record(2, SourceFacts::OnDemand { tag: 9 }, &[0x42]),
+            record(3, SourceFacts::Timer, &[]),
+        ]
+    }
+
+    fn decoded(bytes: &[u8]) -> Result<(ModuleMap, Vec<TraceRecord>), CaptureError> {
+        let view = CaptureView::parse(bytes)?;
+        let records = view
+            .records()
+            .map(|record| record.map(|view| TraceRecord::from(&view)))
+            .collect::<Result<_, _>>()?;
+        Ok((view.modules, records))
+    }
+
+    #[test]
+    fn a_capture_round_trips_modules_and_records() {
+        let bytes = saved(&sample_map(), &sample_records());
+        assert_eq!(&bytes[..8], b"KSTKCAP\0");
+        assert_eq!(decoded(&bytes), Ok((sample_map(), sample_records())));
+    }
+
+    #[test]
+    fn an_empty_capture_is_valid() {
+        let bytes = saved(&ModuleMap::default(), &[]);
+        assert_eq!(bytes.len(), HEADER_SIZE + TRAILER_SIZE);
+        assert_eq!(decoded(&bytes), Ok((ModuleMap::default(), vec![])));
+    }
+
+    #[test]
+    fn other_files_and_versions_are_refused_by_name() {
+        let bytes = saved(&sample_map(), &sample_records());
+        assert_eq!(decoded(b"{\"schema\":1}").unwrap_err(), CaptureError::NotACapture);
+        let mut other_format = bytes.clone();
+        other_format[8] = 2;
+        assert_eq!(decoded(&other_format).unwrap_err(), CaptureError::FormatVersion(2));
+        let mut other_abi = bytes.clone();
+        other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
+        let error = decoded(&other_abi).unwrap_err();
+        assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
+        assert!(error.to_string().contains("ABI"), "{error}");
+    }
+
+    #[test]
+    fn every_cut_is_an_error_and_never_a_panic() {
+        let bytes = saved(&sample_map(), &sample_records());
+        for cut in 0..bytes.len() {
+            assert!(decoded(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let records_at = CaptureView::parse(&bytes).unwrap().records_at;
+        let unfinished = &bytes[..records_at + kstack_abi::record::record_size(2)];
+        assert_eq!(decoded(unfinished).unwrap_err(), CaptureError::Unfinished);
+    }
+
+    #[test]
+    fn a_damaged_record_is_named_with_its_offset() {
+        let mut bytes = saved(&sample_map(), &sample_records());
+        let records_at = CaptureView::parse(&bytes).unwrap().records_at;
+        let second_at = records_at + kstack_abi::record::record_size(2);
+        bytes[second_at + 2] = 0xEE; // an unknown source
+        let error = decoded(&bytes).unwrap_err();
+        assert!(
+            matches!(error, CaptureError::Record { index: 1, offset, .. } if offset == second_at),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_trailer_count_that_disagrees_is_an_error() {
+        let mut bytes = saved(&sample_map(), &sample_records());
+        let count_at = bytes.len() - 8;
+        bytes[count_at] = 4;
+        assert_eq!(
+            decoded(&bytes).unwrap_err(),
+            CaptureError::RecordCount {
+                declared: 4,
+                found: 3
+            }
+        );
+    }
+
+    #[test]
+    fn a_module_name_that_is_not_utf8_is_refused() {
+        let map = ModuleMap::new([Module {
+            base: 0x1000,
+            size: 0x1000,
+            name: "a.sys".to_owned(),
+        }]);
+        let mut bytes = saved(&map, &[]);
+        let name_at = HEADER_SIZE + MODULE_ENTRY_SIZE;
+        bytes[name_at] = 0xFF;
+        assert_eq!(decoded(&bytes).unwrap_err(), CaptureError::ModuleName { index: 0 });
+    }
+}

@@ -1,0 +1,189 @@
+//! Kernel modules (base, size, name) and frame addresses named after them:
+//! `module+0xoffset` per frame, or Sysmon's CallTrace style
+//! `a+0x1|b+0x2` for a whole stack.
+
+use std::fmt::Write as _;
+
+use kstack_abi::{DriverImage, SERVICE_NAME};
+
+/// One loaded image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Where it is loaded.
+    pub base: u64,
+    /// Its size in bytes.
+    pub size: u32,
+    /// Its file name, e.g. `ntoskrnl.exe`.
+    pub name: String,
+}
+
+impl Module {
+    /// One past its last byte.
+    #[must_use]
+    pub fn end(&self) -> u64 {
+        self.base.saturating_add(u64::from(self.size))
+    }
+
+    fn overlaps(&self, other: &Self) -> bool {
+        self.base < other.end() && other.base < self.end()
+    }
+
+    /// kstack.sys as the driver reported it in its status, if it did.
+    #[must_use]
+    pub fn from_driver_image(image: DriverImage) -> Option<Self> {
+        (image.base != 0 && image.size != 0).then(|| Self {
+            base: image.base,
+            size: image.size,
+            name: format!("{SERVICE_NAME}.sys"),
+        })
+    }
+}
+
+/// Modules sorted by base, never overlapping, looked up by address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModuleMap {
+    modules: Vec<Module>,
+}
+
+impl ModuleMap {
+    /// The modules of `list`, sorted. Empty entries are left out, and of
+    /// two overlapping entries the one listed first is kept.
+    #[must_use]
+    pub fn new(list: impl IntoIterator<Item = Module>) -> Self {
+        let mut map = Self::default();
+        for module in list {
+            if module.size != 0 && !map.modules.iter().any(|kept| kept.overlaps(&module)) {
+                map.modules.push(module);
+            }
+        }
+        map.modules.sort_by_key(|module| module.base);
+        map
+    }
+
+    /// Adds `module`, replacing whatever overlaps it: for a source known to
+    /// be right (the driver's own image) over a list that may be stale or
+    /// made up (Wine's system module list).
+    #[must_use]
+    pub fn with_authoritative(mut self, module: Module) -> Self {
+        self.modules.retain(|kept| !kept.overlaps(&module));
+        let at = self.modules.partition_point(|kept| kept.base < module.base);
+        self.modules.insert(at, module);
+        self
+    }
+
+    /// Every module, by base address.
+    #[must_use]
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// The module holding `address` and the offset into it.
+    #[must_use]
+    pub fn find(&self, address: u64) -> Option<(&Module, u64)> {
+        let after = self.modules.partition_point(|module| module.base <= address);
+        let module = self.modules.get(after.checked_sub(1)?)?;
+        (address < module.end()).then(|| (module, address - module.base))
+    }
+
+    /// `module+0xoffset`, or the bare address when no module holds it.
+    #[must_use]
+    pub fn location(&self, address: u64) -> String {
+        match self.find(address) {
+            Some((module, offset)) => format!("{}+{offset:#x}", module.name),
+            None => format!("{address:#x}"),
+        }
+    }
+
+    /// The frames as Sysmon prints a CallTrace: locations joined by `|`,
+    /// most recent call first.
+    #[must_use]
+    pub fn call_trace(&self, frames: &[u64]) -> String {
+        let mut out = String::new();
+        for (index, &frame) in frames.iter().enumerate() {
+            if index > 0 {
+                out.push('|');
+            }
+            let _ = write!(out, "{}", self.location(frame));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn module(base: u64, size: u32, name: &str) -> Module {
+        Module {
+            base,
+            size,
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn sample_map() -> ModuleMap {
+        ModuleMap::new([
+            module(0xFFFF_F800_0000_0000, 0x100_0000, "ntoskrnl.exe"),
+            module(0xFFFF_F801_2340_0000, 0x2_0000, "kstack.sys"),
+        ])
+    }
+
+    #[test]
+    fn addresses_resolve_to_the_module_holding_them() {
+        let map = sample_map();
+        assert_eq!(map.location(0xFFFF_F800_0012_3456), "ntoskrnl.exe+0x123456");
+        assert_eq!(map.location(0xFFFF_F801_2340_0000), "kstack.sys+0x0");
+        assert_eq!(map.location(0xFFFF_F801_2341_FFFF), "kstack.sys+0x1ffff");
+        // One past the end, before the first, and in a gap: no module.
+        assert_eq!(map.location(0xFFFF_F801_2342_0000), "0xfffff80123420000");
+        assert_eq!(map.location(0x1000), "0x1000");
+        assert_eq!(map.location(0xFFFF_F800_0100_0000), "0xfffff80001000000");
+    }
+
+    #[test]
+    fn call_trace_joins_locations_with_bars() {
+        let map = sample_map();
+        assert_eq!(
+            map.call_trace(&[0xFFFF_F801_2340_0010, 0xFFFF_F800_0000_0020, 0x42]),
+            "kstack.sys+0x10|ntoskrnl.exe+0x20|0x42"
+        );
+        assert_eq!(map.call_trace(&[]), "");
+    }
+
+    #[test]
+    fn overlaps_keep_the_first_entry_and_empty_entries_are_dropped() {
+        let map = ModuleMap::new([
+            module(0x2000, 0x1000, "b"),
+            module(0x1000, 0x1800, "overlaps b"),
+            module(0x1000, 0x1000, "a"),
+            module(0x5000, 0, "empty"),
+        ]);
+        let names: Vec<_> = map.modules().iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn the_authoritative_entry_replaces_what_it_overlaps() {
+        let map = ModuleMap::new([
+            module(0x1_4000_0000, 0x10_0000, "kstack.exe"),
+            module(0x7000_0000, 0x1000, "ntdll.dll"),
+        ])
+        .with_authoritative(module(0x1_4000_0000, 0x3_0000, "kstack.sys"));
+        assert_eq!(map.location(0x1_4000_0100), "kstack.sys+0x100");
+        assert_eq!(map.location(0x1_4008_0000), "0x140080000", "the stale entry is gone");
+        assert_eq!(map.location(0x7000_0010), "ntdll.dll+0x10");
+    }
+
+    #[test]
+    fn the_driver_image_becomes_kstack_sys_unless_unknown() {
+        let image = DriverImage {
+            base: 0x1_4000_0000,
+            size: 0x3_0000,
+        };
+        assert_eq!(
+            Module::from_driver_image(image),
+            Some(module(0x1_4000_0000, 0x3_0000, "kstack.sys"))
+        );
+        assert_eq!(Module::from_driver_image(DriverImage::default()), None);
+    }
+}

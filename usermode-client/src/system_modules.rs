@@ -1,0 +1,247 @@
+//! The kernel's loaded-module list, as `NtQuerySystemInformation`
+//! (`SystemModuleInformation`) returns it: an `RTL_PROCESS_MODULES`.
+//!
+//! The layout is parsed here, portably, so it is tested on any host; only
+//! [`query`] (Windows) calls the system. On Windows 11 24H2 and later the
+//! kernel addresses in that list are zero unless the caller holds
+//! `SeDebugPrivilege`, which [`query`] enables first (Administrators have it).
+//! Wine returns a short, made-up list, so the client always adds kstack.sys
+//! as the driver itself reports it (see `ModuleMap::with_authoritative`).
+
+use crate::modules::Module;
+
+/// `RTL_PROCESS_MODULES.Modules` starts here (x64: a ULONG count, padded).
+const MODULES_OFFSET: usize = 8;
+/// `sizeof(RTL_PROCESS_MODULE_INFORMATION)` on x64.
+const ENTRY_SIZE: usize = 296;
+const IMAGE_BASE: usize = 16;
+const IMAGE_SIZE: usize = 24;
+const OFFSET_TO_FILE_NAME: usize = 38;
+const FULL_PATH_NAME: usize = 40;
+const FULL_PATH_NAME_SIZE: usize = 256;
+
+/// Why a module list could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModuleListError {
+    /// The reply is shorter than its module count says.
+    Truncated {
+        /// Modules announced.
+        count: u32,
+        /// Bytes received.
+        bytes: usize,
+    },
+    /// The system call failed with this NTSTATUS.
+    Query(i32),
+}
+
+impl std::fmt::Display for ModuleListError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Truncated { count, bytes } => write!(
+                f,
+                "the system module list announces {count} modules but has only {bytes} bytes"
+            ),
+            Self::Query(status) => write!(
+                f,
+                "NtQuerySystemInformation(SystemModuleInformation) failed with {status:#010x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ModuleListError {}
+
+/// Parses an x64 `RTL_PROCESS_MODULES`. Names are the file-name part of
+/// `FullPathName` (ANSI; anything not UTF-8 is replaced).
+///
+/// # Errors
+/// [`ModuleListError::Truncated`] when `bytes` cannot hold what it announces.
+pub fn parse(bytes: &[u8]) -> Result<Vec<Module>, ModuleListError> {
+    let truncated = |count| ModuleListError::Truncated {
+        count,
+        bytes: bytes.len(),
+    };
+    let count = bytes
+        .first_chunk::<4>()
+        .map(|count| u32::from_le_bytes(*count))
+        .ok_or_else(|| truncated(0))?;
+    let entries = usize::try_from(count)
+        .ok()
+        .and_then(|count| count.checked_mul(ENTRY_SIZE))
+        .and_then(|size| bytes.get(MODULES_OFFSET..)?.get(..size))
+        .ok_or_else(|| truncated(count))?;
+    Ok(entries.chunks_exact(ENTRY_SIZE).map(parse_entry).collect())
+}
+
+fn parse_entry(entry: &[u8]) -> Module {
+    let u64_at = |at: usize| u64::from_le_bytes(entry[at..at + 8].try_into().unwrap_or_default());
+    let u32_at = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap_or_default());
+    let path = &entry[FULL_PATH_NAME..FULL_PATH_NAME + FULL_PATH_NAME_SIZE];
+    let path = &path[..path.iter().position(|&byte| byte == 0).unwrap_or(path.len())];
+    let file_name_at = usize::from(u16::from_le_bytes([
+        entry[OFFSET_TO_FILE_NAME],
+        entry[OFFSET_TO_FILE_NAME + 1],
+    ]));
+    let name = path.get(file_name_at..).filter(|name| !name.is_empty()).unwrap_or(path);
+    Module {
+        base: u64_at(IMAGE_BASE),
+        size: u32_at(IMAGE_SIZE),
+        name: String::from_utf8_lossy(name).into_owned(),
+    }
+}
+
+/// Asks the kernel for its module list.
+///
+/// # Errors
+/// The failing NTSTATUS, or a malformed reply.
+#[cfg(windows)]
+pub fn query() -> Result<Vec<Module>, ModuleListError> {
+    use windows_sys::Wdk::System::SystemInformation::{
+        NtQuerySystemInformation, SYSTEM_INFORMATION_CLASS,
+    };
+
+    /// Undocumented but stable since NT 3.1; windows-sys does not name it.
+    const SYSTEM_MODULE_INFORMATION: SYSTEM_INFORMATION_CLASS = 11;
+    const STATUS_INFO_LENGTH_MISMATCH: i32 = 0xC000_0004_u32.cast_signed();
+    privilege::enable_debug();
+    let mut buffer = vec![0_u64; 8192];
+    loop {
+        let mut needed = 0_u32;
+        let offered = u32::try_from(buffer.len() * 8).unwrap_or(u32::MAX);
+        // SAFETY: the buffer is writable for `offered` bytes and 8-aligned;
+        // `needed` is a valid out pointer.
+        let status = unsafe {
+            NtQuerySystemInformation(
+                SYSTEM_MODULE_INFORMATION,
+                buffer.as_mut_ptr().cast(),
+                offered,
+                &raw mut needed,
+            )
+        };
+        match status {
+            0 => {
+                let bytes: Vec<u8> = buffer.iter().flat_map(|word| word.to_le_bytes()).collect();
+                let valid = usize::try_from(needed).map_or(bytes.len(), |n| n.min(bytes.len()));
+                return parse(&bytes[..valid]);
+            }
+            STATUS_INFO_LENGTH_MISMATCH if needed > offered => {
+                // The list can grow between calls: ask for some room more.
+                buffer.resize(usize::try_from(needed).unwrap_or(usize::MAX) / 8 + 1024, 0);
+            }
+            failure => return Err(ModuleListError::Query(failure)),
+        }
+    }
+}
+
+#[cfg(windows)]
+mod privilege {
+    use windows_sys::Win32::{
+        Foundation::{CloseHandle, HANDLE, LUID},
+        Security::{
+            AdjustTokenPrivileges, LUID_AND_ATTRIBUTES, LookupPrivilegeValueW,
+            SE_PRIVILEGE_ENABLED, TOKEN_ADJUST_PRIVILEGES, TOKEN_PRIVILEGES,
+        },
+        System::Threading::{GetCurrentProcess, OpenProcessToken},
+    };
+
+    /// Enables `SeDebugPrivilege` in this process's token when it holds
+    /// it, so the module list has its kernel addresses (Windows 11 24H2+).
+    /// Without it the list has zero addresses, which name nothing: not an
+    /// error worth stopping for.
+    pub fn enable_debug() {
+        let name: Vec<u16> = "SeDebugPrivilege\0".encode_utf16().collect();
+        let mut luid = LUID {
+            LowPart: 0,
+            HighPart: 0,
+        };
+        // SAFETY: `name` is NUL-terminated; `luid` is a valid out pointer.
+        if unsafe { LookupPrivilegeValueW(std::ptr::null(), name.as_ptr(), &raw mut luid) } == 0 {
+            return;
+        }
+        let mut token: HANDLE = std::ptr::null_mut();
+        // SAFETY: the pseudo handle of this process; `token` is an out pointer.
+        let process = unsafe { GetCurrentProcess() };
+        // SAFETY: as above; the token is closed below.
+        if unsafe { OpenProcessToken(process, TOKEN_ADJUST_PRIVILEGES, &raw mut token) } == 0 {
+            return;
+        }
+        let privileges = TOKEN_PRIVILEGES {
+            PrivilegeCount: 1,
+            Privileges: [LUID_AND_ATTRIBUTES {
+                Luid: luid,
+                Attributes: SE_PRIVILEGE_ENABLED,
+            }],
+        };
+        // SAFETY: `token` was opened with TOKEN_ADJUST_PRIVILEGES; the
+        // previous-state outputs are optional and left null.
+        unsafe {
+            AdjustTokenPrivileges(
+                token,
+                0,
+                &raw const privileges,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+        }
+        // SAFETY: opened above, closed once.
+        unsafe { CloseHandle(token) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `RTL_PROCESS_MODULES` as the kernel lays it out.
+    fn encoded(modules: &[(u64, u32, &str, u16)]) -> Vec<u8> {
+        let mut bytes = vec![0; MODULES_OFFSET + ENTRY_SIZE * modules.len()];
+        let count = u32::try_from(modules.len()).unwrap();
+        bytes[..4].copy_from_slice(&count.to_le_bytes());
+        for (index, &(base, size, path, file_name_at)) in modules.iter().enumerate() {
+            let entry = &mut bytes[MODULES_OFFSET + ENTRY_SIZE * index..][..ENTRY_SIZE];
+            entry[8..16].copy_from_slice(&base.to_le_bytes()); // MappedBase
+            entry[IMAGE_BASE..IMAGE_BASE + 8].copy_from_slice(&base.to_le_bytes());
+            entry[IMAGE_SIZE..IMAGE_SIZE + 4].copy_from_slice(&size.to_le_bytes());
+            entry[OFFSET_TO_FILE_NAME..OFFSET_TO_FILE_NAME + 2]
+                .copy_from_slice(&file_name_at.to_le_bytes());
+            entry[FULL_PATH_NAME..FULL_PATH_NAME + path.len()].copy_from_slice(path.as_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn modules_are_read_with_their_file_names() {
+        let bytes = encoded(&[
+            (0xFFFF_F800_0000_0000, 0x100_0000, r"\SystemRoot\system32\ntoskrnl.exe", 21),
+            (0xFFFF_F801_2340_0000, 0x2_0000, r"\??\C:\kstack\kstack.sys", 14),
+        ]);
+        let modules = parse(&bytes).unwrap();
+        assert_eq!(modules.len(), 2);
+        assert_eq!(modules[0].name, "ntoskrnl.exe");
+        assert_eq!(modules[0].base, 0xFFFF_F800_0000_0000);
+        assert_eq!(modules[0].size, 0x100_0000);
+        assert_eq!(modules[1].name, "kstack.sys");
+    }
+
+    #[test]
+    fn a_bad_file_name_offset_keeps_the_whole_path() {
+        let modules = parse(&encoded(&[(0x1000, 0x1000, "hal.dll", 200)])).unwrap();
+        assert_eq!(modules[0].name, "hal.dll");
+    }
+
+    #[test]
+    fn a_short_reply_is_an_error_not_a_panic() {
+        let bytes = encoded(&[(0x1000, 0x1000, "a.sys", 0), (0x2000, 0x1000, "b.sys", 0)]);
+        for cut in [0, 3, 8, bytes.len() - 1] {
+            assert!(
+                matches!(parse(&bytes[..cut]), Err(ModuleListError::Truncated { .. })),
+                "cut at {cut}"
+            );
+        }
+        let mut huge = bytes.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(parse(&huge).is_err());
+        assert_eq!(parse(&encoded(&[])).unwrap(), []);
+    }
+}
