@@ -2,8 +2,8 @@
 //! process filter, the paging policy, the walk, both hashes, and publishing.
 
 use kstack_abi::{
-    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source, SourceFacts,
-    SourceSet, encode_record,
+    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source,
+    SourceFacts, SourceSet, encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
     stack_id,
 };

@@ -321,7 +321,11 @@ pub(crate) mod tests {
 
     fn sample_records() -> Vec<TraceRecord> {
         vec![
-            record(1, SourceFacts::Timer, &[0xFFFF_F801_2340_0010, 0xFFFF_F800_0000_0020]),
+            record(
+                1,
+                SourceFacts::Timer,
+                &[0xFFFF_F801_2340_0010, 0xFFFF_F800_0000_0020],
+            ),
             record(2, SourceFacts::OnDemand { tag: 9 }, &[0x42]),
             record(3, SourceFacts::Timer, &[]),
         ]
@@ -353,10 +357,16 @@ pub(crate) mod tests {
     #[test]
     fn other_files_and_versions_are_refused_by_name() {
         let bytes = saved(&sample_map(), &sample_records());
-        assert_eq!(decoded(b"{\"schema\":1}").unwrap_err(), CaptureError::NotACapture);
+        assert_eq!(
+            decoded(b"{\"schema\":1}").unwrap_err(),
+            CaptureError::NotACapture
+        );
         let mut other_format = bytes.clone();
         other_format[8] = 2;
-        assert_eq!(decoded(&other_format).unwrap_err(), CaptureError::FormatVersion(2));
+        assert_eq!(
+            decoded(&other_format).unwrap_err(),
+            CaptureError::FormatVersion(2)
+        );
         let mut other_abi = bytes.clone();
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
@@ -412,6 +422,9 @@ pub(crate) mod tests {
         let mut bytes = saved(&map, &[]);
         let name_at = HEADER_SIZE + MODULE_ENTRY_SIZE;
         bytes[name_at] = 0xFF;
-        assert_eq!(decoded(&bytes).unwrap_err(), CaptureError::ModuleName { index: 0 });
+        assert_eq!(
+            decoded(&bytes).unwrap_err(),
+            CaptureError::ModuleName { index: 0 }
+        );
     }
 }

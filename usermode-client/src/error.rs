@@ -14,6 +14,8 @@ use kstack_abi::{
     },
 };
 
+use crate::capture_file::CaptureError;
+
 /// Win32 `ERROR_FILE_NOT_FOUND` / `ERROR_PATH_NOT_FOUND`: no such device.
 const ERROR_FILE_NOT_FOUND: u32 = 2;
 const ERROR_PATH_NOT_FOUND: u32 = 3;
@@ -35,6 +37,10 @@ pub mod exit_code {
     pub const ABI_MISMATCH: u8 = 6;
     /// The driver's reply could not be decoded.
     pub const MALFORMED_REPLY: u8 = 7;
+    /// A file could not be read or written, or is not a usable capture.
+    pub const FILE: u8 = 8;
+    /// There were no records to analyze.
+    pub const NO_RECORDS: u8 = 9;
 }
 
 /// A failure with its explanation.
@@ -83,6 +89,29 @@ pub enum ClientError {
         /// What was wrong.
         error: DecodeError,
     },
+    /// A file could not be read, created or written.
+    File {
+        /// The file.
+        path: String,
+        /// What was being done: `reading`, `creating`, `writing`.
+        action: &'static str,
+        /// The system's message.
+        message: String,
+    },
+    /// An output file exists and `--force` was not given.
+    Exists {
+        /// The file.
+        path: String,
+    },
+    /// A flamegraph of no records was asked for.
+    NothingToDraw,
+    /// A file is not a capture this client can read.
+    Capture {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        error: CaptureError,
+    },
 }
 
 impl ClientError {
@@ -98,6 +127,18 @@ impl ClientError {
             Self::AbiMismatch { .. } => exit_code::ABI_MISMATCH,
             Self::InvalidConfig(_) => exit_code::USAGE,
             Self::Malformed { .. } | Self::CountMismatch { .. } => exit_code::MALFORMED_REPLY,
+            Self::File { .. } | Self::Exists { .. } | Self::Capture { .. } => exit_code::FILE,
+            Self::NothingToDraw => exit_code::NO_RECORDS,
+        }
+    }
+
+    /// An I/O failure on `path`.
+    #[must_use]
+    pub fn file(path: &std::path::Path, action: &'static str, error: &std::io::Error) -> Self {
+        Self::File {
+            path: path.display().to_string(),
+            action,
+            message: error.to_string(),
         }
     }
 
@@ -161,6 +202,21 @@ impl fmt::Display for ClientError {
                     request.name()
                 )
             }
+            Self::File {
+                path,
+                action,
+                message,
+            } => write!(f, "{action} {path}: {message}"),
+            Self::Exists { path } => write!(
+                f,
+                "{path} exists; choose another name, or add --force to replace it"
+            ),
+            Self::Capture { path, error } => write!(f, "{path}: {error}"),
+            Self::NothingToDraw => write!(
+                f,
+                "no records to draw: enable a source (kstack config --enable timer), capture for a while \
+                 (--duration 5), or draw a saved capture (--input FILE)"
+            ),
         }
     }
 }
@@ -266,6 +322,8 @@ mod tests {
             exit_code::REQUEST_REFUSED,
             exit_code::ABI_MISMATCH,
             exit_code::MALFORMED_REPLY,
+            exit_code::FILE,
+            exit_code::NO_RECORDS,
         ];
         for (i, a) in codes.iter().enumerate() {
             assert!(!codes[i + 1..].contains(a));

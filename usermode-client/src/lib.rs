@@ -2,13 +2,15 @@
 //! with the driver, decoded records and reports. The `kstack` binary is the
 //! command line over it; the Wine tests' bad-input storm reuses the transport.
 
+pub mod capture_file;
 #[cfg(windows)]
 pub mod device;
-pub mod capture_file;
 pub mod error;
-pub mod report;
+pub mod flamegraph;
 pub mod modules;
+pub mod report;
 pub mod session;
+pub mod stack_table;
 pub mod system_modules;
 pub mod trace;
 pub mod transport;

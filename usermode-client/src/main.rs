@@ -2,6 +2,7 @@
 
 use std::{
     io::{self, Write},
+    path::{Path, PathBuf},
     process::ExitCode,
     sync::{
         Arc,
@@ -16,9 +17,14 @@ use kstack_abi::{CaptureConfig, Source, SourceSet};
 #[cfg(windows)]
 use kstack_client::device;
 use kstack_client::{
+    capture_file::{CaptureError, CaptureView, CaptureWriter},
     error::{self, ClientError},
+    flamegraph,
+    modules::{Module, ModuleMap},
     report,
-    session::{self, Reader, SequenceTracker},
+    session::{self, Follow, FollowSummary},
+    stack_table::{self, StackTable, TopLimits},
+    system_modules,
     trace::TraceRecord,
     transport::Transport,
 };
@@ -34,17 +40,45 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Driver and ABI version, paging policy, sources, counters, ring fill.
-    Status(OutputArgs),
+    Status(JsonArg),
     /// Show or change what is captured (no options: show).
     Config(ConfigArgs),
-    /// Drain the ring once and print the records.
-    Read(OutputArgs),
+    /// Drain the ring once (or read a saved capture) and print the records.
+    Read(ReadArgs),
     /// Follow new records until Ctrl-C (or --duration), then summarize.
     Watch(WatchArgs),
     /// Discard every record in the ring.
     Clear,
     /// Capture this request's stack in the driver and show it.
-    Selftest(OutputArgs),
+    Selftest(RecordFormat),
+    /// Save records and the module list to a file for offline analysis.
+    Save(SaveArgs),
+    /// Unique stacks by stack id: count, sources, first and last seen.
+    Top(TopArgs),
+    /// Folded stacks (`source;outermost;...;innermost count`) for
+    /// flamegraph tools.
+    Folded(FoldedArgs),
+    /// Draw a flamegraph SVG of the stacks.
+    Flamegraph(FlamegraphArgs),
+    /// The kernel modules frames are named after (base, size, name).
+    Modules(ModulesArgs),
+}
+
+#[derive(Args)]
+struct JsonArg {
+    /// JSON instead of text (README, "JSON output").
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RecordFormat {
+    #[command(flatten)]
+    json: JsonArg,
+    /// One Sysmon-style `CallTrace: a+0x1|b+0x2` line per record instead
+    /// of one line per frame.
+    #[arg(long, conflicts_with = "json")]
+    call_trace: bool,
 }
 
 #[derive(Args)]
@@ -70,22 +104,103 @@ struct ConfigArgs {
 }
 
 #[derive(Args)]
-struct OutputArgs {
-    /// One JSON object per record, one per line (README, "JSON output").
-    #[arg(long)]
-    json: bool,
+struct ReadArgs {
+    #[command(flatten)]
+    format: RecordFormat,
+    /// Read this saved capture instead of the driver (works on any OS).
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct FollowArgs {
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Milliseconds between reads when the ring is empty.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    interval: u64,
 }
 
 #[derive(Args)]
 struct WatchArgs {
     #[command(flatten)]
-    output: OutputArgs,
-    /// Stop after this many seconds.
+    format: RecordFormat,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+#[derive(Args)]
+struct SaveArgs {
+    /// The capture file to write.
+    file: PathBuf,
+    /// Replace the file if it exists.
     #[arg(long)]
-    duration: Option<f64>,
-    /// Milliseconds between reads when the ring is empty.
-    #[arg(long, default_value_t = 50)]
-    interval: u64,
+    force: bool,
+    /// Follow for this long (or until Ctrl-C) instead of draining once.
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+/// Where analyzed records come from: a saved capture, or the driver
+/// (drained once, or followed for --duration seconds).
+#[derive(Args)]
+struct AnalysisInput {
+    /// Analyze this saved capture instead of the driver (works on any OS).
+    #[arg(long, value_name = "FILE", conflicts_with = "duration")]
+    input: Option<PathBuf>,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    #[command(flatten)]
+    input: AnalysisInput,
+    #[command(flatten)]
+    json: JsonArg,
+    /// Stacks to show.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Frames to show per stack.
+    #[arg(long, default_value_t = 8)]
+    frames: usize,
+}
+
+#[derive(Args)]
+struct FoldedArgs {
+    #[command(flatten)]
+    input: AnalysisInput,
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args)]
+struct FlamegraphArgs {
+    #[command(flatten)]
+    input: AnalysisInput,
+    /// The SVG file to write.
+    #[arg(long, short, value_name = "FILE")]
+    output: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// The title drawn above the graph.
+    #[arg(long, default_value = "kstack: kernel stacks")]
+    title: String,
+}
+
+#[derive(Args)]
+struct ModulesArgs {
+    /// Show the module list saved in this capture instead.
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+    #[command(flatten)]
+    json: JsonArg,
 }
 
 /// Source names as the command line takes them.
@@ -129,33 +244,51 @@ fn main() -> ExitCode {
 }
 
 fn run(command: &Command) -> Result<(), ClientError> {
-    let mut device = open_device()?;
     match command {
         Command::Status(output) => {
-            let status = session::status(&mut device)?;
+            let status = session::status(&mut open_device()?)?;
             if output.json {
                 println!("{}", report::status_json(&status));
             } else {
                 print!("{}", report::status(&status));
             }
         }
-        Command::Config(args) => config(&mut device, args)?,
-        Command::Read(output) => {
-            let mut reader = Reader::default();
-            loop {
-                let batch = reader.read(&mut device)?;
-                print_records(&batch.records, output.json);
-                if !batch.more_pending {
-                    break;
+        Command::Config(args) => config(&mut open_device()?, args)?,
+        Command::Read(args) => read(args)?,
+        Command::Watch(args) => watch(&mut open_device()?, args)?,
+        Command::Clear => session::clear(&mut open_device()?)?,
+        Command::Selftest(format) => {
+            let mut device = open_device()?;
+            let modules = live_modules(&mut device)?;
+            let record = session::capture_now(&mut device, u64::from(std::process::id()))?;
+            print_records(std::slice::from_ref(&record), &modules, format);
+        }
+        Command::Save(args) => save(args)?,
+        Command::Top(args) => {
+            let (table, modules) = stack_table(&args.input)?;
+            let limits = TopLimits {
+                stacks: args.limit,
+                frames: args.frames,
+            };
+            if args.json.json {
+                for line in stack_table::top_json(&table, &modules, limits) {
+                    println!("{line}");
                 }
+            } else {
+                print!("{}", stack_table::top_text(&table, &modules, limits));
             }
         }
-        Command::Watch(args) => watch(&mut device, args)?,
-        Command::Clear => session::clear(&mut device)?,
-        Command::Selftest(output) => {
-            let record = session::capture_now(&mut device, u64::from(std::process::id()))?;
-            print_records(std::slice::from_ref(&record), output.json);
+        Command::Folded(args) => {
+            let (table, modules) = stack_table(&args.input)?;
+            let mut text = table.folded(&modules).join("\n");
+            text.push('\n');
+            match &args.output {
+                Some(path) => write_file(path, args.force, |out| out.write_all(text.as_bytes()))?,
+                None => print!("{text}"),
+            }
         }
+        Command::Flamegraph(args) => flamegraph(args)?,
+        Command::Modules(args) => modules(args)?,
     }
     Ok(())
 }
@@ -197,53 +330,303 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
     Ok(())
 }
 
+/// The module list frames are named after in a live session: the kernel's
+/// list, with kstack.sys as the driver reports it replacing whatever the
+/// list says about that range.
+fn live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientError> {
+    let status = session::status(device)?;
+    let system = system_module_list().unwrap_or_else(|error| {
+        eprintln!("kstack: warning: {error}; only frames inside kstack.sys get names");
+        Vec::new()
+    });
+    let map = ModuleMap::new(system);
+    Ok(match Module::from_driver_image(status.driver_image) {
+        Some(driver) => map.with_authoritative(driver),
+        None => map,
+    })
+}
+
+#[cfg(windows)]
+fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
+    system_modules::query()
+}
+
+#[cfg(not(windows))]
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the same signature as the Windows query"
+)]
+fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
+    // Live sessions need the device, so this is never reached off Windows.
+    Ok(Vec::new())
+}
+
+/// The Ctrl-C flag. Without a console (a service, some Wine setups) there
+/// is no Ctrl-C to catch; --duration still ends the wait.
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    stop
+}
+
+impl FollowArgs {
+    /// Follow until stopped (Ctrl-C or --duration).
+    fn until_stopped(&self) -> Follow {
+        Follow::UntilStopped {
+            deadline: self
+                .duration
+                .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds.max(0.0))),
+            interval: Duration::from_millis(self.interval),
+        }
+    }
+
+    /// Drain once, unless --duration asks to follow.
+    fn drain_or_follow(&self) -> Follow {
+        if self.duration.is_some() {
+            self.until_stopped()
+        } else {
+            Follow::UntilDrained
+        }
+    }
+}
+
+fn read(args: &ReadArgs) -> Result<(), ClientError> {
+    if let Some(path) = &args.input {
+        let bytes = read_file(path)?;
+        let capture = parse_capture(path, &bytes)?;
+        let mut batch = Vec::new();
+        for record in capture.records() {
+            let record = record.map_err(|error| capture_error(path, error))?;
+            batch.push(TraceRecord::from(&record));
+            if batch.len() == 4096 {
+                print_records(&batch, &capture.modules, &args.format);
+                batch.clear();
+            }
+        }
+        print_records(&batch, &capture.modules, &args.format);
+        return Ok(());
+    }
+    let mut device = open_device()?;
+    let modules = live_modules(&mut device)?;
+    session::follow(
+        &mut device,
+        Follow::UntilDrained,
+        &AtomicBool::new(false),
+        |records| {
+            print_records(records, &modules, &args.format);
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
 /// Reads until stopped; then says how many records arrived, how many
 /// sequence numbers are missing, and how many drops the driver counted.
 fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // Without a console (a service, some Wine setups) there is no Ctrl-C
-        // to catch; --duration still ends the watch.
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed));
-    }
-    let deadline = args
-        .duration
-        .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds.max(0.0)));
-    let mut reader = Reader::default();
-    let mut tracker = SequenceTracker::default();
-    let mut dropped = None;
-    let mut last_dropped = 0;
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|deadline| Instant::now() < deadline)
-    {
-        let batch = reader.read(device)?;
-        for record in &batch.records {
-            tracker.note(record.header.sequence);
+    let modules = live_modules(device)?;
+    let summary = session::follow(
+        device,
+        args.follow.until_stopped(),
+        &stop_flag(),
+        |records| {
+            print_records(records, &modules, &args.format);
+            Ok(())
+        },
+    )?;
+    eprintln!("kstack watch: {}", follow_summary_text(&summary));
+    Ok(())
+}
+
+fn follow_summary_text(summary: &FollowSummary) -> String {
+    format!(
+        "{} records, {} sequence gaps, {} dropped by the driver (ring full) meanwhile",
+        summary.received, summary.gaps, summary.dropped
+    )
+}
+
+fn save(args: &SaveArgs) -> Result<(), ClientError> {
+    let mut device = open_device()?;
+    let modules = live_modules(&mut device)?;
+    let path = args.file.as_path();
+    let writing = |error: io::Error| ClientError::file(path, "writing", &error);
+    let mut writer = CaptureWriter::new(create_output(path, args.force)?, &modules)
+        .map_err(writing)
+        .inspect_err(|_| discard(path))?;
+    let followed = session::follow(
+        &mut device,
+        args.follow.drain_or_follow(),
+        &stop_flag(),
+        |records| {
+            records
+                .iter()
+                .try_for_each(|record| writer.append(record))
+                .map_err(writing)
+        },
+    );
+    let saved = writer.records();
+    // A driver error ends the capture but keeps what was read: the file is
+    // finished and valid. A write error leaves nothing trustworthy.
+    writer
+        .finish()
+        .map_err(writing)
+        .inspect_err(|_| discard(path))?;
+    let summary = followed.inspect_err(|error| {
+        if matches!(error, ClientError::File { .. }) {
+            discard(path);
+        } else {
+            eprintln!(
+                "kstack save: {saved} records read before the error are saved in {}",
+                path.display()
+            );
         }
-        print_records(&batch.records, args.output.json);
-        dropped.get_or_insert(batch.dropped);
-        last_dropped = batch.dropped;
-        if !batch.more_pending {
-            std::thread::sleep(Duration::from_millis(args.interval));
-        }
-    }
-    let dropped_while_watching = last_dropped - dropped.unwrap_or(last_dropped);
+    })?;
     eprintln!(
-        "kstack watch: {} records, {} sequence gaps, {} dropped by the driver (ring full) while watching",
-        tracker.received,
-        tracker.gaps(),
-        dropped_while_watching
+        "kstack save: {saved} records and {} modules written to {}; {}",
+        modules.modules().len(),
+        path.display(),
+        follow_summary_text(&summary)
     );
     Ok(())
 }
 
-fn print_records(records: &[TraceRecord], json: bool) {
+/// Groups records from a capture file or from the driver by stack.
+fn stack_table(input: &AnalysisInput) -> Result<(StackTable, ModuleMap), ClientError> {
+    let mut table = StackTable::default();
+    if let Some(path) = &input.input {
+        let bytes = read_file(path)?;
+        let capture = parse_capture(path, &bytes)?;
+        for record in capture.records() {
+            let record = record.map_err(|error| capture_error(path, error))?;
+            table.add(&record.header, || record.frames());
+        }
+        return Ok((table, capture.modules));
+    }
+    let mut device = open_device()?;
+    let modules = live_modules(&mut device)?;
+    session::follow(
+        &mut device,
+        input.follow.drain_or_follow(),
+        &stop_flag(),
+        |records| {
+            for record in records {
+                table.add(&record.header, || record.frames.iter().copied());
+            }
+            Ok(())
+        },
+    )?;
+    Ok((table, modules))
+}
+
+fn flamegraph(args: &FlamegraphArgs) -> Result<(), ClientError> {
+    let (table, modules) = stack_table(&args.input)?;
+    if table.is_empty() {
+        return Err(ClientError::NothingToDraw);
+    }
+    let folded = table.folded(&modules);
+    let subtitle = format!("{} records, {} unique stacks", table.records(), table.len());
+    write_file(&args.output, args.force, |out| {
+        flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), out)
+    })?;
+    eprintln!(
+        "kstack flamegraph: {subtitle} drawn to {}",
+        args.output.display()
+    );
+    Ok(())
+}
+
+fn modules(args: &ModulesArgs) -> Result<(), ClientError> {
+    let modules = match &args.input {
+        Some(path) => parse_capture(path, &read_file(path)?)?.modules,
+        None => live_modules(&mut open_device()?)?,
+    };
+    let mut out = io::stdout().lock();
+    for module in modules.modules() {
+        let written = if args.json.json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "base": format!("{:#x}", module.base),
+                    "size": module.size,
+                    "name": module.name,
+                })
+            )
+        } else {
+            writeln!(
+                out,
+                "{:#018x} {:>10x} {}",
+                module.base, module.size, module.name
+            )
+        };
+        if written.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|error| ClientError::file(path, "reading", &error))
+}
+
+fn parse_capture<'a>(path: &Path, bytes: &'a [u8]) -> Result<CaptureView<'a>, ClientError> {
+    CaptureView::parse(bytes).map_err(|error| capture_error(path, error))
+}
+
+fn capture_error(path: &Path, error: CaptureError) -> ClientError {
+    ClientError::Capture {
+        path: path.display().to_string(),
+        error,
+    }
+}
+
+/// Creates `path`, refusing to replace it without `force`.
+fn create_output(path: &Path, force: bool) -> Result<io::BufWriter<std::fs::File>, ClientError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if force {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let file = options.open(path).map_err(|error| {
+        if error.kind() == io::ErrorKind::AlreadyExists {
+            ClientError::Exists {
+                path: path.display().to_string(),
+            }
+        } else {
+            ClientError::file(path, "creating", &error)
+        }
+    })?;
+    Ok(io::BufWriter::new(file))
+}
+
+/// Removes a half-written output, so nothing that looks finished is wrong.
+fn discard(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+/// Writes a whole output file with `write`.
+fn write_file(
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(&mut io::BufWriter<std::fs::File>) -> io::Result<()>,
+) -> Result<(), ClientError> {
+    let mut out = create_output(path, force)?;
+    write(&mut out)
+        .and_then(|()| out.flush())
+        .map_err(|error| ClientError::file(path, "writing", &error))
+        .inspect_err(|_| discard(path))
+}
+
+fn print_records(records: &[TraceRecord], modules: &ModuleMap, format: &RecordFormat) {
     let mut out = io::stdout().lock();
     for record in records {
-        let written = if json {
-            writeln!(out, "{}", record.to_json())
+        let written = if format.json.json {
+            writeln!(out, "{}", record.to_json(modules))
         } else {
-            write!(out, "{}", record.to_text())
+            write!(out, "{}", record.to_text(modules, format.call_trace))
         };
         if written.is_err() {
             // The reader went away (a closed pipe): nothing more to print.

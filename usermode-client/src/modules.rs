@@ -80,7 +80,9 @@ impl ModuleMap {
     /// The module holding `address` and the offset into it.
     #[must_use]
     pub fn find(&self, address: u64) -> Option<(&Module, u64)> {
-        let after = self.modules.partition_point(|module| module.base <= address);
+        let after = self
+            .modules
+            .partition_point(|module| module.base <= address);
         let module = self.modules.get(after.checked_sub(1)?)?;
         (address < module.end()).then(|| (module, address - module.base))
     }
@@ -170,7 +172,11 @@ pub(crate) mod tests {
         ])
         .with_authoritative(module(0x1_4000_0000, 0x3_0000, "kstack.sys"));
         assert_eq!(map.location(0x1_4000_0100), "kstack.sys+0x100");
-        assert_eq!(map.location(0x1_4008_0000), "0x140080000", "the stale entry is gone");
+        assert_eq!(
+            map.location(0x1_4008_0000),
+            "0x140080000",
+            "the stale entry is gone"
+        );
         assert_eq!(map.location(0x7000_0010), "ntdll.dll+0x10");
     }
 

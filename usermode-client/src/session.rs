@@ -8,6 +8,11 @@ use kstack_abi::{
     ntstatus::{NtStatus, STATUS_BUFFER_OVERFLOW, STATUS_BUFFER_TOO_SMALL, STATUS_SUCCESS},
 };
 
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
 use crate::{error::ClientError, trace::TraceRecord, transport::Transport};
 
 /// Asks for the driver's status. A driver of another ABI version is
@@ -195,10 +200,79 @@ impl SequenceTracker {
     }
 }
 
+/// How long [`follow`] reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Follow {
+    /// Until the ring is empty once.
+    UntilDrained,
+    /// Until the stop flag is set or the deadline (if any) passes, pausing
+    /// `interval` whenever the ring is empty.
+    UntilStopped {
+        /// When to stop regardless of the flag.
+        deadline: Option<Instant>,
+        /// The pause when the ring is empty.
+        interval: Duration,
+    },
+}
+
+/// What a [`follow`] saw, for the summary on the way out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FollowSummary {
+    /// Records received.
+    pub received: u64,
+    /// Sequence numbers between the first and last received that never
+    /// arrived (dropped or cleared).
+    pub gaps: u64,
+    /// Records the driver dropped (ring full) while following.
+    pub dropped: u64,
+}
+
+/// Reads batches and hands each to `each`, as `how` says.
+///
+/// # Errors
+/// A read's [`ClientError`], or the first error `each` returns.
+pub fn follow(
+    transport: &mut impl Transport,
+    how: Follow,
+    stop: &AtomicBool,
+    mut each: impl FnMut(&[TraceRecord]) -> Result<(), ClientError>,
+) -> Result<FollowSummary, ClientError> {
+    let mut reader = Reader::default();
+    let mut tracker = SequenceTracker::default();
+    let mut dropped_at_start = None;
+    let mut dropped = 0;
+    loop {
+        if let Follow::UntilStopped { deadline, .. } = how
+            && (stop.load(Ordering::Relaxed) || deadline.is_some_and(|at| Instant::now() >= at))
+        {
+            break;
+        }
+        let batch = reader.read(transport)?;
+        for record in &batch.records {
+            tracker.note(record.header.sequence);
+        }
+        each(&batch.records)?;
+        dropped_at_start.get_or_insert(batch.dropped);
+        dropped = batch.dropped;
+        if !batch.more_pending {
+            match how {
+                Follow::UntilDrained => break,
+                Follow::UntilStopped { interval, .. } => std::thread::sleep(interval),
+            }
+        }
+    }
+    Ok(FollowSummary {
+        received: tracker.received,
+        gaps: tracker.gaps(),
+        dropped: dropped - dropped_at_start.unwrap_or(dropped),
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use kstack_abi::{
-        ABI_VERSION, CaptureConfig, DecodeError, DriverImage, PagingExecutive, Source, SourceStatus,
+        ABI_VERSION, CaptureConfig, DecodeError, DriverImage, PagingExecutive, Source,
+        SourceStatus,
         ntstatus::{NtStatus, STATUS_INVALID_DEVICE_REQUEST},
     };
 
@@ -440,6 +514,75 @@ pub(crate) mod tests {
                 status: STATUS_DEVICE_BUSY
             })
         );
+    }
+
+    /// Answers reads with one scripted reply after another.
+    struct Replies(std::collections::VecDeque<Vec<u8>>);
+
+    impl Transport for Replies {
+        fn control(&mut self, _code: u32, _input: &[u8], output: &mut [u8]) -> Reply {
+            let bytes = self.0.pop_front().expect("no more scripted replies");
+            output[..bytes.len()].copy_from_slice(&bytes);
+            Reply {
+                status: STATUS_SUCCESS,
+                information: bytes.len(),
+            }
+        }
+    }
+
+    #[test]
+    fn follow_until_drained_reads_while_more_is_pending_and_counts_gaps() {
+        let mut driver = Replies([read_reply(&[1, 2], 2, true), read_reply(&[4], 1, false)].into());
+        let mut seen = Vec::new();
+        let summary = follow(
+            &mut driver,
+            Follow::UntilDrained,
+            &AtomicBool::new(false),
+            |records| {
+                seen.extend(records.iter().map(|record| record.header.sequence));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [1, 2, 4]);
+        assert_eq!(
+            summary,
+            FollowSummary {
+                received: 3,
+                gaps: 1,
+                dropped: 0
+            }
+        );
+        assert!(driver.0.is_empty());
+    }
+
+    #[test]
+    fn follow_stops_on_the_flag_and_passes_on_errors() {
+        let mut driver = Replies([read_reply(&[1], 1, false)].into());
+        let until_stopped = Follow::UntilStopped {
+            deadline: None,
+            interval: Duration::ZERO,
+        };
+        let summary = follow(&mut driver, until_stopped, &AtomicBool::new(true), |_| {
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(summary, FollowSummary::default());
+        assert_eq!(driver.0.len(), 1, "a set flag reads nothing");
+        let failure = ClientError::Exists {
+            path: "x".to_owned(),
+        };
+        let result = follow(
+            &mut driver,
+            Follow::UntilDrained,
+            &AtomicBool::new(false),
+            |_| {
+                Err(ClientError::Exists {
+                    path: "x".to_owned(),
+                })
+            },
+        );
+        assert_eq!(result, Err(failure));
     }
 
     #[test]

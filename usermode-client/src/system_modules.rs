@@ -77,12 +77,18 @@ fn parse_entry(entry: &[u8]) -> Module {
     let u64_at = |at: usize| u64::from_le_bytes(entry[at..at + 8].try_into().unwrap_or_default());
     let u32_at = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap_or_default());
     let path = &entry[FULL_PATH_NAME..FULL_PATH_NAME + FULL_PATH_NAME_SIZE];
-    let path = &path[..path.iter().position(|&byte| byte == 0).unwrap_or(path.len())];
+    let path = &path[..path
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(path.len())];
     let file_name_at = usize::from(u16::from_le_bytes([
         entry[OFFSET_TO_FILE_NAME],
         entry[OFFSET_TO_FILE_NAME + 1],
     ]));
-    let name = path.get(file_name_at..).filter(|name| !name.is_empty()).unwrap_or(path);
+    let name = path
+        .get(file_name_at..)
+        .filter(|name| !name.is_empty())
+        .unwrap_or(path);
     Module {
         base: u64_at(IMAGE_BASE),
         size: u32_at(IMAGE_SIZE),
@@ -213,8 +219,18 @@ mod tests {
     #[test]
     fn modules_are_read_with_their_file_names() {
         let bytes = encoded(&[
-            (0xFFFF_F800_0000_0000, 0x100_0000, r"\SystemRoot\system32\ntoskrnl.exe", 21),
-            (0xFFFF_F801_2340_0000, 0x2_0000, r"\??\C:\kstack\kstack.sys", 14),
+            (
+                0xFFFF_F800_0000_0000,
+                0x100_0000,
+                r"\SystemRoot\system32\ntoskrnl.exe",
+                21,
+            ),
+            (
+                0xFFFF_F801_2340_0000,
+                0x2_0000,
+                r"\??\C:\kstack\kstack.sys",
+                14,
+            ),
         ]);
         let modules = parse(&bytes).unwrap();
         assert_eq!(modules.len(), 2);

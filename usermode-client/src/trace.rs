@@ -10,6 +10,8 @@ use kstack_abi::{
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
+use crate::modules::ModuleMap;
+
 /// Version of the JSON line schema (README, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
@@ -102,9 +104,11 @@ impl TraceRecord {
         }
     }
 
-    /// The readable block: a header line, then one line per frame.
+    /// The readable block: a header line, then one line per frame with its
+    /// address and `module+0xoffset`, or (`call_trace`) a single Sysmon
+    /// style `CallTrace: a+0x1|b+0x2` line.
     #[must_use]
-    pub fn to_text(&self) -> String {
+    pub fn to_text(&self, modules: &ModuleMap, call_trace: bool) -> String {
         let mut out = String::new();
         let time =
             system_time_text(self.header.timestamp).unwrap_or_else(|| "time unknown".to_owned());
@@ -128,15 +132,30 @@ impl TraceRecord {
             out.push_str(" [not kept in the ring]");
         }
         out.push('\n');
-        for (index, frame) in self.frames.iter().enumerate() {
-            let _ = writeln!(out, "  {index:>2}  {frame:#018x}");
+        if call_trace {
+            let _ = writeln!(out, "  CallTrace: {}", modules.call_trace(&self.frames));
+            return out;
+        }
+        for (index, &frame) in self.frames.iter().enumerate() {
+            match modules.find(frame) {
+                Some(_) => {
+                    let _ = writeln!(
+                        out,
+                        "  {index:>2}  {frame:#018x}  {}",
+                        modules.location(frame)
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  {index:>2}  {frame:#018x}");
+                }
+            }
         }
         out
     }
 
     /// One JSON line (schema version [`JSON_SCHEMA_VERSION`]).
     #[must_use]
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(&self, modules: &ModuleMap) -> Value {
         let mut flags = Vec::new();
         if self.header.flags.contains(RecordFlags::TRUNCATED) {
             flags.push("truncated");
@@ -159,6 +178,7 @@ impl TraceRecord {
             "stack_id": format!("{:#018x}", self.header.stack_id),
             "facts": facts_json(&self.header.facts),
             "frames": self.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
+            "locations": self.frames.iter().map(|&frame| modules.location(frame)).collect::<Vec<_>>(),
         })
     }
 }
@@ -265,7 +285,7 @@ mod tests {
 
     #[test]
     fn text_has_header_and_numbered_frames() {
-        let text = sample().to_text();
+        let text = sample().to_text(&ModuleMap::default(), false);
         assert_eq!(
             text,
             "#7 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2 stack 0123456789abcdef os-hash deadbeef: \
@@ -274,8 +294,33 @@ mod tests {
     }
 
     #[test]
+    fn frames_inside_modules_are_named() {
+        let modules = ModuleMap::new([crate::modules::Module {
+            base: 0xFFFF_F800_1230_0000,
+            size: 0x10_0000,
+            name: "kstack.sys".to_owned(),
+        }]);
+        let text = sample().to_text(&modules, false);
+        assert!(
+            text.ends_with(
+                "   0  0xfffff80012345678  kstack.sys+0x45678\n   1  0xfffff80000001000\n"
+            ),
+            "{text}"
+        );
+        let trace = sample().to_text(&modules, true);
+        assert!(
+            trace.ends_with("\n  CallTrace: kstack.sys+0x45678|0xfffff80000001000\n"),
+            "{trace}"
+        );
+        assert_eq!(
+            sample().to_json(&modules)["locations"],
+            json!(["kstack.sys+0x45678", "0xfffff80000001000"])
+        );
+    }
+
+    #[test]
     fn json_line_has_the_documented_fields() {
-        let value = sample().to_json();
+        let value = sample().to_json(&ModuleMap::default());
         assert_eq!(value["schema"], 1);
         assert_eq!(value["source"], "timer");
         assert_eq!(value["stack_id"], "0x0123456789abcdef");
@@ -320,7 +365,7 @@ mod tests {
             let mut record = sample();
             record.header.facts = facts;
             assert!(!record.facts_text().is_empty());
-            assert!(record.to_json()["facts"].is_object());
+            assert!(record.to_json(&ModuleMap::default())["facts"].is_object());
         }
         let mut create = sample();
         create.header.facts = all[0];

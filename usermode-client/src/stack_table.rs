@@ -1,0 +1,337 @@
+//! Records grouped by stack id: what `kstack top` ranks, and what folded
+//! stacks and flamegraphs are drawn from.
+
+use std::{collections::HashMap, fmt::Write as _};
+
+use kstack_abi::{RecordHeader, Source, SourceSet};
+use serde_json::{Value, json};
+
+use crate::{modules::ModuleMap, trace::system_time_text};
+
+/// When a stack was seen: its record's time and sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sighting {
+    /// System time, 100 ns units since 1601.
+    pub timestamp: u64,
+    /// The record's sequence number (0: a capture-now record not kept).
+    pub sequence: u64,
+}
+
+impl Sighting {
+    const fn of(header: &RecordHeader) -> Self {
+        Self {
+            timestamp: header.timestamp,
+            sequence: header.sequence,
+        }
+    }
+}
+
+/// One unique stack and what is known of its records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackSummary {
+    /// kstack's stack id.
+    pub stack_id: u64,
+    /// Its frames, most recent call first.
+    pub frames: Vec<u64>,
+    /// Records per source, in [`Source::ALL`] order.
+    pub per_source: [u64; Source::COUNT],
+    /// The earliest record.
+    pub first: Sighting,
+    /// The latest record.
+    pub last: Sighting,
+}
+
+impl StackSummary {
+    /// Records with this stack.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.per_source.iter().sum()
+    }
+
+    /// The sources that captured it.
+    #[must_use]
+    pub fn sources(&self) -> SourceSet {
+        Source::ALL
+            .into_iter()
+            .filter(|source| self.per_source[source.index()] > 0)
+            .collect()
+    }
+}
+
+/// Unique stacks, by stack id.
+#[derive(Debug, Default)]
+pub struct StackTable {
+    stacks: HashMap<u64, StackSummary>,
+    records: u64,
+}
+
+impl StackTable {
+    /// Counts one record. `frames` is asked for only when the stack is new.
+    pub fn add<F: IntoIterator<Item = u64>>(
+        &mut self,
+        header: &RecordHeader,
+        frames: impl FnOnce() -> F,
+    ) {
+        self.records += 1;
+        let seen = Sighting::of(header);
+        let summary = self
+            .stacks
+            .entry(header.stack_id)
+            .or_insert_with(|| StackSummary {
+                stack_id: header.stack_id,
+                frames: frames().into_iter().collect(),
+                per_source: [0; Source::COUNT],
+                first: seen,
+                last: seen,
+            });
+        summary.per_source[header.facts.source().index()] += 1;
+        summary.first = summary.first.min(seen);
+        summary.last = summary.last.max(seen);
+    }
+
+    /// Records counted.
+    #[must_use]
+    pub const fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Unique stacks.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Whether no record was counted.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    /// Stacks by record count, most first; ties by stack id.
+    #[must_use]
+    pub fn ranked(&self) -> Vec<&StackSummary> {
+        let mut ranked: Vec<_> = self.stacks.values().collect();
+        ranked.sort_unstable_by(|a, b| b.count().cmp(&a.count()).then(a.stack_id.cmp(&b.stack_id)));
+        ranked
+    }
+
+    /// Folded stacks, one line per stack and source, sorted: the source,
+    /// then the frames outermost first, separated by `;`, a space and the
+    /// record count. Flamegraph tools (inferno, FlameGraph) read this.
+    #[must_use]
+    pub fn folded(&self, modules: &ModuleMap) -> Vec<String> {
+        let mut lines = Vec::new();
+        for summary in self.stacks.values() {
+            let mut path = String::new();
+            for &frame in summary.frames.iter().rev() {
+                path.push(';');
+                // `;` separates frames and the last space the count.
+                path.push_str(&modules.location(frame).replace([';', ' '], "_"));
+            }
+            for source in Source::ALL {
+                let count = summary.per_source[source.index()];
+                if count > 0 {
+                    lines.push(format!("{}{path} {count}", source.name()));
+                }
+            }
+        }
+        lines.sort_unstable();
+        lines
+    }
+}
+
+/// How much of the table `kstack top` shows.
+#[derive(Clone, Copy, Debug)]
+pub struct TopLimits {
+    /// Stacks shown.
+    pub stacks: usize,
+    /// Frames shown per stack.
+    pub frames: usize,
+}
+
+/// The `kstack top` report.
+#[must_use]
+pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> String {
+    let mut out = String::new();
+    let ranked = table.ranked();
+    let _ = writeln!(
+        out,
+        "{} records, {} unique stacks{}",
+        table.records(),
+        table.len(),
+        if ranked.len() > limits.stacks {
+            format!(" (the {} most frequent shown)", limits.stacks)
+        } else {
+            String::new()
+        }
+    );
+    for (rank, summary) in ranked.iter().take(limits.stacks).enumerate() {
+        let count = summary.count();
+        #[expect(clippy::cast_precision_loss, reason = "a percentage to one decimal")]
+        let share = 100.0 * count as f64 / table.records().max(1) as f64;
+        let _ = writeln!(
+            out,
+            "\n#{} {count} record{} ({share:.1}%) stack {:016x} sources {} first {} last {}",
+            rank + 1,
+            if count == 1 { "" } else { "s" },
+            summary.stack_id,
+            source_names(summary.sources()).join(","),
+            sighting_text(summary.first),
+            sighting_text(summary.last),
+        );
+        for (index, &frame) in summary.frames.iter().take(limits.frames).enumerate() {
+            let _ = writeln!(out, "  {index:>2}  {}", modules.location(frame));
+        }
+        let hidden = summary.frames.len().saturating_sub(limits.frames);
+        if hidden > 0 {
+            let _ = writeln!(out, "      ... {hidden} more frames");
+        }
+    }
+    out
+}
+
+/// `kstack top --json`: one object per stack, most frequent first.
+#[must_use]
+pub fn top_json(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> Vec<Value> {
+    table
+        .ranked()
+        .into_iter()
+        .take(limits.stacks)
+        .map(|summary| {
+            let per_source: serde_json::Map<String, Value> = Source::ALL
+                .into_iter()
+                .filter(|source| summary.per_source[source.index()] > 0)
+                .map(|source| {
+                    (
+                        source.name().to_owned(),
+                        json!(summary.per_source[source.index()]),
+                    )
+                })
+                .collect();
+            json!({
+                "stack_id": format!("{:#018x}", summary.stack_id),
+                "count": summary.count(),
+                "sources": per_source,
+                "first": sighting_json(summary.first),
+                "last": sighting_json(summary.last),
+                "frames": summary.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
+                "locations": summary.frames.iter().map(|&frame| modules.location(frame)).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+fn source_names(sources: SourceSet) -> Vec<&'static str> {
+    sources.iter().map(Source::name).collect()
+}
+
+fn sighting_text(seen: Sighting) -> String {
+    let time = system_time_text(seen.timestamp).unwrap_or_else(|| "time unknown".to_owned());
+    format!("{time} (#{})", seen.sequence)
+}
+
+fn sighting_json(seen: Sighting) -> Value {
+    json!({ "time": system_time_text(seen.timestamp), "sequence": seen.sequence })
+}
+
+#[cfg(test)]
+mod tests {
+    use kstack_abi::SourceFacts;
+
+    use super::*;
+    use crate::{capture_file::tests::record, modules::tests::sample_map, trace::TraceRecord};
+
+    const LEAF: u64 = 0xFFFF_F801_2340_0010;
+    const ROOT: u64 = 0xFFFF_F800_0000_0020;
+
+    fn table(records: &[TraceRecord]) -> StackTable {
+        let mut table = StackTable::default();
+        for record in records {
+            table.add(&record.header, || record.frames.iter().copied());
+        }
+        table
+    }
+
+    fn sample() -> Vec<TraceRecord> {
+        vec![
+            record(1, SourceFacts::Timer, &[LEAF, ROOT]),
+            record(2, SourceFacts::OnDemand { tag: 1 }, &[0x42]),
+            record(3, SourceFacts::Timer, &[LEAF, ROOT]),
+            record(4, SourceFacts::OnDemand { tag: 2 }, &[LEAF, ROOT]),
+        ]
+    }
+
+    #[test]
+    fn stacks_are_counted_per_source_with_first_and_last_seen() {
+        let table = table(&sample());
+        assert_eq!((table.records(), table.len()), (4, 2));
+        let ranked = table.ranked();
+        let top = ranked[0];
+        assert_eq!(top.frames, [LEAF, ROOT]);
+        assert_eq!(top.count(), 3);
+        assert_eq!(top.per_source[Source::Timer.index()], 2);
+        assert_eq!(top.per_source[Source::OnDemand.index()], 1);
+        assert_eq!(
+            top.sources(),
+            SourceSet::EMPTY.with(Source::Timer).with(Source::OnDemand)
+        );
+        assert_eq!((top.first.sequence, top.last.sequence), (1, 4));
+        assert_eq!(ranked[1].count(), 1);
+    }
+
+    #[test]
+    fn first_and_last_follow_time_not_arrival_order() {
+        let mut records = sample();
+        records.swap(0, 3);
+        let table = table(&records);
+        let top = table.ranked()[0];
+        assert_eq!((top.first.sequence, top.last.sequence), (1, 4));
+    }
+
+    #[test]
+    fn folded_lines_put_the_source_and_the_outermost_frame_first() {
+        let folded = table(&sample()).folded(&sample_map());
+        assert_eq!(
+            folded,
+            [
+                "ondemand;0x42 1",
+                "ondemand;ntoskrnl.exe+0x20;kstack.sys+0x10 1",
+                "timer;ntoskrnl.exe+0x20;kstack.sys+0x10 2",
+            ]
+        );
+    }
+
+    #[test]
+    fn separators_in_module_names_do_not_break_folded_lines() {
+        let modules = ModuleMap::new([crate::modules::Module {
+            base: 0x1000,
+            size: 0x1000,
+            name: "odd;name here.sys".to_owned(),
+        }]);
+        let folded = table(&[record(1, SourceFacts::Timer, &[0x1010])]).folded(&modules);
+        assert_eq!(folded, ["timer;odd_name_here.sys+0x10 1"]);
+    }
+
+    #[test]
+    fn top_limits_stacks_and_frames() {
+        let text = top_text(
+            &table(&sample()),
+            &sample_map(),
+            TopLimits {
+                stacks: 1,
+                frames: 1,
+            },
+        );
+        assert!(
+            text.starts_with("4 records, 2 unique stacks (the 1 most frequent shown)\n"),
+            "{text}"
+        );
+        assert!(text.contains("#1 3 records (75.0%)"), "{text}");
+        assert!(text.contains("sources timer,ondemand"), "{text}");
+        assert!(
+            text.contains("   0  kstack.sys+0x10\n      ... 1 more frames\n"),
+            "{text}"
+        );
+        assert!(!text.contains("#2"), "{text}");
+    }
+}
