@@ -225,6 +225,13 @@ impl WineHost {
         self.program("kstack.exe", args)
     }
 
+    /// The client's folder and working directory: relative file names the
+    /// client writes land here.
+    #[must_use]
+    pub fn client_dir(&self) -> &Path {
+        &self.client_dir
+    }
+
     /// Runs one of the programs installed beside the client.
     ///
     /// # Errors

@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64()
     );
     let context = Context { wine, package };
-    let cases: [(&str, Case); 9] = [
+    let cases: [(&str, Case); 10] = [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
             lifecycle,
@@ -81,6 +81,10 @@ fn main() -> ExitCode {
         (
             "read returns whole records in order; clear discards them",
             read_and_clear,
+        ),
+        (
+            "save, then top, folded and flamegraph of the capture, the same under Wine and on Linux",
+            save_and_analyze,
         ),
         (
             "timer source: refused without DisablePagingExecutive, samples with it",
@@ -189,6 +193,10 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     expect("/ring/capacity", Value::from(16_384))?;
     expect("/ring/used", Value::from(0))?;
     expect("/next_sequence", Value::from(1))?;
+    // DriverStart and DriverSize: kstack.sys at its preferred base.
+    let (start, end) = kstack_image_range(&context.package)?;
+    expect("/driver_image/base", Value::from(format!("{start:#x}")))?;
+    expect("/driver_image/size", Value::from(end - start))?;
     // The state block and the ring: all the driver allocates.
     expect("/pool_allocations", Value::from(2))?;
     let sources = status["sources"].as_array().cloned().unwrap_or_default();
@@ -314,6 +322,10 @@ fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
     ensure((start..end).contains(&first), || {
         format!("frame 0 {first:#x} is not inside kstack.sys [{start:#x}, {end:#x}): {frames:x?}")
     })?;
+    let named = format!("kstack.sys+{:#x}", first - start);
+    ensure(record["locations"][0] == named.as_str(), || {
+        format!("frame 0 should be named {named}: {record}")
+    })?;
     ensure(frames.len() > 3, || format!("only {} frames", frames.len()))
 }
 
@@ -356,6 +368,105 @@ fn read_and_clear(context: &Context) -> WineResult<()> {
     })
 }
 
+/// Restarts the driver with `DisablePagingExecutive`=1, so the timer
+/// source can be enabled.
+fn allow_elevated_walks(wine: &WineHost) -> WineResult<()> {
+    wine.stop_driver()?;
+    wine.set_disable_paging_executive(Some(1))?;
+    wine.start_driver()
+}
+
+fn save_and_analyze(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    allow_elevated_walks(wine)?;
+    wine.client_ok(&[
+        "config",
+        "--enable",
+        "timer,ondemand",
+        "--timer-period",
+        "5",
+    ])?;
+    let capture = wine.client_dir().join("e2e.kstack");
+    let _ = std::fs::remove_file(&capture);
+    let saved = wine.client(&["save", "e2e.kstack", "--duration", "1"])?;
+    let summary = String::from_utf8_lossy(&saved.stderr).into_owned();
+    ensure(saved.status.success(), || format!("save failed: {summary}"))?;
+    wine.client_ok(&["config", "--disable", "all"])?;
+    // The Windows client wrote it; the Linux build of the same library
+    // reads it.
+    let bytes = std::fs::read(&capture).map_err(|error| format!("reading the capture: {error}"))?;
+    let view = kstack_client::capture_file::CaptureView::parse(&bytes)
+        .map_err(|error| format!("parsing the capture on Linux: {error}"))?;
+    let mut table = kstack_client::stack_table::StackTable::default();
+    for record in view.records() {
+        let record = record.map_err(|error| format!("a record of the capture: {error}"))?;
+        ensure(record.source() == kstack_abi::Source::Timer, || {
+            format!("a {:?} record in a timer capture", record.source())
+        })?;
+        table.add(&record.header, || record.frames());
+    }
+    ensure(table.records() >= 50, || {
+        format!("{} records in 1 s at 5 ms: {summary}", table.records())
+    })?;
+    ensure(
+        summary.contains(&format!("kstack save: {} records", table.records())),
+        || {
+            format!(
+                "the summary disagrees with the file's {} records: {summary}",
+                table.records()
+            )
+        },
+    )?;
+    let (start, _) = kstack_image_range(&context.package)?;
+    ensure(
+        view.modules
+            .find(start)
+            .is_some_and(|(module, _)| module.name == "kstack.sys"),
+        || format!("the saved module list lacks kstack.sys: {:?}", view.modules),
+    )?;
+    let mut linux_folded = table.folded(&view.modules).join("\n");
+    linux_folded.push('\n');
+    let wine_folded = wine.client_ok(&["folded", "--input", "e2e.kstack"])?;
+    ensure(wine_folded == linux_folded, || {
+        format!("folded stacks differ:\nWine:\n{wine_folded}\nLinux:\n{linux_folded}")
+    })?;
+    ensure(
+        wine_folded.starts_with("timer;") && wine_folded.contains("kstack.sys+0x"),
+        || format!("folded stacks should start at the source and name kstack.sys: {wine_folded}"),
+    )?;
+    let top = json_lines(&wine.client_ok(&["top", "--json", "--input", "e2e.kstack"])?)?;
+    let counted: u64 = top.iter().filter_map(|stack| stack["count"].as_u64()).sum();
+    ensure(
+        counted == table.records() && top.len() == table.len().min(20),
+        || {
+            format!(
+                "top counts {counted} records in {} stacks; the file has {} in {}",
+                top.len(),
+                table.records(),
+                table.len()
+            )
+        },
+    )?;
+    let svg_path = wine.client_dir().join("e2e.svg");
+    let _ = std::fs::remove_file(&svg_path);
+    wine.client_ok(&["flamegraph", "--input", "e2e.kstack", "-o", "e2e.svg"])?;
+    let svg =
+        std::fs::read_to_string(&svg_path).map_err(|error| format!("reading the SVG: {error}"))?;
+    ensure(
+        svg.starts_with("<?xml") && svg.contains("kstack.sys+0x"),
+        || "the flamegraph is not an SVG naming kstack.sys frames".to_owned(),
+    )?;
+    // Live analysis drains the ring itself: a capture-now record is kept
+    // in the ring while ondemand is enabled.
+    wine.client_ok(&["config", "--enable", "ondemand"])?;
+    wine.client_ok(&["selftest"])?;
+    let live = wine.client_ok(&["top"])?;
+    ensure(
+        live.starts_with("1 record, 1 unique stack\n") && live.contains("sources ondemand"),
+        || format!("live top after one selftest: {live}"),
+    )
+}
+
 fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
     let wine = &context.wine;
     let refused = wine.client(&["config", "--enable", "timer"])?;
@@ -371,9 +482,7 @@ fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
             )
         },
     )?;
-    wine.stop_driver()?;
-    wine.set_disable_paging_executive(Some(1))?;
-    wine.start_driver()?;
+    allow_elevated_walks(wine)?;
     wine.client_ok(&["config", "--enable", "timer", "--timer-period", "5"])?;
     thread::sleep(Duration::from_millis(500));
     wine.client_ok(&["config", "--disable", "timer"])?;

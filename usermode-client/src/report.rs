@@ -15,6 +15,12 @@ pub fn status(status: &StatusResponse) -> String {
         out,
         "kstack driver {major}.{minor}.{patch}, client {client_major}.{client_minor}.{client_patch}, ABI {ABI_VERSION}"
     );
+    let image = status.driver_image;
+    let _ = writeln!(
+        out,
+        "kstack.sys loaded at {:#x}, {:#x} bytes",
+        image.base, image.size
+    );
     let _ = writeln!(
         out,
         "DisablePagingExecutive: {}",
@@ -98,6 +104,10 @@ pub fn status_json(status: &StatusResponse) -> Value {
     json!({
         "driver_version": format!("{major}.{minor}.{patch}"),
         "abi_version": ABI_VERSION,
+        "driver_image": {
+            "base": format!("{:#x}", status.driver_image.base),
+            "size": status.driver_image.size,
+        },
         "disable_paging_executive": match status.paging_executive {
             PagingExecutive::NotSet => Value::Null,
             PagingExecutive::Value(value) => json!(value),
@@ -150,6 +160,10 @@ mod tests {
         }
         assert!(text.contains("3 of 8192 records"), "{text}");
         assert!(
+            text.contains("kstack.sys loaded at 0x140000000, 0x30000 bytes"),
+            "{text}"
+        );
+        assert!(
             text.contains("7 captured"),
             "sum of per-source counts:\n{text}"
         );
@@ -167,6 +181,8 @@ mod tests {
         assert_eq!(value["disable_paging_executive"], Value::Null);
         assert_eq!(value["ring"]["capacity"], 8192);
         assert_eq!(value["next_sequence"], 3);
+        assert_eq!(value["driver_image"]["base"], "0x140000000");
+        assert_eq!(value["driver_image"]["size"], 0x3_0000);
     }
 
     #[test]

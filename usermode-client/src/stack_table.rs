@@ -156,9 +156,9 @@ pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> S
     let ranked = table.ranked();
     let _ = writeln!(
         out,
-        "{} records, {} unique stacks{}",
-        table.records(),
-        table.len(),
+        "{}, {}{}",
+        counted(table.records(), "record"),
+        counted(table.len() as u64, "unique stack"),
         if ranked.len() > limits.stacks {
             format!(" (the {} most frequent shown)", limits.stacks)
         } else {
@@ -171,9 +171,9 @@ pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> S
         let share = 100.0 * count as f64 / table.records().max(1) as f64;
         let _ = writeln!(
             out,
-            "\n#{} {count} record{} ({share:.1}%) stack {:016x} sources {} first {} last {}",
+            "\n#{} {} ({share:.1}%) stack {:016x} sources {} first {} last {}",
             rank + 1,
-            if count == 1 { "" } else { "s" },
+            counted(count, "record"),
             summary.stack_id,
             source_names(summary.sources()).join(","),
             sighting_text(summary.first),
@@ -219,6 +219,15 @@ pub fn top_json(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> V
             })
         })
         .collect()
+}
+
+/// `1 record`, `2 records`.
+fn counted(count: u64, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
 }
 
 fn source_names(sources: SourceSet) -> Vec<&'static str> {

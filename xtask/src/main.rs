@@ -187,13 +187,25 @@ fn demo(workspace: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The demo's capture and flamegraph, in the client's folder in the prefix.
+#[cfg(target_os = "linux")]
+const DEMO_CAPTURE: &str = "demo.kstack";
+#[cfg(target_os = "linux")]
+const DEMO_FLAMEGRAPH: &str = "demo-flamegraph.svg";
+
 #[cfg(target_os = "linux")]
 fn demo_steps(wine: &WineHost) -> Result<()> {
     let client = |args: &[&str]| -> Result<()> {
         println!("    > kstack {}", args.join(" "));
-        let output = wine.client_ok(args).map_err(anyhow::Error::msg)?;
-        for line in output.lines().take(40) {
+        let output = wine.client(args).map_err(anyhow::Error::msg)?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Summaries (save, flamegraph) and errors go to stderr.
+        for line in stdout.lines().take(40).chain(stderr.lines()) {
             println!("      {line}");
+        }
+        if !output.status.success() {
+            bail!("kstack {} failed ({})", args.join(" "), output.status);
         }
         Ok(())
     };
@@ -231,6 +243,25 @@ fn demo_steps(wine: &WineHost) -> Result<()> {
     }
     println!("      ... ({records} records in all)");
     println!("      {}", String::from_utf8_lossy(&output.stderr).trim());
+    process::step(
+        "saving 2 seconds of samples with their module list, then the most frequent stacks",
+    );
+    let _ = std::fs::remove_file(wine.client_dir().join(DEMO_CAPTURE));
+    client(&["save", DEMO_CAPTURE, "--duration", "2"])?;
+    client(&[
+        "top",
+        "--input",
+        DEMO_CAPTURE,
+        "--limit",
+        "3",
+        "--frames",
+        "6",
+    ])?;
+    process::step("a flamegraph of the capture, drawn by inferno");
+    let svg = wine.client_dir().join(DEMO_FLAMEGRAPH);
+    let _ = std::fs::remove_file(&svg);
+    client(&["flamegraph", "--input", DEMO_CAPTURE, "-o", DEMO_FLAMEGRAPH])?;
+    println!("      open {} in a browser", svg.display());
     client(&["config", "--disable", "all"])?;
     client(&["status"])?;
     Ok(())
