@@ -499,12 +499,12 @@ mod tests {
             })
         );
         let mut bad = bytes;
-        bad[0] = 2;
+        bad[..4].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         assert_eq!(
             decode_configure_request(&bad),
             Err(DecodeError::AbiVersion {
                 ours: ABI_VERSION,
-                theirs: 2
+                theirs: ABI_VERSION + 1
             })
         );
         let mut bad = bytes;

@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(status(&core).config, wanted);
 
         let mut bad = encode_configure_request(&wanted);
-        bad[0] = 2;
+        bad[0] = 0xEE; // an ABI version no release has
         assert_eq!(
             request(&core, Ioctl::Configure.code(), &bad, &mut [], &timer).0,
             STATUS_REVISION_MISMATCH

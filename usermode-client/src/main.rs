@@ -482,8 +482,9 @@ fn save(args: &SaveArgs) -> Result<(), ClientError> {
         }
     })?;
     eprintln!(
-        "kstack save: {saved} records and {} modules written to {}; {}",
-        modules.modules().len(),
+        "kstack save: {} and {} written to {}; {}",
+        stack_table::counted(saved, "record"),
+        stack_table::counted(modules.modules().len() as u64, "module"),
         path.display(),
         follow_summary_text(&summary)
     );
@@ -524,7 +525,7 @@ fn flamegraph(args: &FlamegraphArgs) -> Result<(), ClientError> {
         return Err(ClientError::NothingToDraw);
     }
     let folded = table.folded(&modules);
-    let subtitle = format!("{} records, {} unique stacks", table.records(), table.len());
+    let subtitle = table.summary();
     write_file(&args.output, args.force, |out| {
         flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), out)
     })?;

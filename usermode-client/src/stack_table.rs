@@ -107,6 +107,16 @@ impl StackTable {
         self.stacks.is_empty()
     }
 
+    /// `N records, M unique stacks`.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        format!(
+            "{}, {}",
+            counted(self.records, "record"),
+            counted(self.stacks.len() as u64, "unique stack")
+        )
+    }
+
     /// Stacks by record count, most first; ties by stack id.
     #[must_use]
     pub fn ranked(&self) -> Vec<&StackSummary> {
@@ -156,9 +166,8 @@ pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> S
     let ranked = table.ranked();
     let _ = writeln!(
         out,
-        "{}, {}{}",
-        counted(table.records(), "record"),
-        counted(table.len() as u64, "unique stack"),
+        "{}{}",
+        table.summary(),
         if ranked.len() > limits.stacks {
             format!(" (the {} most frequent shown)", limits.stacks)
         } else {
@@ -222,7 +231,8 @@ pub fn top_json(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> V
 }
 
 /// `1 record`, `2 records`.
-fn counted(count: u64, noun: &str) -> String {
+#[must_use]
+pub fn counted(count: u64, noun: &str) -> String {
     if count == 1 {
         format!("1 {noun}")
     } else {

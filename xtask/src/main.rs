@@ -32,7 +32,7 @@ commands:
   build        build kstack.sys and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
   demo         build, then run kstack.sys under Wine with the real client
-  bench        run the ring benchmarks (figures go in docs/performance.md)
+  bench        run the ring and offline-analysis benchmarks (figures: docs/performance.md)
   package-dir  print the package folder
   help         print this text";
 
@@ -68,19 +68,17 @@ fn run(args: &[String]) -> Result<()> {
         "test" => test(&workspace)?,
         "demo" => demo(&workspace)?,
         "bench" => {
-            process::step("criterion benchmarks of the ring (results: docs/performance.md)");
-            process::cargo(
-                &workspace,
-                &[
-                    "bench",
-                    "--locked",
-                    "--package",
-                    "kstack-driver-core",
-                    "--bench",
-                    "ring",
-                ],
-            )
-            .run()?;
+            process::step("criterion benchmarks (results: docs/performance.md)");
+            for (package, bench) in [
+                ("kstack-driver-core", "ring"),
+                ("kstack-client", "analysis"),
+            ] {
+                process::cargo(
+                    &workspace,
+                    &["bench", "--locked", "--package", package, "--bench", bench],
+                )
+                .run()?;
+            }
         }
         "package-dir" => println!("{}", package::package_dir(&workspace).display()),
         "help" | "--help" | "-h" => println!("{USAGE}"),

@@ -1,0 +1,113 @@
+//! Offline analysis of a large saved capture (criterion): parsing the file,
+//! decoding every record and grouping them by stack (what `kstack top
+//! --input` does before printing), and turning the table into folded
+//! stacks (what `folded` and `flamegraph` start from).
+//!
+//! Run with `cargo bench -p kstack-client --bench analysis`; results are in
+//! `docs/performance.md`. One record counts as one element, so criterion
+//! reports records per second.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput};
+use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
+use kstack_client::{
+    capture_file::{CaptureView, CaptureWriter},
+    modules::{Module, ModuleMap},
+    stack_table::StackTable,
+    trace::TraceRecord,
+};
+
+/// Records in the benchmarked capture: about 65 MiB, a minute of a busy
+/// timer source on a many-core machine.
+const RECORDS: u64 = 200_000;
+/// Distinct stacks among them.
+const UNIQUE_STACKS: u64 = 2_000;
+/// Frames per record (the default `frames_to_capture`).
+const FRAMES: u64 = 32;
+/// Modules in the saved module list (a typical Windows 11 kernel has ~200).
+const MODULES: u64 = 200;
+const MODULE_SIZE: u32 = 0x10_0000;
+const KERNEL_BASE: u64 = 0xFFFF_F800_0000_0000;
+
+fn modules() -> ModuleMap {
+    ModuleMap::new((0..MODULES).map(|index| Module {
+        base: KERNEL_BASE + index * u64::from(MODULE_SIZE) * 2,
+        size: MODULE_SIZE,
+        name: format!("driver{index}.sys"),
+    }))
+}
+
+/// Stack `stack`'s frames: spread over the modules, the same every time.
+fn frames(stack: u64) -> Vec<u64> {
+    (0..FRAMES)
+        .map(|depth| {
+            let mixed = (stack * 31 + depth * 7919) % MODULES;
+            KERNEL_BASE + mixed * u64::from(MODULE_SIZE) * 2 + (stack * 97 + depth * 13) % 0xF_FFFF
+        })
+        .collect()
+}
+
+fn capture() -> Vec<u8> {
+    let stacks: Vec<Vec<u64>> = (0..UNIQUE_STACKS).map(frames).collect();
+    let mut writer = CaptureWriter::new(Vec::new(), &modules()).expect("writing to memory");
+    for sequence in 1..=RECORDS {
+        // Skewed like real samples: half the records share 20 hot stacks.
+        let stack = if sequence % 2 == 0 {
+            sequence % 20
+        } else {
+            (sequence / 2) % UNIQUE_STACKS
+        };
+        let stack_frames = &stacks[usize::try_from(stack).expect("small")];
+        let record = TraceRecord {
+            header: RecordHeader {
+                sequence,
+                timestamp: 134_083_512_000_000_000 + sequence * 10_000,
+                process_id: 4,
+                thread_id: 8,
+                processor: u32::try_from(sequence % 8).expect("small"),
+                irql: 2,
+                flags: RecordFlags::NONE,
+                os_hash: 0,
+                stack_id: stack_id(stack_frames.iter().copied()),
+                facts: SourceFacts::Timer,
+            },
+            frames: stack_frames.clone(),
+        };
+        writer.append(&record).expect("writing to memory");
+    }
+    writer.finish().expect("writing to memory")
+}
+
+fn table(bytes: &[u8]) -> (StackTable, ModuleMap) {
+    let view = CaptureView::parse(bytes).expect("a valid capture");
+    let mut table = StackTable::default();
+    for record in view.records() {
+        let record = record.expect("a valid record");
+        table.add(&record.header, || record.frames());
+    }
+    (table, view.modules)
+}
+
+fn main() {
+    let bytes = capture();
+    let mut criterion = Criterion::default().configure_from_args();
+    let mut group = criterion.benchmark_group("saved_capture_200k_records");
+    group.throughput(Throughput::Elements(RECORDS));
+    group.sample_size(20);
+    group.bench_function("decode_and_aggregate", |bench| {
+        bench.iter(|| black_box(table(black_box(&bytes))));
+    });
+    let (table, modules) = table(&bytes);
+    assert_eq!((table.records(), table.len()), (RECORDS, 2_000));
+    group.bench_function("folded_from_table", |bench| {
+        bench.iter(|| black_box(table.folded(black_box(&modules))));
+    });
+    group.finish();
+    criterion.final_summary();
+    println!(
+        "capture: {} bytes, {RECORDS} records, {} unique stacks, {MODULES} modules",
+        bytes.len(),
+        table.len()
+    );
+}
