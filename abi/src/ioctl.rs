@@ -34,6 +34,12 @@ pub const MAX_INPUT_LENGTH: usize = if CONFIGURE_REQUEST_SIZE > CAPTURE_NOW_REQU
     CAPTURE_NOW_REQUEST_SIZE
 };
 
+/// The test-injection request's code (see
+/// [`crate::messages::encode_inject_request`]): outside [`Ioctl`], because
+/// only a driver built with the `test-injection` feature knows it; a
+/// release driver answers it as any unknown code.
+pub const INJECT_CODE: u32 = ctl_code(DEVICE_TYPE, 0xF00, METHOD_BUFFERED, Access::Write);
+
 /// The handle access a code requires (the `Access` field of `CTL_CODE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]

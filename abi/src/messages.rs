@@ -3,7 +3,7 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, CaptureConfig, DecodeError, Records, Source,
+    ABI_VERSION, CaptureConfig, DecodeError, Records, Source, SourceFacts,
     config::CAPTURE_CONFIG_SIZE,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
@@ -95,6 +95,39 @@ pub fn decode_capture_now_request(bytes: &[u8]) -> Result<u64, DecodeError> {
     check_exact_length(bytes, CAPTURE_NOW_REQUEST_SIZE)?;
     check_prefix(r, CAPTURE_NOW_REQUEST_SIZE)?;
     r.u64(STATUS_PREFIX_SIZE)
+}
+
+/// The test-injection request (only a driver built with the
+/// `test-injection` feature serves it): prefix, source (u8, then 7 zero
+/// bytes), the source's three fact words.
+pub const INJECT_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8 + 24;
+
+/// The test-injection request: run `facts`' source callback in the driver
+/// with synthetic arguments built from the facts.
+#[must_use]
+pub fn encode_inject_request(facts: &SourceFacts) -> [u8; INJECT_REQUEST_SIZE] {
+    let mut bytes = [0; INJECT_REQUEST_SIZE];
+    let mut w = Writer::new(&mut bytes);
+    encode_prefix(&mut w, INJECT_REQUEST_SIZE);
+    w.u8(STATUS_PREFIX_SIZE, facts.source() as u8);
+    for (index, word) in facts.to_words().into_iter().enumerate() {
+        w.u64(STATUS_PREFIX_SIZE + 8 + 8 * index, word);
+    }
+    bytes
+}
+
+/// Decodes a test-injection request; returns the facts to inject.
+///
+/// # Errors
+/// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
+pub fn decode_inject_request(bytes: &[u8]) -> Result<SourceFacts, DecodeError> {
+    let r = Reader::new(bytes);
+    check_exact_length(bytes, INJECT_REQUEST_SIZE)?;
+    check_prefix(r, INJECT_REQUEST_SIZE)?;
+    let value = r.u8(STATUS_PREFIX_SIZE)?;
+    let source = Source::from_wire(value).ok_or(DecodeError::UnknownSource { value })?;
+    let word = |index: usize| r.u64(STATUS_PREFIX_SIZE + 8 + 8 * index);
+    SourceFacts::from_words(source, [word(0)?, word(1)?, word(2)?])
 }
 
 const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError> {
@@ -419,6 +452,27 @@ mod tests {
                 size: 0x2_0000,
             },
         }
+    }
+
+    #[test]
+    fn inject_requests_round_trip_and_refuse_damage() {
+        let facts = SourceFacts::Thread {
+            event: crate::source::Lifecycle::Create,
+            process_id: 1234,
+            thread_id: 99,
+        };
+        let bytes = encode_inject_request(&facts);
+        assert_eq!(decode_inject_request(&bytes), Ok(facts));
+        assert!(decode_inject_request(&bytes[..INJECT_REQUEST_SIZE - 1]).is_err());
+        let mut unknown = bytes;
+        unknown[STATUS_PREFIX_SIZE] = 0xEE;
+        assert_eq!(
+            decode_inject_request(&unknown),
+            Err(DecodeError::UnknownSource { value: 0xEE })
+        );
+        let mut bad_event = bytes;
+        bad_event[STATUS_PREFIX_SIZE + 8] = 9;
+        assert!(decode_inject_request(&bad_event).is_err());
     }
 
     #[test]

@@ -58,6 +58,12 @@ pub const KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED: NtStatus = nt(KSTACK_FACILITY
 /// The ring buffer was not allocated at load (the driver serves status only).
 pub const KSTACK_STATUS_NO_RING: NtStatus = nt(KSTACK_FACILITY_ERROR | 2);
 
+/// A registration status, in a driver built with the `test-injection`
+/// feature only: the kernel has no routine for this source (Wine 8 lacks
+/// `CmRegisterCallbackEx`), so its events come only from injection
+/// requests. A success code, so the source can be enabled.
+pub const KSTACK_STATUS_INJECTION_ONLY: NtStatus = nt(0x60B5_0002);
+
 // Every code above is an error or warning (NT_SUCCESS false), and kstack's
 // own carry the customer bit; checked when the crate compiles.
 const _: () = {
@@ -84,4 +90,6 @@ const _: () = {
     }
     assert!(KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED.cast_unsigned() & 0x2000_0000 != 0);
     assert!(KSTACK_STATUS_NO_RING.cast_unsigned() & 0x2000_0000 != 0);
+    assert!(KSTACK_STATUS_INJECTION_ONLY >= 0);
+    assert!(KSTACK_STATUS_INJECTION_ONLY.cast_unsigned() & 0x2000_0000 != 0);
 };

@@ -37,6 +37,10 @@ pub unsafe extern "C" fn dispatch(_device: *mut DEVICE_OBJECT, irp: *mut IRP) ->
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn device_control(request: &DeviceControl) -> (NtStatus, usize) {
+    #[cfg(feature = "test-injection")]
+    if request.code == kstack_abi::ioctl::INJECT_CODE {
+        return crate::injection::serve(request);
+    }
     let ioctl = match DriverCore::admit(request.code, request.input_length, request.output_length) {
         Ok(ioctl) => ioctl,
         Err(status) => return (status, 0),

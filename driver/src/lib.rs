@@ -16,6 +16,8 @@ extern crate wdk_panic;
 
 mod device;
 mod dispatch;
+#[cfg(feature = "test-injection")]
+mod injection;
 mod kernel;
 mod loaded;
 mod pool;

@@ -15,6 +15,10 @@ use std::{
 
 /// The service name kstack is installed as.
 pub const SERVICE: &str = kstack_abi::SERVICE_NAME;
+/// The folder, inside the Wine support folder, of the kstack.sys built with
+/// the `test-injection` feature (never packaged).
+pub const INJECTION_DRIVER_DIR: &str = "injection";
+
 /// Where the driver lives inside the prefix.
 const DRIVER_WINDOWS_PATH: &str = r"C:\windows\system32\drivers\kstack.sys";
 /// The registry key holding `DisablePagingExecutive`.
@@ -72,22 +76,30 @@ impl WineHost {
         host.run_detached(host.command("wine").arg("wineboot"))?;
         fs::create_dir_all(&host.client_dir)
             .map_err(|error| format!("creating the client folder: {error}"))?;
-        let drivers = prefix.join("drive_c/windows/system32/drivers");
-        copy(&package.join("kstack.sys"), &drivers.join("kstack.sys"))?;
+        host.install_driver_image(package)?;
         copy(
             &package.join("kstack.exe"),
             &host.client_dir.join("kstack.exe"),
         )?;
-        copy(
-            &wine_support.join("kstack-ioctl-storm.exe"),
-            &host.client_dir.join("kstack-ioctl-storm.exe"),
-        )?;
+        for program in ["kstack-ioctl-storm.exe", "kstack-inject.exe"] {
+            copy(&wine_support.join(program), &host.client_dir.join(program))?;
+        }
         copy(
             &wine_support.join("bcryptprimitives.dll"),
             &host.client_dir.join("bcryptprimitives.dll"),
         )?;
         host.create_service()?;
         Ok(host)
+    }
+
+    /// Copies `dir`'s kstack.sys to where the service loads it from; the
+    /// next start loads it. The driver must be stopped.
+    ///
+    /// # Errors
+    /// When the copy fails.
+    pub fn install_driver_image(&self, dir: &Path) -> WineResult<()> {
+        let drivers = self.prefix.join("drive_c/windows/system32/drivers");
+        copy(&dir.join("kstack.sys"), &drivers.join("kstack.sys"))
     }
 
     /// A command run in this prefix, quietly.

@@ -14,11 +14,16 @@
 //! - the PE checksum is valid: the loader checks it for boot drivers, and
 //!   signing tools check it too;
 //! - `IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY` is set, so the kernel enforces
-//!   the signature check on the image.
+//!   the signature check on the image;
+//! - the release image holds no test-injection code: no procedure of the
+//!   `injection` module is in its PDB, while the test build's PDB has them
+//!   (so the check can tell the two apart).
 //!
 //! The image is read from `$KSTACK_PACKAGE_DIR` (set by `cargo xtask test`),
-//! or from `target/kstack-package` in the workspace when that is unset. A
-//! missing image fails the tests: run `cargo xtask test`, which builds it.
+//! or from `target/kstack-package` in the workspace when that is unset; the
+//! test build from `$KSTACK_WINE_SUPPORT_DIR/injection` (default
+//! `target/kstack-wine/injection`). A missing image fails the tests: run
+//! `cargo xtask test`, which builds both.
 
 use std::{
     env, fs,
@@ -39,18 +44,31 @@ use pdb::FallibleIterator;
 
 /// The environment variable `cargo xtask test` sets to the package folder.
 const PACKAGE_DIR_ENV: &str = "KSTACK_PACKAGE_DIR";
+/// The environment variable `cargo xtask test` sets to the Wine support folder.
+const WINE_SUPPORT_DIR_ENV: &str = "KSTACK_WINE_SUPPORT_DIR";
 /// The DLLs a kernel driver may import from (compared case-insensitively).
 const KERNEL_DLLS: [&str; 2] = ["ntoskrnl.exe", "HAL.dll"];
 
-/// The package folder: `$KSTACK_PACKAGE_DIR`, else `target/kstack-package`.
-fn package_dir() -> PathBuf {
-    match env::var_os(PACKAGE_DIR_ENV) {
+/// `$variable`, else `default` in the workspace.
+fn dir_from_env(variable: &str, default: &str) -> PathBuf {
+    match env::var_os(variable) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .expect("the tests crate's manifest directory has a parent (the workspace)")
-            .join("target/kstack-package"),
+            .join(default),
     }
+}
+
+/// The package folder: `$KSTACK_PACKAGE_DIR`, else `target/kstack-package`.
+fn package_dir() -> PathBuf {
+    dir_from_env(PACKAGE_DIR_ENV, "target/kstack-package")
+}
+
+/// The test-injection build's folder.
+fn injection_build_dir() -> PathBuf {
+    dir_from_env(WINE_SUPPORT_DIR_ENV, "target/kstack-wine")
+        .join(kstack_tests::wine_host::INJECTION_DRIVER_DIR)
 }
 
 /// Reads a file from the package folder, failing the test if it is missing.
@@ -151,17 +169,44 @@ fn verify_checksum(image: &[u8]) -> Result<u32, String> {
     }
 }
 
-/// The RVA of the public symbol `name` in `kstack.pdb`, if it has one.
-fn pdb_public_symbol_rva(name: &str) -> Option<u32> {
-    let path = package_dir().join("kstack.pdb");
+/// Opens `dir`'s kstack.pdb.
+fn open_pdb(dir: &Path) -> pdb::PDB<'static, fs::File> {
+    let path = dir.join("kstack.pdb");
     let file = fs::File::open(&path).unwrap_or_else(|error| {
         panic!(
             "cannot open {} ({error}); run `cargo xtask test`, which builds the driver \
-             image and its PDB before running the tests",
+             images and their PDBs before running the tests",
             path.display()
         )
     });
-    let mut pdb = pdb::PDB::open(file).expect("kstack.pdb is a readable PDB");
+    pdb::PDB::open(file).expect("kstack.pdb is a readable PDB")
+}
+
+/// The names of every procedure in `dir`'s kstack.pdb (module streams).
+fn pdb_procedure_names(dir: &Path) -> Vec<String> {
+    let mut pdb = open_pdb(dir);
+    let info = pdb
+        .debug_information()
+        .expect("kstack.pdb has debug information");
+    let mut modules = info.modules().expect("kstack.pdb lists its modules");
+    let mut names = Vec::new();
+    while let Some(module) = modules.next().expect("a module entry parses") {
+        let Some(module_info) = pdb.module_info(&module).expect("a module stream reads") else {
+            continue;
+        };
+        let mut symbols = module_info.symbols().expect("a module's symbols read");
+        while let Some(symbol) = symbols.next().expect("a module symbol parses") {
+            if let Ok(pdb::SymbolData::Procedure(procedure)) = symbol.parse() {
+                names.push(procedure.name.to_string().into_owned());
+            }
+        }
+    }
+    names
+}
+
+/// The RVA of the public symbol `name` in `kstack.pdb`, if it has one.
+fn pdb_public_symbol_rva(name: &str) -> Option<u32> {
+    let mut pdb = open_pdb(&package_dir());
     let address_map = pdb.address_map().expect("kstack.pdb has an address map");
     let symbols = pdb.global_symbols().expect("kstack.pdb has global symbols");
     let mut iter = symbols.iter();
@@ -348,5 +393,31 @@ fn force_integrity_is_set() {
         characteristics & IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY != 0,
         "DllCharacteristics is {characteristics:#06x}, without \
          IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY ({IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY:#06x})"
+    );
+}
+
+/// Procedures of the driver's `injection` module, as the PDB names them.
+fn injection_procedures(dir: &Path) -> Vec<String> {
+    pdb_procedure_names(dir)
+        .into_iter()
+        .filter(|name| name.contains("injection::"))
+        .collect()
+}
+
+#[test]
+fn the_release_image_has_no_test_injection_code() {
+    let release = pdb_procedure_names(&package_dir());
+    assert!(
+        release.iter().any(|name| name.contains("dispatch::")),
+        "the release PDB should name the driver's procedures: {} found",
+        release.len()
+    );
+    assert_eq!(injection_procedures(&package_dir()), Vec::<String>::new());
+    let test_build = injection_procedures(&injection_build_dir());
+    assert!(
+        test_build
+            .iter()
+            .any(|name| name.ends_with("injection::serve")),
+        "the test-injection build's PDB should have injection::serve: {test_build:?}"
     );
 }

@@ -14,12 +14,16 @@ use std::{
     collections::BTreeSet,
     env,
     path::{Path, PathBuf},
-    process::ExitCode,
+    process::{ExitCode, Output},
     thread,
     time::{Duration, Instant},
 };
 
-use kstack_tests::wine_host::{WineHost, WineResult};
+use kstack_abi::{
+    SourceFacts,
+    source::{HandleOperation, Lifecycle, ObjectKind},
+};
+use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, WineHost, WineResult};
 use object::read::pe::{ImageNtHeaders, ImageOptionalHeader, PeFile64};
 use serde_json::Value;
 
@@ -29,6 +33,7 @@ type Case = fn(&Context) -> WineResult<()>;
 struct Context {
     wine: WineHost,
     package: PathBuf,
+    wine_support: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -60,8 +65,40 @@ fn main() -> ExitCode {
         "Wine prefix ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let context = Context { wine, package };
-    let cases: [(&str, Case); 10] = [
+    let context = Context {
+        wine,
+        package,
+        wine_support,
+    };
+    let cases = cases();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, case) in cases {
+        let started = Instant::now();
+        let result = fresh_driver(&context.wine).and_then(|()| case(&context));
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => {
+                passed += 1;
+                println!("ok     {name} ({seconds:.1} s)");
+            }
+            Err(error) => {
+                failed += 1;
+                println!("FAILED {name} ({seconds:.1} s)\n{error}\n");
+            }
+        }
+    }
+    context.wine.shut_down();
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Every case, in the order they run.
+fn cases() -> [(&'static str, Case); 12] {
+    [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
             lifecycle,
@@ -87,6 +124,14 @@ fn main() -> ExitCode {
             save_and_analyze,
         ),
         (
+            "injection (test build): process, thread, image, registry and object callbacks record",
+            injected_events_are_recorded,
+        ),
+        (
+            "the release driver refuses injection requests",
+            release_driver_refuses_injection,
+        ),
+        (
             "timer source: refused without DisablePagingExecutive, samples with it",
             timer_follows_the_paging_policy,
         ),
@@ -102,30 +147,7 @@ fn main() -> ExitCode {
             "100 start/stop cycles with the timer firing: no pool left at any unload",
             start_stop_cycles,
         ),
-    ];
-    let (mut passed, mut failed) = (0, 0);
-    for (name, case) in cases {
-        let started = Instant::now();
-        let result = fresh_driver(&context.wine).and_then(|()| case(&context));
-        let seconds = started.elapsed().as_secs_f64();
-        match result {
-            Ok(()) => {
-                passed += 1;
-                println!("ok     {name} ({seconds:.1} s)");
-            }
-            Err(error) => {
-                failed += 1;
-                println!("FAILED {name} ({seconds:.1} s)\n{error}\n");
-            }
-        }
-    }
-    context.wine.shut_down();
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ]
 }
 
 /// Every case starts from a freshly started driver with default settings.
@@ -458,6 +480,7 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     )?;
     // Live analysis drains the ring itself: a capture-now record is kept
     // in the ring while ondemand is enabled.
+    wine.client_ok(&["clear"])?;
     wine.client_ok(&["config", "--enable", "ondemand"])?;
     wine.client_ok(&["selftest"])?;
     let live = wine.client_ok(&["top"])?;
@@ -465,6 +488,196 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
         live.starts_with("1 record, 1 unique stack\n") && live.contains("sources ondemand"),
         || format!("live top after one selftest: {live}"),
     )
+}
+
+/// Sends one injection request for `facts`; returns the status printed.
+fn inject(wine: &WineHost, facts: &SourceFacts) -> WineResult<Output> {
+    let words = facts.to_words().map(|word| format!("{word:#x}"));
+    let mut args = vec![facts.source().name()];
+    args.extend(words.iter().map(String::as_str));
+    wine.program("kstack-inject.exe", &args)
+}
+
+/// The events injected, in order, and what the records must say.
+fn injected_events() -> Vec<SourceFacts> {
+    vec![
+        SourceFacts::Process {
+            event: Lifecycle::Create,
+            process_id: 1234,
+            parent_process_id: 5678,
+        },
+        SourceFacts::Process {
+            event: Lifecycle::Exit,
+            process_id: 1234,
+            parent_process_id: 0,
+        },
+        SourceFacts::Thread {
+            event: Lifecycle::Create,
+            process_id: 1234,
+            thread_id: 99,
+        },
+        SourceFacts::ImageLoad {
+            image_base: 0x7FF6_1230_0000,
+            image_size: 0x5_0000,
+            process_id: 1234,
+        },
+        SourceFacts::Registry { notify_class: 3 },
+        SourceFacts::ObjectHandle {
+            operation: HandleOperation::Create,
+            object: ObjectKind::Process,
+            desired_access: 0x1F_FFFF,
+            target_process_id: 0,
+        },
+        SourceFacts::ObjectHandle {
+            operation: HandleOperation::Duplicate,
+            object: ObjectKind::Thread,
+            desired_access: 0x40,
+            target_process_id: 0,
+        },
+    ]
+}
+
+fn injected_events_are_recorded(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    let injection_build = context.wine_support.join(INJECTION_DRIVER_DIR);
+    wine.stop_driver()?;
+    wine.install_driver_image(&injection_build)?;
+    wine.start_driver()?;
+    let result = injected_events_case(context, &injection_build);
+    // Whatever happened, the next cases get the release driver back.
+    wine.stop_driver()?;
+    wine.install_driver_image(&context.package)?;
+    result
+}
+
+fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult<()> {
+    let wine = &context.wine;
+    let status = status(wine)?;
+    let registry = status["sources"]
+        .as_array()
+        .and_then(|sources| sources.iter().find(|source| source["name"] == "registry"))
+        .cloned()
+        .unwrap_or_default();
+    ensure(
+        registry["available"] == true && registry["registration"] == "0x60b50002",
+        || format!("the injection build reports registry as injection-only: {registry}"),
+    )?;
+    wine.client_ok(&["config", "--enable", "process,thread,image,registry,object"])?;
+    let events = injected_events();
+    for facts in &events {
+        let output = inject(wine, facts)?;
+        ensure(output.status.success(), || {
+            format!(
+                "injecting {facts:?}: {:?} {}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })?;
+    }
+    let refused = inject(wine, &SourceFacts::Timer)?;
+    ensure(
+        String::from_utf8_lossy(&refused.stdout).trim() == "0xc00000bb",
+        || format!("injecting a timer event should be refused: {refused:?}"),
+    )?;
+    wine.client_ok(&["config", "--disable", "all"])?;
+    let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    // Wine's own image loads may interleave: keep the injected ones.
+    let injected: Vec<&Value> = records
+        .iter()
+        .filter(|record| {
+            record["source"] != "image" || record["facts"]["image_base"] == "0x7ff612300000"
+        })
+        .collect();
+    ensure(injected.len() == events.len(), || {
+        format!(
+            "{} records for {} injected events: {records:#?}",
+            injected.len(),
+            events.len()
+        )
+    })?;
+    let image = PeFile64::parse(
+        &*std::fs::read(injection_build.join("kstack.sys")).map_err(|e| e.to_string())?,
+    )
+    .map(|pe| pe.nt_headers().optional_header().image_base())
+    .map_err(|error| format!("parsing the injection build: {error}"))?;
+    for (record, facts) in injected.iter().zip(&events) {
+        ensure(record["source"] == facts.source().name(), || {
+            format!("expected a {} record: {record}", facts.source().name())
+        })?;
+        let expected = expected_facts_json(facts, record);
+        ensure(record["facts"] == expected, || {
+            format!("facts {} should be {expected}", record["facts"])
+        })?;
+        ensure(
+            record["locations"][0]
+                .as_str()
+                .is_some_and(|location| location.starts_with("kstack.sys+0x")),
+            || format!("frame 0 should be inside kstack.sys (loaded at {image:#x}): {record}"),
+        )?;
+    }
+    // Each source's callback is its own code path: different stacks.
+    let stacks: BTreeSet<(&str, &str)> = injected
+        .iter()
+        .filter_map(|record| Some((record["source"].as_str()?, record["stack_id"].as_str()?)))
+        .collect();
+    let sources: BTreeSet<&str> = stacks.iter().map(|(source, _)| *source).collect();
+    let ids: BTreeSet<&str> = stacks.iter().map(|(_, id)| *id).collect();
+    ensure(ids.len() >= sources.len(), || {
+        format!(
+            "{} distinct stacks for {} sources: {stacks:?}",
+            ids.len(),
+            sources.len()
+        )
+    })
+}
+
+/// What a record of an injected event must say: the injected facts, but for
+/// object-handle events, whose object is the driver's current process or
+/// thread, so their target is the record's own process.
+fn expected_facts_json(facts: &SourceFacts, record: &Value) -> Value {
+    let mut expected = kstack_client::trace::TraceRecord {
+        header: kstack_abi::RecordHeader {
+            sequence: 0,
+            timestamp: 0,
+            process_id: 0,
+            thread_id: 0,
+            processor: 0,
+            irql: 0,
+            flags: kstack_abi::RecordFlags::NONE,
+            os_hash: 0,
+            stack_id: 0,
+            facts: *facts,
+        },
+        frames: vec![],
+    }
+    .to_json(&kstack_client::modules::ModuleMap::default())["facts"]
+        .clone();
+    if matches!(facts, SourceFacts::ObjectHandle { .. }) {
+        expected["target_process_id"] = record["process_id"].clone();
+    }
+    expected
+}
+
+fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    wine.client_ok(&["config", "--enable", "thread"])?;
+    let output = inject(
+        wine,
+        &SourceFacts::Thread {
+            event: Lifecycle::Create,
+            process_id: 1,
+            thread_id: 2,
+        },
+    )?;
+    ensure(
+        String::from_utf8_lossy(&output.stdout).trim() == "0xc0000010" && !output.status.success(),
+        || format!("the release driver should answer STATUS_INVALID_DEVICE_REQUEST: {output:?}"),
+    )?;
+    let records = wine.client_ok(&["read", "--json"])?;
+    ensure(records.trim().is_empty(), || {
+        format!("nothing may be recorded: {records}")
+    })
 }
 
 fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {

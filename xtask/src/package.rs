@@ -7,6 +7,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use kstack_tests::wine_host::INJECTION_DRIVER_DIR;
 
 use crate::{
     process::{self, Run},
@@ -32,13 +33,38 @@ pub fn package_dir(workspace: &Path) -> PathBuf {
     workspace.join("target/kstack-package")
 }
 
-/// Builds the release driver and client and copies them into the package.
+/// Builds the release driver and client and copies them into the package;
+/// then the Wine-only helpers, the test-injection driver among them.
 pub fn build(workspace: &Path) -> Result<Built> {
     let toolchain = wdk_mingw::prepare(workspace)?;
+    let driver_out = driver_target_dir(workspace)
+        .join(MSVC_TARGET)
+        .join("release");
     process::step("building kstack.sys (x86_64-pc-windows-msvc, rust-lld)");
     driver_cargo(workspace, &toolchain, "build")
         .args(["--release"])
         .run()?;
+    let dir = package_dir(workspace);
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Cargo names a cdylib NAME.dll; a kernel driver is the same image as NAME.sys.
+    copy(&driver_out.join("kstack.dll"), &dir.join("kstack.sys"))?;
+    copy(&driver_out.join("kstack.pdb"), &dir.join("kstack.pdb"))?;
+    // Differs from the release build only in the driver crate.
+    process::step("building kstack.sys with the test-injection feature (Wine tests only)");
+    driver_cargo(workspace, &toolchain, "build")
+        .args(["--release", "--features", "test-injection"])
+        .run()?;
+    let injection_dir = wine_support_dir(workspace).join(INJECTION_DRIVER_DIR);
+    fs::create_dir_all(&injection_dir)
+        .with_context(|| format!("creating {}", injection_dir.display()))?;
+    copy(
+        &driver_out.join("kstack.dll"),
+        &injection_dir.join("kstack.sys"),
+    )?;
+    copy(
+        &driver_out.join("kstack.pdb"),
+        &injection_dir.join("kstack.pdb"),
+    )?;
     process::step("building the client (x86_64-pc-windows-gnu, mingw-w64)");
     process::cargo(
         workspace,
@@ -59,20 +85,15 @@ pub fn build(workspace: &Path) -> Result<Built> {
         "target.x86_64-pc-windows-gnu.linker=\"x86_64-w64-mingw32-gcc\"",
     ])
     .run()?;
-
-    let dir = package_dir(workspace);
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let target = workspace.join("target");
-    let driver_out = target.join(MSVC_TARGET).join("release");
-    // Cargo names a cdylib NAME.dll; a kernel driver is the same image as NAME.sys.
-    copy(&driver_out.join("kstack.dll"), &dir.join("kstack.sys"))?;
-    copy(&driver_out.join("kstack.pdb"), &dir.join("kstack.pdb"))?;
-    copy(
-        &target.join(GNU_TARGET).join("release/kstack.exe"),
-        &dir.join("kstack.exe"),
-    )?;
-    build_wine_support(workspace)?;
+    let gnu_out = workspace.join("target").join(GNU_TARGET).join("release");
+    copy(&gnu_out.join("kstack.exe"), &dir.join("kstack.exe"))?;
+    build_wine_support(workspace, &gnu_out)?;
     Ok(Built { dir, toolchain })
+}
+
+/// The driver builds' target folder.
+fn driver_target_dir(workspace: &Path) -> PathBuf {
+    workspace.join("target/driver")
 }
 
 /// Where the Wine-only helpers go (never into the package).
@@ -80,19 +101,14 @@ pub fn wine_support_dir(workspace: &Path) -> PathBuf {
     workspace.join("target/kstack-wine")
 }
 
-/// Puts the Wine-only helpers in place: the bad-input storm (built with the
-/// client) and the `bcryptprimitives.dll` shim Rust programs need under
-/// Wine 8 (see tests/wine/bcryptprimitives.c).
-fn build_wine_support(workspace: &Path) -> Result<()> {
+/// Puts the Wine-only helpers in place: the test programs (built with the
+/// client, in `gnu_out`) and the `bcryptprimitives.dll` shim Rust programs
+/// need under Wine 8 (see tests/wine/bcryptprimitives.c).
+fn build_wine_support(workspace: &Path, gnu_out: &Path) -> Result<()> {
     let dir = wine_support_dir(workspace);
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    copy(
-        &workspace
-            .join("target")
-            .join(GNU_TARGET)
-            .join("release/kstack-ioctl-storm.exe"),
-        &dir.join("kstack-ioctl-storm.exe"),
-    )?;
+    for program in ["kstack-ioctl-storm.exe", "kstack-inject.exe"] {
+        copy(&gnu_out.join(program), &dir.join(program))?;
+    }
     Run::new("x86_64-w64-mingw32-gcc")
         .args(["-O2", "-shared", "-o"])
         .args([dir.join("bcryptprimitives.dll")])
@@ -106,6 +122,16 @@ pub fn driver_clippy(workspace: &Path, toolchain: &LinuxWdk) -> Result<()> {
     // --release shares the build-script output (wdk-sys bindings) with the build.
     driver_cargo(workspace, toolchain, "clippy")
         .args(["--release", "--", "-D", "warnings"])
+        .run()?;
+    driver_cargo(workspace, toolchain, "clippy")
+        .args([
+            "--release",
+            "--features",
+            "test-injection",
+            "--",
+            "-D",
+            "warnings",
+        ])
         .run()
 }
 
@@ -135,6 +161,10 @@ fn driver_cargo(workspace: &Path, toolchain: &LinuxWdk, subcommand: &str) -> Run
         "--config".to_owned(),
         format!("target.{MSVC_TARGET}.linker=\"rust-lld\""),
     ])
+    // Its own target folder: its dependencies come from the vendored
+    // source, and sharing a folder with the crates.io builds of the same
+    // crates makes each build redo the other's.
+    .env("CARGO_TARGET_DIR", driver_target_dir(workspace))
     .env("WDKContentRoot", &toolchain.content_root)
     .env("BINDGEN_EXTRA_CLANG_ARGS", &toolchain.bindgen_clang_args)
 }

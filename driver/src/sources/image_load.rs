@@ -11,7 +11,11 @@ use crate::{kernel::handle_to_id, loaded};
 /// The callback. `process_id` is 0 for a driver (kernel-mode image).
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (load-image notify routines run there).
-unsafe extern "C" fn on_image(_name: PUNICODE_STRING, process_id: HANDLE, info: PIMAGE_INFO) {
+pub(crate) unsafe extern "C" fn on_image(
+    _name: PUNICODE_STRING,
+    process_id: HANDLE,
+    info: PIMAGE_INFO,
+) {
     // SAFETY: the kernel passes a valid IMAGE_INFO for the call's duration.
     let Some(info) = (unsafe { info.as_ref() }) else {
         return;

@@ -37,6 +37,14 @@ pub fn register_all(driver: &LoadedDriver, driver_object: *mut DRIVER_OBJECT) {
         (Source::OnDemand, STATUS_SUCCESS),
     ];
     for (source, status) in results {
+        // The injection build makes every source but the timer and
+        // capture-now (which Wine fires) injectable when the kernel lacks it.
+        #[cfg(feature = "test-injection")]
+        let status = if matches!(source, Source::Timer | Source::OnDemand) {
+            status
+        } else {
+            crate::injection::registration(status)
+        };
         driver
             .core
             .set_registration(source, SourceRegistration { status });

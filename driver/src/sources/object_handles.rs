@@ -36,7 +36,7 @@ pub struct ObjectCallbacks {
 /// The pre-operation callback.
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (object pre-operation callbacks run there).
-unsafe extern "C" fn on_handle(
+pub(crate) unsafe extern "C" fn on_handle(
     _context: PVOID,
     info: POB_PRE_OPERATION_INFORMATION,
 ) -> OB_PREOP_CALLBACK_STATUS {

@@ -14,7 +14,7 @@ use crate::{kernel::handle_to_id, loaded};
 /// The callback.
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (process notify routines run there).
-unsafe extern "C" fn on_process(
+pub(crate) unsafe extern "C" fn on_process(
     _process: PEPROCESS,
     process_id: HANDLE,
     create_info: PPS_CREATE_NOTIFY_INFO,

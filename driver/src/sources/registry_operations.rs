@@ -26,7 +26,11 @@ pub struct RegistryCallback {
 /// The callback. `argument1` is the operation's `REG_NOTIFY_CLASS`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (registry callbacks run there).
-unsafe extern "C" fn on_registry(_context: PVOID, argument1: PVOID, _argument2: PVOID) -> NTSTATUS {
+pub(crate) unsafe extern "C" fn on_registry(
+    _context: PVOID,
+    argument1: PVOID,
+    _argument2: PVOID,
+) -> NTSTATUS {
     let notify_class = u32::try_from(argument1 as usize).unwrap_or(u32::MAX);
     loaded::record(|_| Some(SourceFacts::Registry { notify_class }));
     // kstack only observes: every operation proceeds.

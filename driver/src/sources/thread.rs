@@ -11,7 +11,7 @@ use crate::{kernel::handle_to_id, loaded};
 /// The callback.
 ///
 /// Max IRQL: `APC_LEVEL` (thread notify routines run at PASSIVE or APC).
-unsafe extern "C" fn on_thread(process_id: HANDLE, thread_id: HANDLE, create: BOOLEAN) {
+pub(crate) unsafe extern "C" fn on_thread(process_id: HANDLE, thread_id: HANDLE, create: BOOLEAN) {
     let facts = SourceFacts::Thread {
         event: if create == 0 {
             Lifecycle::Exit
