@@ -117,7 +117,7 @@ fn inject(driver: &LoadedDriver, facts: SourceFacts) -> NtStatus {
         } => {
             let mut info = IMAGE_INFO {
                 ImageBase: image_base as PVOID,
-                ImageSize: u64::from(image_size),
+                ImageSize: image_size,
                 ..IMAGE_INFO::default()
             };
             // SAFETY: a load-image notify routine may get a null name; the
