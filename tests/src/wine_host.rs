@@ -15,6 +15,13 @@ use std::{
 
 /// The service name kstack is installed as.
 pub const SERVICE: &str = kstack_abi::SERVICE_NAME;
+/// The test programs in the Wine support folder, installed beside the
+/// client (built from `tests/ioctl-storm/`).
+pub const TEST_PROGRAMS: [&str; 3] = [
+    "kstack-ioctl-storm.exe",
+    "kstack-inject.exe",
+    "kstack-drain-bench.exe",
+];
 /// The folder, inside the Wine support folder, of the kstack.sys built with
 /// the `test-injection` feature (never packaged).
 pub const INJECTION_DRIVER_DIR: &str = "injection";
@@ -81,7 +88,7 @@ impl WineHost {
             &package.join("kstack.exe"),
             &host.client_dir.join("kstack.exe"),
         )?;
-        for program in ["kstack-ioctl-storm.exe", "kstack-inject.exe"] {
+        for program in TEST_PROGRAMS {
             copy(&wine_support.join(program), &host.client_dir.join(program))?;
         }
         copy(

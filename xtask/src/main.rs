@@ -32,7 +32,8 @@ commands:
   build        build kstack.sys and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
   demo         build, then run kstack.sys under Wine with the real client
-  bench        run the ring and offline-analysis benchmarks (figures: docs/performance.md)
+  bench        run the benchmarks: ring, offline analysis, and draining the real
+               driver under Wine (figures: docs/performance.md)
   package-dir  print the package folder
   help         print this text";
 
@@ -79,6 +80,7 @@ fn run(args: &[String]) -> Result<()> {
                 )
                 .run()?;
             }
+            wine_drain_bench(&workspace)?;
         }
         "package-dir" => println!("{}", package::package_dir(&workspace).display()),
         "help" | "--help" | "-h" => println!("{USAGE}"),
@@ -263,6 +265,42 @@ fn demo_steps(wine: &WineHost) -> Result<()> {
     client(&["config", "--disable", "all"])?;
     client(&["status"])?;
     Ok(())
+}
+
+/// Ring slots, and records per round, of the Wine drain benchmark.
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_RING: u32 = 65_536;
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_RECORDS: &str = "60000";
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_ROUNDS: &str = "5";
+
+/// Drains the real driver under Wine in batches (kstack-drain-bench).
+#[cfg(target_os = "linux")]
+fn wine_drain_bench(workspace: &Path) -> Result<()> {
+    let built = package::build(workspace)?;
+    let prefix = workspace.join("target/wine-bench/prefix");
+    process::step("drain throughput of the real driver under Wine (results: docs/performance.md)");
+    let wine = WineHost::create(&prefix, &built.dir, &package::wine_support_dir(workspace))
+        .map_err(anyhow::Error::msg)?;
+    let result = wine
+        .set_ring_capacity(Some(DRAIN_BENCH_RING))
+        .and_then(|()| wine.start_driver())
+        .and_then(|()| {
+            wine.program(
+                "kstack-drain-bench.exe",
+                &[DRAIN_BENCH_RECORDS, DRAIN_BENCH_ROUNDS],
+            )
+        });
+    let stopped = wine.stop_driver();
+    wine.shut_down();
+    let output = result.map_err(anyhow::Error::msg)?;
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    if !output.status.success() {
+        bail!("kstack-drain-bench failed ({})", output.status);
+    }
+    stopped.map_err(anyhow::Error::msg)
 }
 
 #[cfg(target_os = "linux")]

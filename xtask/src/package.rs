@@ -7,7 +7,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use kstack_tests::wine_host::INJECTION_DRIVER_DIR;
+use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, TEST_PROGRAMS};
 
 use crate::{
     process::{self, Run},
@@ -106,7 +106,7 @@ pub fn wine_support_dir(workspace: &Path) -> PathBuf {
 /// need under Wine 8 (see tests/wine/bcryptprimitives.c).
 fn build_wine_support(workspace: &Path, gnu_out: &Path) -> Result<()> {
     let dir = wine_support_dir(workspace);
-    for program in ["kstack-ioctl-storm.exe", "kstack-inject.exe"] {
+    for program in TEST_PROGRAMS {
         copy(&gnu_out.join(program), &dir.join(program))?;
     }
     Run::new("x86_64-w64-mingw32-gcc")

@@ -1,0 +1,107 @@
+//! Drain throughput of the real driver (Wine benchmark, `cargo xtask
+//! bench`). Each round fills the ring with capture-now records (the
+//! on-demand source keeps them), then times draining it in batches through
+//! the client's reader, decoding and checking every record as `kstack read`
+//! does. Usage: `kstack-drain-bench RECORDS ROUNDS`; prints one line per
+//! round and a summary line, `records/s` being records drained per second.
+
+use std::process::ExitCode;
+
+#[cfg(windows)]
+fn main() -> ExitCode {
+    match bench() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("kstack-drain-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(windows)]
+fn bench() -> Result<(), String> {
+    use std::time::Instant;
+
+    use kstack_abi::{CaptureConfig, Source, SourceSet};
+    use kstack_client::{
+        device::Device,
+        session::{self, Reader},
+    };
+
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|arg| arg.parse().map_err(|_| format!("not a number: {arg}")))
+        .collect::<Result<_, _>>()?;
+    let [records, rounds] = args[..] else {
+        return Err("usage: kstack-drain-bench RECORDS ROUNDS".to_owned());
+    };
+    let mut device = Device::open().map_err(|error| error.to_string())?;
+    let config = CaptureConfig {
+        sources: SourceSet::EMPTY.with(Source::OnDemand),
+        ..CaptureConfig::default()
+    };
+    session::configure(&mut device, &config).map_err(|error| error.to_string())?;
+    session::clear(&mut device).map_err(|error| error.to_string())?;
+    let mut reader = Reader::default();
+    let mut rates = Vec::new();
+    // Round 0 warms up (the reader grows its buffer); it is not counted.
+    for round in 0..=rounds {
+        for tag in 0..records {
+            session::capture_now(&mut device, tag).map_err(|error| error.to_string())?;
+        }
+        let started = Instant::now();
+        let (mut drained, mut reads, mut frames) = (0_u64, 0_u64, 0_u64);
+        loop {
+            let batch = reader
+                .read(&mut device)
+                .map_err(|error| error.to_string())?;
+            reads += 1;
+            drained += batch.records.len() as u64;
+            frames += batch
+                .records
+                .iter()
+                .map(|r| r.frames.len() as u64)
+                .sum::<u64>();
+            if !batch.more_pending {
+                break;
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        if drained != records {
+            return Err(format!(
+                "round {round}: filled {records}, drained {drained}"
+            ));
+        }
+        #[expect(clippy::cast_precision_loss, reason = "a rate")]
+        let rate = drained as f64 / seconds;
+        println!(
+            "round {round}: {drained} records ({frames} frames) in {reads} reads, {:.3} ms, {rate:.0} records/s{}",
+            seconds * 1e3,
+            if round == 0 {
+                " (warm-up, not counted)"
+            } else {
+                ""
+            }
+        );
+        if round > 0 {
+            rates.push(rate);
+        }
+    }
+    session::configure(&mut device, &CaptureConfig::default())
+        .map_err(|error| error.to_string())?;
+    rates.sort_by(f64::total_cmp);
+    if let (Some(low), Some(high)) = (rates.first(), rates.last()) {
+        println!(
+            "summary: {} rounds of {records} records: median {:.0} records/s (min {low:.0}, max {high:.0})",
+            rates.len(),
+            rates[rates.len() / 2]
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(windows))]
+fn main() -> ExitCode {
+    eprintln!("kstack-drain-bench talks to the kstack driver: it runs on Windows or under Wine");
+    ExitCode::FAILURE
+}
