@@ -9,6 +9,8 @@
 #[cfg(target_os = "linux")]
 mod host_setup;
 #[cfg(target_os = "linux")]
+mod inf_stamp;
+#[cfg(target_os = "linux")]
 mod package;
 #[cfg(target_os = "linux")]
 mod process;
@@ -181,7 +183,7 @@ fn demo(workspace: &Path) -> Result<()> {
     stopped.map_err(anyhow::Error::msg)?;
     println!();
     println!(
-        "Demo finished. The package (kstack.sys, kstack.pdb, kstack.exe) is in {}.",
+        "Demo finished. The package (kstack.sys, kstack.pdb, kstack.inf, kstack.exe) is in {}.",
         built.dir.display()
     );
     Ok(())

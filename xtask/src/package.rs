@@ -1,5 +1,7 @@
 //! Builds the real `kstack.sys` and the client on Linux and lays them out in
-//! the package folder.
+//! the package folder: `kstack.sys`, `kstack.pdb`, `kstack.inf` and
+//! `kstack.exe`, the layout `cargo make` gives on Windows (which adds the
+//! signed `kstack.cat` and the test certificate).
 
 use std::{
     fs,
@@ -9,6 +11,7 @@ use std::{
 use anyhow::{Context, Result};
 
 use crate::{
+    inf_stamp,
     process::{self, Run},
     wdk_mingw::{self, LinuxWdk},
 };
@@ -71,6 +74,7 @@ pub fn build(workspace: &Path) -> Result<Built> {
         &target.join(GNU_TARGET).join("release/kstack.exe"),
         &dir.join("kstack.exe"),
     )?;
+    inf_stamp::write(&workspace.join("inf/kstack.inx"), &dir.join("kstack.inf"))?;
     build_wine_support(workspace)?;
     Ok(Built { dir, toolchain })
 }
