@@ -1,7 +1,8 @@
 //! Builds the real `kstack.sys` and the client on Linux and lays them out in
-//! the package folder: `kstack.sys`, `kstack.pdb`, `kstack.inf` and
-//! `kstack.exe`, the layout `cargo make` gives on Windows (which adds the
-//! signed `kstack.cat` and the test certificate).
+//! the package folder: `kstack.sys`, `kstack.pdb`, `kstack.inf`,
+//! `kstack.exe` and the test-VM scripts in `scripts`, the layout `cargo make`
+//! gives on Windows (which adds the signed `kstack.cat` and the test
+//! certificate).
 
 use std::{
     fs,
@@ -75,6 +76,7 @@ pub fn build(workspace: &Path) -> Result<Built> {
         &dir.join("kstack.exe"),
     )?;
     inf_stamp::write(&workspace.join("inf/kstack.inx"), &dir.join("kstack.inf"))?;
+    copy_scripts(&workspace.join("scripts/windows"), &dir.join("scripts"))?;
     build_wine_support(workspace)?;
     Ok(Built { dir, toolchain })
 }
@@ -141,6 +143,22 @@ fn driver_cargo(workspace: &Path, toolchain: &LinuxWdk, subcommand: &str) -> Run
     ])
     .env("WDKContentRoot", &toolchain.content_root)
     .env("BINDGEN_EXTRA_CLANG_ARGS", &toolchain.bindgen_clang_args)
+}
+
+/// Copies the test-VM scripts (`*.ps1`, `*.psm1`) into the package's
+/// `scripts` folder, where they find the package as their parent folder.
+fn copy_scripts(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let path = entry?.path();
+        let is_script = path
+            .extension()
+            .is_some_and(|extension| extension == "ps1" || extension == "psm1");
+        if is_script && let Some(name) = path.file_name() {
+            copy(&path, &to.join(name))?;
+        }
+    }
+    Ok(())
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
