@@ -63,6 +63,30 @@ struct RawLine {
 }
 
 impl Inf {
+    /// Decodes an INF file's bytes: UTF-8 (with or without a byte-order
+    /// mark) or UTF-16LE with its mark, the encodings `SetupAPI` reads.
+    ///
+    /// # Errors
+    /// When the bytes are neither.
+    pub fn decode(bytes: &[u8]) -> Result<String, InfError> {
+        let invalid = |encoding: &str| InfError {
+            line: 0,
+            message: format!("not valid {encoding}"),
+        };
+        if let Some(utf16) = bytes.strip_prefix(&[0xFF, 0xFE]) {
+            if utf16.len() % 2 != 0 {
+                return Err(invalid("UTF-16LE"));
+            }
+            let units: Vec<u16> = utf16
+                .chunks_exact(2)
+                .map(|pair| u16::from_le_bytes([pair[0], pair[1]]))
+                .collect();
+            return String::from_utf16(&units).map_err(|_| invalid("UTF-16LE"));
+        }
+        let utf8 = bytes.strip_prefix(&[0xEF, 0xBB, 0xBF]).unwrap_or(bytes);
+        String::from_utf8(utf8.to_vec()).map_err(|_| invalid("UTF-8"))
+    }
+
     /// Parses INF text.
     ///
     /// # Errors
@@ -373,6 +397,21 @@ mod tests {
     fn quotes_escape_quotes_and_protect_semicolons() {
         let inf = Inf::parse("[S]\nText = \"say \"\"hi\"\"; then go\"\n").unwrap();
         assert_eq!(inf.value("S", "Text"), Some("say \"hi\"; then go"));
+    }
+
+    #[test]
+    fn decodes_utf8_and_utf16le() {
+        let text = "[S]\nA = b\n";
+        assert_eq!(Inf::decode(text.as_bytes()).unwrap(), text);
+        let bom_utf8 = [&[0xEF, 0xBB, 0xBF], text.as_bytes()].concat();
+        assert_eq!(Inf::decode(&bom_utf8).unwrap(), text);
+        let utf16: Vec<u8> = [0xFF, 0xFE]
+            .into_iter()
+            .chain(text.encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        assert_eq!(Inf::decode(&utf16).unwrap(), text);
+        assert!(Inf::decode(&[0xFF, 0xFE, 0x41]).is_err());
+        assert!(Inf::decode(&[0xC3]).is_err());
     }
 
     #[test]

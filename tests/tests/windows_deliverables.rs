@@ -72,8 +72,16 @@ fn package_dir() -> PathBuf {
         .map_or_else(|| workspace().join("target/kstack-package"), PathBuf::from)
 }
 
+/// An INF file's text (stampinf keeps the INX's encoding; `SetupAPI` also
+/// reads UTF-16).
+fn read_inf(path: &Path) -> String {
+    let bytes =
+        fs::read(path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()));
+    Inf::decode(&bytes).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
 fn parse_inf(path: &Path) -> Inf {
-    Inf::parse(&read(path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+    Inf::parse(&read_inf(path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
 /// `kstack.cat`: the catalog is named after the image.
@@ -226,7 +234,7 @@ fn package_inf_is_the_inx_stamped_for_amd64() {
         "{} is missing: run `cargo xtask test` (or `cargo make` on Windows), which builds the package",
         inf_path.display()
     );
-    let text = read(&inf_path);
+    let text = read_inf(&inf_path);
     assert!(!text.contains("$ARCH$"), "stamping replaces every $ARCH$");
     let inf = parse_inf(&inf_path);
     check_service_inf(&inf, "amd64");
@@ -247,7 +255,8 @@ fn package_inf_is_the_inx_stamped_for_amd64() {
     let (major, minor, patch) = KSTACK_VERSION;
     assert_eq!(version, &format!("{major}.{minor}.{patch}.0"));
 
-    // Apart from DriverVer, the INF says what the INX says.
+    // Apart from DriverVer, the INF says what the INX says (in any order
+    // within a section: stampinf may move lines).
     let source_inf = parse_inf(&workspace().join("inf/kstack.inx"));
     assert_eq!(source_inf.sections().len(), inf.sections().len());
     for (source, stamped) in source_inf.sections().iter().zip(inf.sections()) {
@@ -271,7 +280,7 @@ fn package_inf_is_the_inx_stamped_for_amd64() {
                         .is_some_and(|key| key.eq_ignore_ascii_case("DriverVer"))
                 })
                 .map(|line| (line.key.clone(), line.values.clone()))
-                .collect::<Vec<_>>()
+                .collect::<BTreeSet<_>>()
         };
         assert_eq!(lines(source), lines(stamped), "[{}]", stamped.name);
     }

@@ -31,7 +31,7 @@ usage: cargo xtask <command>
 
 commands:
   setup        install what the Linux build needs (idempotent)
-  build        build kstack.sys and the client into the package folder
+  build        build kstack.sys, kstack.inf and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
   demo         build, then run kstack.sys under Wine with the real client
   bench        run the ring benchmarks (figures go in docs/performance.md)
