@@ -80,9 +80,12 @@ switch ($Action) {
         Wait-KStackState -State Stopped
         if ($code -eq 0) {
             $left = Get-KStackParameter -Name 'LastUnloadPoolAllocations'
-            Write-Host ('kstack stopped; pool allocations still held at unload: {0} (0 expected).' -f $left)
-            if ($left -ne 0) {
-                Write-Warning 'DriverUnload left pool allocations behind: report this with the Verifier output.'
+            if ($null -eq $left) {
+                Write-Warning 'kstack stopped, but Parameters\LastUnloadPoolAllocations was not written: is this a kstack build that records it?'
+            } elseif ($left -ne 0) {
+                Write-Warning ('DriverUnload left {0} pool allocations behind: report this with the Verifier output.' -f $left)
+            } else {
+                Write-Host 'kstack stopped; its unload freed every pool allocation (LastUnloadPoolAllocations 0).'
             }
         }
     }

@@ -283,8 +283,8 @@ Step ('{0} unload/reload cycles with sources enabled' -f $Cycles) {
         Invoke-Sc -Arguments @('stop', 'kstack') | Out-Null
         Wait-KStackState -State Stopped
         $left = Get-KStackParameter -Name 'LastUnloadPoolAllocations'
-        if ($left -ne 0) {
-            throw ('cycle {0}: the unload left {1} pool allocations' -f $cycle, $left)
+        if ($null -eq $left -or $left -ne 0) {
+            throw ('cycle {0}: LastUnloadPoolAllocations is {1}, not 0' -f $cycle, $(if ($null -eq $left) { 'missing' } else { $left }))
         }
         Invoke-Sc -Arguments @('start', 'kstack') | Out-Null
         Wait-KStackState -State Running
