@@ -60,6 +60,14 @@ const fn parse_version_part(digits: &str) -> u16 {
 
 /// The service name `sc.exe` knows the driver by.
 pub const SERVICE_NAME: &str = "kstack";
+/// The driver image's file name, in the package and in the service's
+/// `binPath` (and `inf/kstack.inx`).
+pub const DRIVER_FILE_NAME: &str = "kstack.sys";
+/// The subkey of the service key that holds the driver's settings.
+pub const PARAMETERS_KEY: &str = "Parameters";
+/// The `REG_DWORD` under [`PARAMETERS_KEY`] that sets the ring's capacity in
+/// records (read at load; see `kstack_driver_core::ring`).
+pub const RING_CAPACITY_VALUE: &str = "RingCapacity";
 /// The kernel name of the device object.
 pub const DEVICE_NAME: &str = r"\Device\KStack";
 /// The symbolic link that makes the device reachable from user mode.

@@ -68,9 +68,10 @@ const _: () = {
     assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Parameters) == 0x20);
 };
 
-/// A static UTF-16 copy of an ASCII string literal, for `UNICODE_STRING`s.
+/// A static UTF-16 copy of an ASCII string (a literal or a `&str` constant),
+/// for `UNICODE_STRING`s.
 macro_rules! utf16 {
-    ($text:literal) => {{
+    ($text:expr) => {{
         const TEXT: &str = $text;
         static UTF16: [u16; TEXT.len()] = kstack_abi::ascii_to_utf16(TEXT);
         &UTF16

@@ -64,7 +64,7 @@ fn read_paging_executive() -> PagingExecutive {
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn read_ring_capacity(parameters: Option<&ParametersKey>) -> usize {
     let setting = parameters
-        .and_then(|key| key.read_dword(utf16!("RingCapacity")).ok())
+        .and_then(|key| key.read_dword(utf16!(kstack_abi::RING_CAPACITY_VALUE)).ok())
         .and_then(|dword| {
             if let Dword::Value(records) = dword {
                 Some(records)

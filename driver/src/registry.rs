@@ -96,10 +96,10 @@ impl ParametersKey {
     ///
     /// Max IRQL: any.
     pub fn new(service_key: &UNICODE_STRING) -> Option<Self> {
-        const SUFFIX: &str = r"\Parameters";
-        let suffix: [u16; SUFFIX.len()] = kstack_abi::ascii_to_utf16(SUFFIX);
+        const NAME: &str = kstack_abi::PARAMETERS_KEY;
+        let name: [u16; NAME.len()] = kstack_abi::ascii_to_utf16(NAME);
         let key_chars = usize::from(service_key.Length) / 2;
-        let chars = key_chars + suffix.len();
+        let chars = key_chars + 1 + name.len();
         if service_key.Buffer.is_null() || chars > PARAMETERS_PATH_CAPACITY {
             return None;
         }
@@ -107,7 +107,8 @@ impl ParametersKey {
         let key = unsafe { core::slice::from_raw_parts(service_key.Buffer, key_chars) };
         let mut path = [0_u16; PARAMETERS_PATH_CAPACITY];
         path[..key_chars].copy_from_slice(key);
-        path[key_chars..chars].copy_from_slice(&suffix);
+        path[key_chars] = u16::from(b'\\');
+        path[key_chars + 1..chars].copy_from_slice(&name);
         Some(Self { path, chars })
     }
 

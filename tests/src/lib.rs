@@ -1,6 +1,8 @@
-//! Integration tests of kstack's built artifacts (see `tests/`): they read
-//! the package folder that `cargo xtask test` builds and names in
-//! `KSTACK_PACKAGE_DIR`. The library part is the Wine host the end-to-end
-//! tests and `cargo xtask demo` share.
+//! Integration tests of kstack's built artifacts and Windows deliverables
+//! (see `tests/`): they read the package folder that `cargo xtask test`
+//! builds and names in `KSTACK_PACKAGE_DIR`. The library part is the Wine
+//! host the end-to-end tests and `cargo xtask demo` share, and the INF
+//! reader the Windows deliverables test uses.
 
+pub mod inf;
 pub mod wine_host;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use kstack_abi::{DriverImage, SERVICE_NAME};
+use kstack_abi::{DRIVER_FILE_NAME, DriverImage};
 
 /// One loaded image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl Module {
         (image.base != 0 && image.size != 0).then(|| Self {
             base: image.base,
             size: image.size,
-            name: format!("{SERVICE_NAME}.sys"),
+            name: DRIVER_FILE_NAME.to_owned(),
         })
     }
 }

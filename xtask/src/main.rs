@@ -9,6 +9,8 @@
 #[cfg(target_os = "linux")]
 mod host_setup;
 #[cfg(target_os = "linux")]
+mod inf_stamp;
+#[cfg(target_os = "linux")]
 mod package;
 #[cfg(target_os = "linux")]
 mod process;
@@ -29,7 +31,7 @@ usage: cargo xtask <command>
 
 commands:
   setup        install what the Linux build needs (idempotent)
-  build        build kstack.sys and the client into the package folder
+  build        build kstack.sys, kstack.inf and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
   demo         build, then run kstack.sys under Wine with the real client
   bench        run the benchmarks: ring, offline analysis, and draining the real
@@ -181,7 +183,7 @@ fn demo(workspace: &Path) -> Result<()> {
     stopped.map_err(anyhow::Error::msg)?;
     println!();
     println!(
-        "Demo finished. The package (kstack.sys, kstack.pdb, kstack.exe) is in {}.",
+        "Demo finished. The package (kstack.sys, kstack.pdb, kstack.inf, kstack.exe) is in {}.",
         built.dir.display()
     );
     Ok(())

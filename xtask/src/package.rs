@@ -1,5 +1,8 @@
 //! Builds the real `kstack.sys` and the client on Linux and lays them out in
-//! the package folder.
+//! the package folder: `kstack.sys`, `kstack.pdb`, `kstack.inf`,
+//! `kstack.exe` and the test-VM scripts in `scripts`, the layout `cargo make`
+//! gives on Windows (which adds the signed `kstack.cat` and the test
+//! certificate).
 
 use std::{
     fs,
@@ -10,6 +13,7 @@ use anyhow::{Context, Result};
 use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, TEST_PROGRAMS};
 
 use crate::{
+    inf_stamp,
     process::{self, Run},
     wdk_mingw::{self, LinuxWdk},
 };
@@ -88,6 +92,8 @@ pub fn build(workspace: &Path) -> Result<Built> {
     let gnu_out = workspace.join("target").join(GNU_TARGET).join("release");
     copy(&gnu_out.join("kstack.exe"), &dir.join("kstack.exe"))?;
     build_wine_support(workspace, &gnu_out)?;
+    inf_stamp::write(&workspace.join("inf/kstack.inx"), &dir.join("kstack.inf"))?;
+    copy_scripts(&workspace.join("scripts/windows"), &dir.join("scripts"))?;
     Ok(Built { dir, toolchain })
 }
 
@@ -167,6 +173,22 @@ fn driver_cargo(workspace: &Path, toolchain: &LinuxWdk, subcommand: &str) -> Run
     .env("CARGO_TARGET_DIR", driver_target_dir(workspace))
     .env("WDKContentRoot", &toolchain.content_root)
     .env("BINDGEN_EXTRA_CLANG_ARGS", &toolchain.bindgen_clang_args)
+}
+
+/// Copies the test-VM scripts (`*.ps1`, `*.psm1`) into the package's
+/// `scripts` folder, where they find the package as their parent folder.
+fn copy_scripts(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let path = entry?.path();
+        let is_script = path
+            .extension()
+            .is_some_and(|extension| extension == "ps1" || extension == "psm1");
+        if is_script && let Some(name) = path.file_name() {
+            copy(&path, &to.join(name))?;
+        }
+    }
+    Ok(())
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {

@@ -1,0 +1,121 @@
+#Requires -RunAsAdministrator
+<#
+.SYNOPSIS
+    Installs, starts, stops and removes the kstack kernel service with
+    sc.exe, and explains the errors sc.exe reports.
+
+.DESCRIPTION
+    -Action create : sc.exe create kstack type= kernel start= demand
+                     binPath= <package>\kstack.sys, and optionally
+                     Parameters\RingCapacity.
+    -Action start  : sc.exe start kstack (DriverEntry runs).
+    -Action stop   : sc.exe stop kstack (DriverUnload runs), then shows
+                     Parameters\LastUnloadPoolAllocations (0 expected).
+    -Action delete : stops kstack if it runs, then sc.exe delete kstack.
+    -Action status : the service's state and path, its Parameters values,
+                     DisablePagingExecutive, and kstack.exe status.
+
+    The errors people meet: 577 (kstack.sys is not signed, or test signing
+    is off, or Secure Boot is on), 1275 (blocked by Memory integrity or
+    another policy), 2 (binPath wrong), 5 (not elevated), 1060 (not
+    installed), 1073 (installed already). Each is explained when it happens.
+
+    Keep the package on a local disk: the kernel does not load a driver from
+    a network share or a VM shared folder.
+
+.PARAMETER Action
+    create, start, stop, delete or status.
+
+.PARAMETER RingCapacity
+    With create: the ring's size in records (16 to 262144; the driver uses
+    16384 when unset). Read when the driver starts.
+
+.PARAMETER PackageDir
+    The package folder (default: the folder above this script, else the
+    repository's target\kstack-package).
+
+.EXAMPLE
+    .\kstack-service.ps1 -Action create -RingCapacity 65536
+
+.EXAMPLE
+    .\kstack-service.ps1 -Action start
+#>
+[CmdletBinding()]
+param(
+    [Parameter(Mandatory = $true)]
+    [ValidateSet('create', 'start', 'stop', 'delete', 'status')]
+    [string] $Action,
+    [ValidateRange(16, 262144)]
+    [int] $RingCapacity,
+    [string] $PackageDir
+)
+
+Set-StrictMode -Version Latest
+$ErrorActionPreference = 'Stop'
+Import-Module (Join-Path $PSScriptRoot 'kstack-common.psm1') -Force
+
+switch ($Action) {
+    'create' {
+        $package = Resolve-KStackPackage -PackageDir $PackageDir -ScriptRoot $PSScriptRoot
+        $binary = Join-Path $package 'kstack.sys'
+        $existing = Get-KStackDriver
+        if ($existing) {
+            Write-Host ('kstack is installed already: {0} ({1}).' -f $existing.PathName, $existing.State)
+            Write-Host 'To install from this package: kstack-service.ps1 -Action delete, then -Action create.'
+        } else {
+            Invoke-Sc -Arguments @('create', 'kstack', 'type=', 'kernel', 'start=', 'demand', 'error=', 'normal', 'binPath=', $binary, 'DisplayName=', 'kstack kernel stack tracer') | Out-Null
+        }
+        if ($PSBoundParameters.ContainsKey('RingCapacity')) {
+            Set-KStackRingCapacity -Records $RingCapacity
+        }
+        Write-Host 'Next: kstack-service.ps1 -Action start'
+    }
+    'start' {
+        $code = Invoke-Sc -Arguments @('start', 'kstack') -Allow @(1056)
+        Wait-KStackState -State Running
+        Write-Host ('kstack is running{0}.' -f $(if ($code -eq 1056) { ' (it was already)' } else { '' }))
+    }
+    'stop' {
+        $code = Invoke-Sc -Arguments @('stop', 'kstack') -Allow @(1062)
+        Wait-KStackState -State Stopped
+        if ($code -eq 0) {
+            $left = Get-KStackParameter -Name 'LastUnloadPoolAllocations'
+            if ($null -eq $left) {
+                Write-Warning 'kstack stopped, but Parameters\LastUnloadPoolAllocations was not written: is this a kstack build that records it?'
+            } elseif ($left -ne 0) {
+                Write-Warning ('DriverUnload left {0} pool allocations behind: report this with the Verifier output.' -f $left)
+            } else {
+                Write-Host 'kstack stopped; its unload freed every pool allocation (LastUnloadPoolAllocations 0).'
+            }
+        }
+    }
+    'delete' {
+        $driver = Get-KStackDriver
+        if ($driver -and $driver.State -eq 'Running') {
+            Invoke-Sc -Arguments @('stop', 'kstack') | Out-Null
+            Wait-KStackState -State Stopped
+        }
+        $code = Invoke-Sc -Arguments @('delete', 'kstack') -Allow @(1060)
+        if ($code -eq 0) {
+            Write-Host 'kstack service deleted (its Parameters key went with it).'
+        }
+    }
+    'status' {
+        $driver = Get-KStackDriver
+        if (-not $driver) {
+            Write-Host ('kstack is not installed. {0}' -f (Get-ScErrorExplanation -Code 1060))
+            break
+        }
+        Write-Host ('Service:    kstack, {0}, start mode {1}' -f $driver.State, $driver.StartMode)
+        Write-Host ('Image:      {0}' -f $driver.PathName)
+        foreach ($name in @('RingCapacity', 'LastUnloadPoolAllocations')) {
+            Write-Host ('Parameters\{0}: {1}' -f $name, (Get-KStackParameter -Name $name))
+        }
+        $paging = Get-PagingExecutive
+        Write-Host ('DisablePagingExecutive: {0} (1 lets the timer source walk stacks; see paging-executive.ps1)' -f $paging)
+        if ($driver.State -eq 'Running') {
+            $package = Resolve-KStackPackage -PackageDir $PackageDir -ScriptRoot $PSScriptRoot
+            Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))
+        }
+    }
+}

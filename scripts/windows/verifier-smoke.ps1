@@ -1,0 +1,306 @@
+#Requires -RunAsAdministrator
+<#
+.SYNOPSIS
+    Runs kstack under Driver Verifier: turn Verifier on for kstack.sys,
+    reboot, run the client smoke suite, read Verifier's counters, turn it off.
+
+.DESCRIPTION
+    docs/driver-verifier.md is the runbook; in short:
+
+      .\verifier-smoke.ps1 -Phase enable -Restart   # verifier /standard /driver kstack.sys
+      .\verifier-smoke.ps1                          # after the reboot: the smoke suite
+      .\verifier-smoke.ps1 -Phase reset -Restart    # verifier /reset
+
+    The smoke suite (-Phase run) needs the kstack service created
+    (kstack-service.ps1 -Action create) and kstack.sys signed. It starts
+    kstack, checks that Verifier watches kstack.sys (verifier /query), then
+    runs through kstack.exe: status (text and JSON), selftest, a watch of
+    every source with activity that fires it (its captured counter must
+    grow), the timer source (sampled when DisablePagingExecutive is 1,
+    otherwise refused with 0xE0B50001 as designed), configuration changes
+    and refusals, read and clear, and -Cycles stop/start cycles, each unload
+    leaving no pool allocation behind. It ends with verifier /query and the
+    line "N passed, N failed"; everything is also written to a transcript.
+
+    A clean run: no bug check (a Verifier failure stops the machine with a
+    blue screen, 0xC4 DRIVER_VERIFIER_DETECTED_VIOLATION and the like, and
+    leaves a dump), every step passed, and kstack.sys in verifier /query.
+
+.PARAMETER Phase
+    enable (turn Verifier on for kstack.sys), run (the smoke suite; the
+    default) or reset (turn Verifier off).
+
+.PARAMETER Cycles
+    Stop/start cycles in the run phase (default 10).
+
+.PARAMETER WatchSeconds
+    How long each source is watched (default 3).
+
+.PARAMETER LogDir
+    Where the transcript goes (default: the current user's TEMP folder).
+
+.PARAMETER Restart
+    With enable or reset: reboot right away.
+
+.PARAMETER PackageDir
+    The package folder (default: the folder above this script, else the
+    repository's target\kstack-package).
+
+.EXAMPLE
+    .\verifier-smoke.ps1 -Phase enable -Restart
+
+.EXAMPLE
+    .\verifier-smoke.ps1 -Cycles 25
+#>
+[CmdletBinding()]
+param(
+    [ValidateSet('enable', 'run', 'reset')]
+    [string] $Phase = 'run',
+    [ValidateRange(1, 1000)]
+    [int] $Cycles = 10,
+    [ValidateRange(1, 60)]
+    [int] $WatchSeconds = 3,
+    [string] $LogDir = $env:TEMP,
+    [switch] $Restart,
+    [string] $PackageDir
+)
+
+Set-StrictMode -Version Latest
+$ErrorActionPreference = 'Stop'
+Import-Module (Join-Path $PSScriptRoot 'kstack-common.psm1') -Force
+
+function Invoke-Verifier {
+    param([Parameter(Mandatory = $true)] [string[]] $Arguments)
+    Write-Host ('> verifier.exe {0}' -f ($Arguments -join ' '))
+    # verifier.exe's exit codes are not documented; callers check its output.
+    return (Invoke-Native -FilePath 'verifier.exe' -Arguments $Arguments).Output
+}
+
+function Restart-OrSay {
+    param([Parameter(Mandatory = $true)] [string] $Next)
+    if ($Restart) {
+        Restart-Computer -Force
+    } else {
+        Write-Host ('Reboot now (Restart-Computer), then {0}' -f $Next)
+    }
+}
+
+if ($Phase -eq 'enable') {
+    if (-not (Get-KStackDriver)) {
+        throw ('{0} Create it first so Verifier has a driver to watch.' -f (Get-ScErrorExplanation -Code 1060))
+    }
+    Write-Host (Invoke-Verifier -Arguments @('/standard', '/driver', 'kstack.sys'))
+    $settings = Invoke-Verifier -Arguments @('/querysettings')
+    Write-Host $settings
+    if ($settings -notmatch 'kstack\.sys') {
+        throw 'verifier /querysettings does not list kstack.sys: the setting did not take.'
+    }
+    Restart-OrSay -Next 'run .\verifier-smoke.ps1 (the smoke suite).'
+    return
+}
+
+if ($Phase -eq 'reset') {
+    Write-Host (Invoke-Verifier -Arguments @('/reset'))
+    Restart-OrSay -Next 'Verifier is off.'
+    return
+}
+
+# ---- the smoke suite ----
+
+$package = Resolve-KStackPackage -PackageDir $PackageDir -ScriptRoot $PSScriptRoot
+$log = Join-Path $LogDir ('kstack-verifier-{0}.log' -f (Get-Date -Format 'yyyyMMdd-HHmmss'))
+Start-Transcript -LiteralPath $log | Out-Null
+$script:passed = 0
+$script:failed = 0
+
+function Step {
+    param([Parameter(Mandatory = $true)] [string] $Name, [Parameter(Mandatory = $true)] [scriptblock] $Body)
+    Write-Host ''
+    Write-Host ('== {0}' -f $Name)
+    try {
+        & $Body
+        $script:passed++
+        Write-Host ('PASS {0}' -f $Name)
+    } catch {
+        $script:failed++
+        Write-Host ('FAIL {0}: {1}' -f $Name, $_.Exception.Message)
+    }
+}
+
+function Get-SourceStatus {
+    param([Parameter(Mandatory = $true)] [string] $Source)
+    $status = Get-KStackStatus -PackageDir $package
+    $entry = @($status.sources | Where-Object { $_.name -eq $Source })
+    if ($entry.Count -ne 1) {
+        throw ('status --json has no source {0}' -f $Source)
+    }
+    return $entry[0]
+}
+
+# Work that makes each source fire while it is watched.
+function Invoke-Activity {
+    param([Parameter(Mandatory = $true)] [string] $Source)
+    for ($i = 0; $i -lt 5; $i++) {
+        switch ($Source) {
+            'registry' {
+                $key = 'HKCU:\Software\kstack-smoke'
+                New-Item -Path $key -Force | Out-Null
+                New-ItemProperty -LiteralPath $key -Name 'Touch' -Value $i -PropertyType DWord -Force | Out-Null
+                Remove-Item -LiteralPath $key -Recurse -Force
+            }
+            'object' {
+                # Opening a handle to each process runs the process handle callback.
+                foreach ($process in [System.Diagnostics.Process]::GetProcesses()) {
+                    try {
+                        $null = $process.Handle
+                    } catch {
+                        # Protected processes refuse; the others are enough.
+                        $null = $_
+                    } finally {
+                        $process.Dispose()
+                    }
+                }
+            }
+            'ondemand' {
+                Invoke-KStack -PackageDir $package -Arguments @('selftest') | Out-Null
+            }
+            default {
+                # process, thread, image: a short-lived process creates a
+                # process and threads and loads images.
+                Start-Process -FilePath "$env:SystemRoot\System32\cmd.exe" -ArgumentList '/c', 'exit' -WindowStyle Hidden -Wait
+            }
+        }
+    }
+}
+
+# Watches one source while Invoke-Activity fires it; its captured counter
+# must grow and watch must end cleanly.
+function Test-Source {
+    param([Parameter(Mandatory = $true)] [string] $Source, [string[]] $Extra = @())
+    $before = Get-SourceStatus -Source $Source
+    if (-not $before.available) {
+        throw ('source {0} is not available on this kernel (registration {1})' -f $Source, $before.registration)
+    }
+    Invoke-KStack -PackageDir $package -Arguments (@('config', '--disable', 'all')) | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments (@('config', '--enable', $Source) + $Extra) | Out-Null
+    $out = Join-Path $LogDir ('kstack-watch-{0}.txt' -f $Source)
+    $err = Join-Path $LogDir ('kstack-watch-{0}.err.txt' -f $Source)
+    $watch = Start-Process -FilePath (Join-Path $package 'kstack.exe') `
+        -ArgumentList 'watch', '--duration', "$WatchSeconds" -NoNewWindow -PassThru `
+        -RedirectStandardOutput $out -RedirectStandardError $err
+    # Holding the handle keeps ExitCode readable after the process ends.
+    $null = $watch.Handle
+    Invoke-Activity -Source $Source
+    $watch.WaitForExit()
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--disable', 'all') | Out-Null
+    Write-Host ('  watch: {0}' -f ((Get-Content -LiteralPath $err -Raw) -replace '\s+$', ''))
+    if ($watch.ExitCode -ne 0) {
+        throw ('kstack.exe watch exited with {0}; see {1}' -f $watch.ExitCode, $err)
+    }
+    $after = Get-SourceStatus -Source $Source
+    Write-Host ('  captured {0} -> {1}, skipped at raised IRQL {2}' -f $before.captured, $after.captured, $after.skipped_irql)
+    if ($after.captured -le $before.captured) {
+        throw ('source {0} captured nothing while it was watched' -f $Source)
+    }
+}
+
+Step 'the kstack service is installed' {
+    if (-not (Get-KStackDriver)) {
+        throw (Get-ScErrorExplanation -Code 1060)
+    }
+}
+
+Step 'kstack starts' {
+    Invoke-Sc -Arguments @('start', 'kstack') -Allow @(1056) | Out-Null
+    Wait-KStackState -State Running
+}
+
+Step 'Driver Verifier watches kstack.sys' {
+    $query = Invoke-Verifier -Arguments @('/query')
+    if ($query -notmatch 'kstack\.sys') {
+        throw 'verifier /query does not list kstack.sys: run -Phase enable and reboot first.'
+    }
+}
+
+Step 'status (text and JSON)' {
+    Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))
+    $status = Get-KStackStatus -PackageDir $package
+    if (-not $status.ring.ready) {
+        throw 'the ring is not ready'
+    }
+}
+
+Step 'selftest captures a stack inside kstack.sys' {
+    Write-Host (Invoke-KStack -PackageDir $package -Arguments @('selftest'))
+}
+
+foreach ($source in @('process', 'thread', 'image', 'registry', 'object', 'ondemand')) {
+    Step ('watch {0}' -f $source) { Test-Source -Source $source }
+}
+
+$paging = Get-PagingExecutive
+if ($paging -eq 1) {
+    Step 'watch timer (DisablePagingExecutive=1)' {
+        Test-Source -Source 'timer' -Extra @('--timer-period', '10')
+    }
+} else {
+    Step 'timer is refused while paging is allowed (0xE0B50001)' {
+        $text = Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'timer') -Expect @(5)
+        if ($text -notmatch 'DisablePagingExecutive') {
+            throw ('the refusal does not explain the fix: {0}' -f $text)
+        }
+        Write-Host '  (set DisablePagingExecutive=1 with paging-executive.ps1 -Enable and reboot to sample the timer too)'
+    }
+}
+
+Step 'configuration changes and refusals' {
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '16', '--skip', '1', '--pid', "$PID") | Out-Null
+    $config = (Get-KStackStatus -PackageDir $package).config
+    if ($config.frames_to_capture -ne 16 -or $config.frames_to_skip -ne 1 -or $config.process_filter -ne $PID) {
+        throw ('the driver reports {0}' -f ($config | ConvertTo-Json -Compress))
+    }
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '63') -Expect @(2) | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--timer-period', '0') -Expect @(2) | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '32', '--skip', '0', '--pid', '0') | Out-Null
+}
+
+Step 'read and clear' {
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'ondemand') | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('selftest') | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('read') | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('clear') | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--disable', 'all') | Out-Null
+    $used = (Get-KStackStatus -PackageDir $package).ring.used
+    if ($used -ne 0) {
+        throw ('{0} records left in the ring after clear' -f $used)
+    }
+}
+
+Step ('{0} unload/reload cycles with sources enabled' -f $Cycles) {
+    for ($cycle = 1; $cycle -le $Cycles; $cycle++) {
+        Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'process,thread,image,ondemand') | Out-Null
+        Invoke-Activity -Source 'process'
+        Invoke-Sc -Arguments @('stop', 'kstack') | Out-Null
+        Wait-KStackState -State Stopped
+        $left = Get-KStackParameter -Name 'LastUnloadPoolAllocations'
+        if ($null -eq $left -or $left -ne 0) {
+            throw ('cycle {0}: LastUnloadPoolAllocations is {1}, not 0' -f $cycle, $(if ($null -eq $left) { 'missing' } else { $left }))
+        }
+        Invoke-Sc -Arguments @('start', 'kstack') | Out-Null
+        Wait-KStackState -State Running
+        Invoke-KStack -PackageDir $package -Arguments @('status') | Out-Null
+    }
+}
+
+Write-Host ''
+Write-Host '== verifier /query'
+Write-Host (Invoke-Verifier -Arguments @('/query'))
+
+Write-Host ''
+Write-Host ('Transcript: {0}' -f $log)
+Write-Host ('{0} passed, {1} failed' -f $script:passed, $script:failed)
+Stop-Transcript | Out-Null
+if ($script:failed -gt 0) {
+    exit 1
+}
+exit 0

@@ -1,0 +1,594 @@
+//! Checks of the Windows deliverables that a host without Windows can make.
+//! None of them runs anything on Windows; each says what it does check:
+//!
+//! - `inf/kstack.inx`, and the stamped `kstack.inf` in the package folder,
+//!   read with `kstack_tests::inf`: a primitive-driver INF that installs the
+//!   service, binary, start type and `Parameters\RingCapacity` the driver
+//!   expects, every expected value taken from kstack-abi and
+//!   kstack-driver-core. (`InfVerif` itself needs the WDK: the Windows CI
+//!   job runs it through `cargo make`.)
+//! - `Makefile.toml`: the Windows flow's tasks exist and refer only to
+//!   tasks it defines or wdk-build 0.6.0's, it lays out and stamps
+//!   `inf/kstack.inx`, and `DriverVer`'s version is the workspace version.
+//! - `.github/workflows/ci.yml`: the YAML parses, has the Linux and Windows
+//!   jobs, and the Windows job's PowerShell steps parse.
+//! - `scripts/windows`: every script parses with the tree-sitter PowerShell
+//!   grammar. That is a third-party grammar (airbus-cert), not PowerShell's
+//!   own parser, which no registry reachable from the project's machines
+//!   provides: it catches unbalanced braces, broken strings and here-strings,
+//!   malformed parameter blocks and the like, not misspelled cmdlets or
+//!   wrong parameters. The scripts are also checked to be ASCII (Windows
+//!   PowerShell 5.1 reads a file without a byte-order mark in the ANSI code
+//!   page), to carry comment-based help and strict error handling, and to
+//!   name only scripts that exist; so must the docs.
+
+use std::{
+    collections::BTreeSet,
+    env, fs,
+    path::{Path, PathBuf},
+};
+
+use kstack_abi::{
+    DRIVER_FILE_NAME, KSTACK_VERSION, PARAMETERS_KEY, RING_CAPACITY_VALUE, SERVICE_NAME,
+};
+use kstack_driver_core::ring::{CAPACITY_RANGE, DEFAULT_CAPACITY};
+use kstack_tests::inf::Inf;
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The System setup class (the `LegacyDriver` class is reserved for the
+/// system; see the comment at the top of `inf/kstack.inx`).
+const SYSTEM_CLASS_GUID: &str = "{4d36e97d-e325-11ce-bfc1-08002be10318}";
+/// `FLG_ADDREG_TYPE_DWORD`.
+const ADDREG_TYPE_DWORD: u32 = 0x0001_0001;
+/// Tasks of wdk-build 0.6.0's rust-driver-makefile.toml that Makefile.toml uses.
+const WDK_BUILD_TASKS: [&str; 2] = ["generate-certificate", "signtool-sign"];
+/// The scripts the runbooks use.
+const SCRIPTS: [&str; 7] = [
+    "enable-test-signing.ps1",
+    "install-test-certificate.ps1",
+    "kstack-common.psm1",
+    "kstack-service.ps1",
+    "paging-executive.ps1",
+    "sign-driver.ps1",
+    "verifier-smoke.ps1",
+];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate's manifest directory has a parent (the workspace)")
+        .to_path_buf()
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
+}
+
+/// The package folder: `$KSTACK_PACKAGE_DIR` (set by `cargo xtask test`),
+/// else `target/kstack-package`.
+fn package_dir() -> PathBuf {
+    env::var_os("KSTACK_PACKAGE_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| workspace().join("target/kstack-package"), PathBuf::from)
+}
+
+/// An INF file's text (stampinf keeps the INX's encoding; `SetupAPI` also
+/// reads UTF-16).
+fn read_inf(path: &Path) -> String {
+    let bytes =
+        fs::read(path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()));
+    Inf::decode(&bytes).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+fn parse_inf(path: &Path) -> Inf {
+    Inf::parse(&read_inf(path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// `kstack.cat`: the catalog is named after the image.
+fn catalog_name() -> String {
+    let stem = DRIVER_FILE_NAME
+        .strip_suffix(".sys")
+        .expect("the driver file is a .sys");
+    format!("{stem}.cat")
+}
+
+/// The checks both the INX and the stamped INF must pass; `arch` is what
+/// the architecture decoration reads (`$ARCH$` before stamping).
+fn check_service_inf(inf: &Inf, arch: &str) {
+    let version = |key: &str| inf.value("Version", key);
+    assert!(
+        version("Signature").is_some_and(|value| value.eq_ignore_ascii_case("$WINDOWS NT$")),
+        "[Version] Signature must be \"$WINDOWS NT$\""
+    );
+    assert_eq!(version("Class"), Some("System"));
+    assert!(
+        version("ClassGuid").is_some_and(|guid| guid.eq_ignore_ascii_case(SYSTEM_CLASS_GUID)),
+        "[Version] ClassGuid must be the System class, {SYSTEM_CLASS_GUID}"
+    );
+    assert!(
+        version("Provider").is_some_and(|provider| !provider.is_empty()),
+        "a primitive driver's [Version] names its Provider"
+    );
+    assert_eq!(version("CatalogFile"), Some(catalog_name().as_str()));
+    assert_eq!(version("PnpLockdown"), Some("1"));
+    assert!(
+        inf.values("Version", "DriverVer").is_some(),
+        "[Version] has a DriverVer line for stampinf"
+    );
+
+    // Primitive-driver rules: no models, only decorated [DefaultInstall]
+    // sections, no [DefaultUninstall].
+    let install = format!("DefaultInstall.NT{arch}");
+    assert!(inf.section("Manufacturer").is_none(), "no [Manufacturer]");
+    for section in inf.sections() {
+        let name = section.name.to_ascii_lowercase();
+        assert!(
+            !name.starts_with("defaultuninstall"),
+            "[{}]: primitive drivers have no uninstall section",
+            section.name
+        );
+        if name.starts_with("defaultinstall") {
+            assert!(
+                section.name.eq_ignore_ascii_case(&install)
+                    || section
+                        .name
+                        .eq_ignore_ascii_case(&format!("{install}.Services")),
+                "[{}] is not decorated for {arch}",
+                section.name
+            );
+        }
+    }
+
+    // The files: kstack.sys copied to the driver store (DIRID 13).
+    let copy_files = inf
+        .value(&install, "CopyFiles")
+        .unwrap_or_else(|| panic!("[{install}] CopyFiles"));
+    let copied = inf
+        .section(copy_files)
+        .unwrap_or_else(|| panic!("[{copy_files}]"));
+    assert!(
+        copied.lines.iter().any(|line| line.key.is_none()
+            && line
+                .values
+                .first()
+                .is_some_and(|file| file == DRIVER_FILE_NAME)),
+        "[{copy_files}] copies {DRIVER_FILE_NAME}"
+    );
+    assert!(
+        inf.values("SourceDisksFiles", DRIVER_FILE_NAME).is_some(),
+        "[SourceDisksFiles] lists {DRIVER_FILE_NAME}"
+    );
+    let destination = inf
+        .value("DestinationDirs", copy_files)
+        .or_else(|| inf.value("DestinationDirs", "DefaultDestDir"));
+    assert_eq!(destination, Some("13"), "files go to the driver store");
+
+    check_service(inf, &format!("{install}.Services"));
+}
+
+/// The service the INF installs, and its `Parameters\RingCapacity`.
+fn check_service(inf: &Inf, services: &str) {
+    let add_service = inf
+        .values(services, "AddService")
+        .unwrap_or_else(|| panic!("[{services}] AddService"));
+    let [name, _flags, service_section, ..] = add_service else {
+        panic!("AddService needs a name, flags and a section: {add_service:?}");
+    };
+    assert_eq!(name, SERVICE_NAME);
+    let service = |key: &str| inf.value(service_section, key);
+    assert_eq!(service("ServiceType"), Some("1"), "SERVICE_KERNEL_DRIVER");
+    assert_eq!(service("StartType"), Some("3"), "SERVICE_DEMAND_START");
+    assert_eq!(service("ErrorControl"), Some("1"), "SERVICE_ERROR_NORMAL");
+    assert_eq!(
+        service("ServiceBinary"),
+        Some(format!("%13%\\{DRIVER_FILE_NAME}").as_str())
+    );
+
+    // Parameters\RingCapacity: the driver's default, within its range.
+    let add_reg = service("AddReg").expect("the service section has AddReg");
+    let registry = inf
+        .section(add_reg)
+        .unwrap_or_else(|| panic!("[{add_reg}]"));
+    let ring = registry
+        .lines
+        .iter()
+        .find(|line| {
+            line.key.is_none()
+                && line.values.len() == 5
+                && line.values[0].eq_ignore_ascii_case("HKR")
+                && line.values[1].eq_ignore_ascii_case(PARAMETERS_KEY)
+                && line.values[2] == RING_CAPACITY_VALUE
+        })
+        .unwrap_or_else(|| {
+            panic!("[{add_reg}] sets HKR,{PARAMETERS_KEY},{RING_CAPACITY_VALUE},flags,value")
+        });
+    let flags = u32::from_str_radix(ring.values[3].trim_start_matches("0x"), 16)
+        .unwrap_or_else(|error| panic!("flags {}: {error}", ring.values[3]));
+    assert_eq!(flags, ADDREG_TYPE_DWORD, "RingCapacity is a REG_DWORD");
+    let records: u32 = ring.values[4]
+        .parse()
+        .unwrap_or_else(|error| panic!("RingCapacity {}: {error}", ring.values[4]));
+    assert_eq!(
+        records, DEFAULT_CAPACITY,
+        "the INF sets the driver's default"
+    );
+    assert!(CAPACITY_RANGE.contains(&records));
+}
+
+#[test]
+fn inx_installs_the_service_the_driver_expects() {
+    let inf = parse_inf(&workspace().join("inf/kstack.inx"));
+    check_service_inf(&inf, "$ARCH$");
+    assert_eq!(
+        inf.values("Version", "DriverVer"),
+        Some(&[] as &[String]),
+        "the INX leaves DriverVer to stampinf"
+    );
+}
+
+#[test]
+fn package_inf_is_the_inx_stamped_for_amd64() {
+    let inf_path = package_dir().join("kstack.inf");
+    assert!(
+        inf_path.is_file(),
+        "{} is missing: run `cargo xtask test` (or `cargo make` on Windows), which builds the package",
+        inf_path.display()
+    );
+    let text = read_inf(&inf_path);
+    assert!(!text.contains("$ARCH$"), "stamping replaces every $ARCH$");
+    let inf = parse_inf(&inf_path);
+    check_service_inf(&inf, "amd64");
+
+    let driver_ver = inf
+        .values("Version", "DriverVer")
+        .expect("[Version] DriverVer");
+    let [date, version] = driver_ver else {
+        panic!("DriverVer is date,version: {driver_ver:?}");
+    };
+    let parts: Vec<&str> = date.split('/').collect();
+    assert!(
+        matches!(parts.as_slice(), [month, day, year]
+            if month.len() == 2 && day.len() == 2 && year.len() == 4
+            && parts.iter().all(|part| part.bytes().all(|byte| byte.is_ascii_digit()))),
+        "DriverVer's date is MM/DD/YYYY: {date}"
+    );
+    let (major, minor, patch) = KSTACK_VERSION;
+    assert_eq!(version, &format!("{major}.{minor}.{patch}.0"));
+
+    // Apart from DriverVer, the INF says what the INX says (in any order
+    // within a section: stampinf may move lines).
+    let source_inf = parse_inf(&workspace().join("inf/kstack.inx"));
+    assert_eq!(source_inf.sections().len(), inf.sections().len());
+    for (source, stamped) in source_inf.sections().iter().zip(inf.sections()) {
+        assert!(
+            source
+                .name
+                .replace("$ARCH$", "amd64")
+                .eq_ignore_ascii_case(&stamped.name),
+            "[{}] became [{}]",
+            source.name,
+            stamped.name
+        );
+        let lines = |section: &kstack_tests::inf::Section| {
+            section
+                .lines
+                .iter()
+                .filter(|line| {
+                    !line
+                        .key
+                        .as_deref()
+                        .is_some_and(|key| key.eq_ignore_ascii_case("DriverVer"))
+                })
+                .map(|line| (line.key.clone(), line.values.clone()))
+                .collect::<BTreeSet<_>>()
+        };
+        assert_eq!(lines(source), lines(stamped), "[{}]", stamped.name);
+    }
+}
+
+fn makefile() -> toml_edit::DocumentMut {
+    read(&workspace().join("Makefile.toml"))
+        .parse()
+        .unwrap_or_else(|error| panic!("Makefile.toml: {error}"))
+}
+
+/// A string array's strings; none for a missing key.
+fn strings(item: Option<&toml_edit::Item>) -> Vec<String> {
+    item.and_then(toml_edit::Item::as_array)
+        .map(|array| {
+            array
+                .iter()
+                .filter_map(|value| value.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn makefile_windows_flow_is_complete_and_versioned() {
+    let makefile = makefile();
+    let tasks = makefile
+        .get("tasks")
+        .and_then(toml_edit::Item::as_table)
+        .expect("Makefile.toml has [tasks]");
+    for name in [
+        "default",
+        "package-dir",
+        "kstack-windows-package",
+        "kstack-linux-package",
+    ] {
+        assert!(tasks.contains_key(name), "task {name}");
+    }
+    for (name, task) in tasks {
+        let mut referenced = strings(task.get("dependencies"));
+        for key in ["run_task", "linux_alias"] {
+            referenced.extend(
+                task.get(key)
+                    .and_then(toml_edit::Item::as_str)
+                    .map(str::to_owned),
+            );
+        }
+        for other in referenced {
+            assert!(
+                tasks.contains_key(&other) || WDK_BUILD_TASKS.contains(&other.as_str()),
+                "task {name} refers to {other}, which neither Makefile.toml nor wdk-build 0.6.0 defines"
+            );
+        }
+    }
+
+    let (major, minor, patch) = KSTACK_VERSION;
+    assert_eq!(
+        makefile
+            .get("env")
+            .and_then(|env| env.get("KSTACK_DRIVER_VERSION"))
+            .and_then(toml_edit::Item::as_str),
+        Some(format!("{major}.{minor}.{patch}.0").as_str()),
+        "DriverVer's version is the workspace version"
+    );
+    let task = |name: &str, key: &str| tasks.get(name).and_then(|task| task.get(key));
+    let layout = task("kstack-windows-layout", "script")
+        .and_then(toml_edit::Item::as_str)
+        .expect("the layout task is a script");
+    assert!(layout.contains("/inf/kstack.inx ${KSTACK_PACKAGE_DIR}/kstack.inf"));
+    let stamp = strings(task("kstack-stampinf", "args"));
+    let catalog = catalog_name();
+    assert!(
+        stamp
+            .windows(2)
+            .any(|pair| pair == ["-c", catalog.as_str()]),
+        "stampinf -c {catalog}: {stamp:?}"
+    );
+}
+
+/// Every ERROR or MISSING node tree-sitter-powershell finds, as `line:column kind`.
+fn powershell_errors(text: &str) -> Vec<String> {
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&tree_sitter_powershell::LANGUAGE.into())
+        .expect("the grammar matches the tree-sitter runtime");
+    let tree = parser.parse(text, None).expect("the parser returns a tree");
+    let mut errors = Vec::new();
+    let mut stack = vec![tree.root_node()];
+    while let Some(node) = stack.pop() {
+        if node.is_error() || node.is_missing() {
+            let at = node.start_position();
+            errors.push(format!(
+                "{}:{} {}{}",
+                at.row + 1,
+                at.column + 1,
+                if node.is_missing() { "missing " } else { "" },
+                node.kind()
+            ));
+        }
+        let mut cursor = node.walk();
+        stack.extend(node.children(&mut cursor));
+    }
+    errors
+}
+
+#[test]
+fn powershell_checker_catches_broken_scripts() {
+    assert_eq!(
+        powershell_errors("function F { if ($a) { 'x' } }\n"),
+        [] as [String; 0]
+    );
+    for broken in [
+        "function F { if ($a) { 'x' }\n",
+        "$a = \"unterminated\nWrite-Host $a\n",
+        "$h = @'\nno end\n",
+        "param([string] $A,)\n",
+        "$x = @{ a = 1; b = }\n",
+    ] {
+        assert!(
+            !powershell_errors(broken).is_empty(),
+            "not caught: {broken}"
+        );
+    }
+}
+
+fn has_extension(name: &str, extension: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .is_some_and(|found| found.eq_ignore_ascii_case(extension))
+}
+
+fn scripts_dir() -> PathBuf {
+    workspace().join("scripts/windows")
+}
+
+#[test]
+fn scripts_parse_and_follow_the_conventions() {
+    let dir = scripts_dir();
+    let found: BTreeSet<String> = fs::read_dir(&dir)
+        .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
+        .map(|entry| {
+            entry
+                .expect("directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| has_extension(name, "ps1") || has_extension(name, "psm1"))
+        .collect();
+    assert_eq!(
+        found,
+        SCRIPTS.iter().map(|name| (*name).to_owned()).collect()
+    );
+
+    for name in SCRIPTS {
+        let text = read(&dir.join(name));
+        assert!(text.is_ascii(), "{name} is not ASCII");
+        let errors = powershell_errors(&text);
+        assert!(errors.is_empty(), "{name} does not parse: {errors:?}");
+        assert!(
+            text.contains("Set-StrictMode -Version Latest")
+                && text.contains("$ErrorActionPreference = 'Stop'"),
+            "{name} sets strict mode and stops on errors"
+        );
+        assert!(
+            text.contains("<#") && text.contains(".SYNOPSIS"),
+            "{name} has comment-based help"
+        );
+        if has_extension(name, "ps1") {
+            assert!(
+                text.starts_with("#Requires -RunAsAdministrator"),
+                "{name} says it needs an elevated prompt"
+            );
+            assert!(text.contains(".EXAMPLE"), "{name} has an example");
+            assert!(
+                text.contains("Import-Module (Join-Path $PSScriptRoot 'kstack-common.psm1')"),
+                "{name} imports the shared module from beside it"
+            );
+        }
+        for mentioned in mentioned_scripts(&text) {
+            assert!(
+                SCRIPTS.contains(&mentioned.as_str()),
+                "{name} mentions {mentioned}, which does not exist"
+            );
+        }
+    }
+}
+
+#[test]
+fn service_script_explains_the_errors_people_meet() {
+    let module = read(&scripts_dir().join("kstack-common.psm1"));
+    for code in [2, 5, 577, 1060, 1062, 1073, 1275] {
+        let explained = module.lines().any(|line| {
+            line.trim_start().starts_with(&format!("{code} ")) && line.contains("= 'ERROR_")
+        });
+        assert!(explained, "kstack-common.psm1 explains sc.exe error {code}");
+    }
+}
+
+/// Names like `something.ps1` or `.psm1` in a text.
+fn mentioned_scripts(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for extension in [".ps1", ".psm1"] {
+        for (at, _) in text.match_indices(extension) {
+            let start = text[..at]
+                .rfind(|character: char| !(character.is_ascii_alphanumeric() || character == '-'))
+                .map_or(0, |index| index + 1);
+            let end = at + extension.len();
+            let follows_word = text[end..]
+                .chars()
+                .next()
+                .is_some_and(|character| character.is_ascii_alphanumeric());
+            if start < at && !follows_word {
+                names.insert(text[start..end].to_owned());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn docs_name_only_scripts_that_exist() {
+    let root = workspace();
+    let mut docs = vec![root.join("README.md")];
+    let docs_dir = root.join("docs");
+    docs.extend(
+        fs::read_dir(&docs_dir)
+            .unwrap_or_else(|error| panic!("{}: {error}", docs_dir.display()))
+            .map(|entry| entry.expect("directory entry").path())
+            .filter(|path| path.extension().is_some_and(|extension| extension == "md")),
+    );
+    let mut named = BTreeSet::new();
+    for doc in &docs {
+        for mentioned in mentioned_scripts(&read(doc)) {
+            assert!(
+                SCRIPTS.contains(&mentioned.as_str()),
+                "{} mentions {mentioned}, which scripts/windows lacks",
+                doc.display()
+            );
+            named.insert(mentioned);
+        }
+    }
+    for script in SCRIPTS.iter().filter(|name| has_extension(name, "ps1")) {
+        assert!(named.contains(*script), "no doc explains {script}");
+    }
+}
+
+fn workflow() -> Yaml {
+    let path = workspace().join(".github/workflows/ci.yml");
+    let mut docs = YamlLoader::load_from_str(&read(&path))
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    assert_eq!(docs.len(), 1, "one YAML document");
+    docs.remove(0)
+}
+
+fn step_runs(job: &Yaml) -> Vec<&str> {
+    job["steps"]
+        .as_vec()
+        .expect("a job has steps")
+        .iter()
+        .filter_map(|step| step["run"].as_str())
+        .collect()
+}
+
+#[test]
+fn workflow_has_the_linux_and_windows_jobs() {
+    let workflow = workflow();
+    let jobs = workflow["jobs"].as_hash().expect("the workflow has jobs");
+    assert_eq!(jobs.len(), 2, "two jobs: linux and windows");
+
+    let linux = &workflow["jobs"]["linux"];
+    assert!(
+        linux["runs-on"]
+            .as_str()
+            .is_some_and(|runner| runner.starts_with("ubuntu")),
+        "the Linux job runs on ubuntu"
+    );
+    assert!(
+        step_runs(linux).iter().any(|run| run.contains(".ci/run")),
+        "the Linux job runs .ci/run, what the project's own CI runs"
+    );
+
+    let windows = &workflow["jobs"]["windows"];
+    assert!(
+        windows["runs-on"]
+            .as_str()
+            .is_some_and(|runner| runner.starts_with("windows")),
+        "the Windows job runs on windows"
+    );
+    let runs = step_runs(windows);
+    for needed in [
+        "Microsoft.Windows.WDK.x64",
+        "cargo make",
+        "--test driver_image",
+        "--test windows_deliverables",
+    ] {
+        assert!(
+            runs.iter().any(|run| run.contains(needed)),
+            "a Windows step runs {needed}"
+        );
+    }
+    // Windows runners run `run:` steps with pwsh.
+    for run in runs {
+        assert!(
+            !run.contains("${{"),
+            "pass expressions through env:, not into script text: {run}"
+        );
+        let errors = powershell_errors(run);
+        assert!(errors.is_empty(), "step does not parse: {errors:?}\n{run}");
+    }
+}
