@@ -26,8 +26,8 @@ pub use config::{CaptureConfig, ConfigError};
 pub use ioctl::{Access, Ioctl, RequestError};
 pub use messages::{DriverImage, PagingExecutive, ReadHeader, SourceStatus, StatusResponse};
 pub use record::{
-    MAX_FRAMES, MAX_RECORD_SIZE, RecordFlags, RecordHeader, RecordView, Records, decode_record,
-    encode_record, stack_id,
+    MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
+    decode_record, encode_record, record_timestamp, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
 
@@ -37,7 +37,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (
@@ -66,7 +66,8 @@ pub const DRIVER_FILE_NAME: &str = "kstack.sys";
 /// The subkey of the service key that holds the driver's settings.
 pub const PARAMETERS_KEY: &str = "Parameters";
 /// The `REG_DWORD` under [`PARAMETERS_KEY`] that sets the ring's capacity in
-/// records (read at load; see `kstack_driver_core::ring`).
+/// records, over all its shards (read at load; see
+/// `kstack_driver_core::sharded_ring`).
 pub const RING_CAPACITY_VALUE: &str = "RingCapacity";
 /// The kernel name of the device object.
 pub const DEVICE_NAME: &str = r"\Device\KStack";
@@ -144,6 +145,11 @@ pub enum DecodeError {
         /// Its frame count.
         frame_count: u16,
     },
+    /// A record names a shard past [`MAX_SHARDS`].
+    ShardOutOfRange {
+        /// The shard it names.
+        shard: u16,
+    },
     /// A record names no known source.
     UnknownSource {
         /// The wire value.
@@ -180,6 +186,7 @@ impl DecodeError {
             }
             Self::TooManyFrames { .. }
             | Self::RecordSizeMismatch { .. }
+            | Self::ShardOutOfRange { .. }
             | Self::UnknownSource { .. }
             | Self::UnknownFlags { .. }
             | Self::InvalidFacts { .. } => STATUS_INVALID_PARAMETER,
@@ -214,6 +221,9 @@ impl core::fmt::Display for DecodeError {
             }
             Self::RecordSizeMismatch { size, frame_count } => {
                 write!(f, "record of {size} bytes cannot hold {frame_count} frames")
+            }
+            Self::ShardOutOfRange { shard } => {
+                write!(f, "shard {shard}; a driver keeps at most {MAX_SHARDS}")
             }
             Self::UnknownSource { value } => write!(f, "unknown source {value}"),
             Self::UnknownFlags { bits } => write!(f, "unknown flag bits {bits:#x}"),
@@ -251,7 +261,11 @@ mod tests {
     #[test]
     fn decode_errors_map_to_request_statuses() {
         assert_eq!(
-            DecodeError::AbiVersion { ours: 1, theirs: 2 }.ntstatus(),
+            DecodeError::AbiVersion {
+                ours: ABI_VERSION,
+                theirs: 0xEE
+            }
+            .ntstatus(),
             STATUS_REVISION_MISMATCH
         );
         assert_eq!(

@@ -23,9 +23,11 @@ const SOURCE_STATUS_SIZE: usize = 24;
 const SOURCES_OFFSET: usize = 72;
 /// Offset of the driver's image range, after the per-source part.
 const DRIVER_IMAGE_OFFSET: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source::COUNT;
-/// The whole status response: the image range is a u64 base, a u32 size
-/// and 4 reserved zero bytes.
-pub const STATUS_RESPONSE_SIZE: usize = DRIVER_IMAGE_OFFSET + 16;
+/// Offset of the ring's shard count (u32, then 4 reserved zero bytes),
+/// after the image range (a u64 base, a u32 size and 4 reserved zero bytes).
+const RING_SHARDS_OFFSET: usize = DRIVER_IMAGE_OFFSET + 16;
+/// The whole status response.
+pub const STATUS_RESPONSE_SIZE: usize = RING_SHARDS_OFFSET + 8;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -195,20 +197,23 @@ pub struct StatusResponse {
     pub paging_executive: PagingExecutive,
     /// Whether the ring was allocated at load.
     pub ring_ready: bool,
-    /// Ring capacity in records.
+    /// Ring capacity in records, over all shards.
     pub ring_capacity: u32,
-    /// Records in the ring now.
+    /// Records in the ring now, over all shards.
     pub ring_used: u32,
+    /// The ring's shards (one per processor, up to [`crate::MAX_SHARDS`]).
+    pub ring_shards: u32,
     /// Pool allocations the driver holds.
     pub outstanding_allocations: u32,
     /// The capture configuration in force.
     pub config: CaptureConfig,
-    /// Records lost because the ring was full.
+    /// Records lost because their shard was full.
     pub dropped: u64,
     /// Records discarded by clear requests.
     pub cleared: u64,
-    /// The sequence number the next record gets.
-    pub next_sequence: u64,
+    /// Sequence numbers spent, over all shards: every one is a record read,
+    /// waiting in the ring, dropped or cleared.
+    pub sequences_spent: u64,
     /// Per source, in [`Source::ALL`] order.
     pub sources: [SourceStatus; Source::COUNT],
     /// Where kstack.sys is loaded.
@@ -252,7 +257,7 @@ impl StatusResponse {
         self.config.encode(&mut w, 32);
         w.u64(48, self.dropped);
         w.u64(56, self.cleared);
-        w.u64(64, self.next_sequence);
+        w.u64(64, self.sequences_spent);
         for (index, source) in self.sources.iter().enumerate() {
             let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
             w.i32(at, source.registration);
@@ -270,6 +275,8 @@ impl StatusResponse {
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
         w.u32(DRIVER_IMAGE_OFFSET + 12, 0);
+        w.u32(RING_SHARDS_OFFSET, self.ring_shards);
+        w.u32(RING_SHARDS_OFFSET + 4, 0);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -317,11 +324,12 @@ impl StatusResponse {
             ring_ready: flags & FLAG_RING_READY != 0,
             ring_capacity: r.u32(20)?,
             ring_used: r.u32(24)?,
+            ring_shards: r.u32(RING_SHARDS_OFFSET)?,
             outstanding_allocations: r.u32(28)?,
             config: CaptureConfig::decode(r, 32)?,
             dropped: r.u64(48)?,
             cleared: r.u64(56)?,
-            next_sequence: r.u64(64)?,
+            sequences_spent: r.u64(64)?,
             sources,
             driver_image: DriverImage {
                 base: r.u64(DRIVER_IMAGE_OFFSET)?,
@@ -435,6 +443,7 @@ mod tests {
             ring_ready: true,
             ring_capacity: 4096,
             ring_used: 12,
+            ring_shards: 2,
             outstanding_allocations: 1,
             config: CaptureConfig {
                 sources: SourceSet::EMPTY.with(Source::Timer).with(Source::OnDemand),
@@ -445,7 +454,7 @@ mod tests {
             },
             dropped: 5,
             cleared: 6,
-            next_sequence: 100,
+            sequences_spent: 100,
             sources,
             driver_image: DriverImage {
                 base: 0xFFFF_F801_2340_0000,
@@ -477,7 +486,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 256);
+        assert_eq!(STATUS_RESPONSE_SIZE, 264);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -492,7 +501,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &256_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &264_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 
@@ -597,6 +606,7 @@ mod tests {
             process_id: 4,
             thread_id: 8,
             processor: 0,
+            shard: 0,
             irql: 0,
             flags: RecordFlags::NONE,
             os_hash: 0,

@@ -9,15 +9,24 @@
 //! | 3  | 1 | `irql` at capture |
 //! | 4  | 2 | `frame_count` |
 //! | 6  | 2 | `flags` ([`RecordFlags`]) |
-//! | 8  | 8 | `sequence`: per-driver-load counter; gaps mean drops |
+//! | 8  | 8 | `sequence`: per shard and driver load, from 1; a gap is a record dropped or cleared |
 //! | 16 | 8 | `timestamp`: system time, 100 ns units since 1601-01-01 UTC |
 //! | 24 | 4 | `process_id` of the current process |
 //! | 28 | 4 | `thread_id` of the current thread |
-//! | 32 | 4 | `processor` the capture ran on |
+//! | 32 | 2 | `processor` the capture ran on |
+//! | 34 | 2 | `shard`: the ring shard that kept it, below [`MAX_SHARDS`] |
 //! | 36 | 4 | `os_hash`: `RtlCaptureStackBackTrace`'s BackTraceHash, as returned |
 //! | 40 | 24 | three fact words ([`SourceFacts`]) |
 //! | 64 | 8 | `match_id`: kstack's 64-bit [`stack_id`] of the frames |
 //! | 72 | 8 × n | `addresses`: frame 0 is the return address of the most recent call |
+//!
+//! The driver keeps one ring shard per processor, each numbering its own
+//! records: `(shard, sequence)` names a record, and each shard's numbers
+//! have gaps only where that shard dropped or cleared records. A record
+//! returned to a capture-now caller without being kept (flag
+//! [`RecordFlags::NOT_IN_RING`]) has sequence 0. Processor numbers fit 16
+//! bits (Windows supports at most 2048 logical processors); a larger one
+//! would be written as 65535.
 //!
 //! Bytes 64.. are shaped like ETW's `EVENT_EXTENDED_ITEM_STACK_TRACE64`
 //! (`MatchId`, then `Address[]`). ETW's `MatchId` pairs a kernel stack with
@@ -39,6 +48,10 @@ const MATCH_ID_SIZE: usize = 8;
 pub const MAX_FRAMES: u16 = 62;
 /// The size of a record with `MAX_FRAMES` frames.
 pub const MAX_RECORD_SIZE: usize = record_size(MAX_FRAMES);
+/// The most ring shards a driver keeps (one per processor up to this many).
+pub const MAX_SHARDS: u16 = 64;
+/// Offset of `timestamp` in a record.
+const TIMESTAMP_OFFSET: usize = 16;
 
 /// The size of a record with `frame_count` frames.
 #[must_use]
@@ -93,7 +106,7 @@ impl RecordFlags {
 /// Everything in a record but its frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// Per-driver-load sequence number.
+    /// Sequence number within its shard, per driver load (0: not kept).
     pub sequence: u64,
     /// System time of the capture, 100 ns units since 1601-01-01 UTC.
     pub timestamp: u64,
@@ -102,7 +115,10 @@ pub struct RecordHeader {
     /// The current thread at capture.
     pub thread_id: u32,
     /// The processor the capture ran on.
-    pub processor: u32,
+    pub processor: u16,
+    /// The ring shard that kept it (or would have: see
+    /// [`RecordFlags::NOT_IN_RING`]).
+    pub shard: u16,
     /// The IRQL at capture.
     pub irql: u8,
     /// Flag bits.
@@ -200,10 +216,11 @@ pub fn encode_record(
     w.u16(4, frame_count);
     w.u16(6, header.flags.bits());
     w.u64(8, header.sequence);
-    w.u64(16, header.timestamp);
+    w.u64(TIMESTAMP_OFFSET, header.timestamp);
     w.u32(24, header.process_id);
     w.u32(28, header.thread_id);
-    w.u32(32, header.processor);
+    w.u16(32, header.processor);
+    w.u16(34, header.shard);
     w.u32(36, header.os_hash);
     w.u64(40, fact_a);
     w.u64(48, fact_b);
@@ -246,12 +263,17 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     let flags = RecordFlags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags {
         bits: u32::from(flag_bits),
     })?;
+    let shard = r.u16(34)?;
+    if shard >= MAX_SHARDS {
+        return Err(DecodeError::ShardOutOfRange { shard });
+    }
     let header = RecordHeader {
         sequence: r.u64(8)?,
-        timestamp: r.u64(16)?,
+        timestamp: r.u64(TIMESTAMP_OFFSET)?,
         process_id: r.u32(24)?,
         thread_id: r.u32(28)?,
-        processor: r.u32(32)?,
+        processor: r.u16(32)?,
+        shard,
         irql: r.u8(3)?,
         flags,
         os_hash: r.u32(36)?,
@@ -260,6 +282,13 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     };
     let addresses = &bytes[RECORD_HEADER_SIZE + MATCH_ID_SIZE..size];
     Ok((RecordView { header, addresses }, size))
+}
+
+/// The timestamp of an encoded record, read without decoding the rest (the
+/// driver merges its shards by it); 0 when `record` is too short to hold one.
+#[must_use]
+pub fn record_timestamp(record: &[u8]) -> u64 {
+    Reader::new(record).u64(TIMESTAMP_OFFSET).unwrap_or(0)
 }
 
 /// Walks the whole records packed back to back in a read payload.
@@ -310,6 +339,7 @@ mod tests {
             process_id: 4,
             thread_id: 128,
             processor: 1,
+            shard: 3,
             irql: 2,
             flags: RecordFlags::TRUNCATED,
             os_hash: 0xDEAD_BEEF,
@@ -331,6 +361,10 @@ mod tests {
         assert_eq!(&out[4..6], &2_u16.to_le_bytes());
         assert_eq!(&out[6..8], &1_u16.to_le_bytes());
         assert_eq!(&out[8..16], &41_u64.to_le_bytes());
+        assert_eq!(&out[16..24], &header.timestamp.to_le_bytes());
+        assert_eq!(record_timestamp(&out), header.timestamp);
+        assert_eq!(&out[32..34], &1_u16.to_le_bytes());
+        assert_eq!(&out[34..36], &3_u16.to_le_bytes());
         assert_eq!(&out[36..40], &0xDEAD_BEEF_u32.to_le_bytes());
         assert_eq!(&out[40..48], &0xABCD_u64.to_le_bytes());
         assert_eq!(&out[64..72], &header.stack_id.to_le_bytes());
@@ -393,6 +427,12 @@ mod tests {
         assert_eq!(
             decode_record(&bad),
             Err(DecodeError::UnknownFlags { bits: 4 })
+        );
+        let mut bad = good;
+        bad[34] = 64;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::ShardOutOfRange { shard: MAX_SHARDS })
         );
         let mut bad = good;
         bad[40] = 1;
@@ -499,11 +539,11 @@ mod tests {
         fn any_record_round_trips(
             facts in any_facts(),
             frames in prop::collection::vec(any::<u64>(), 0..=MAX_FRAMES as usize),
-            sequence: u64, timestamp: u64, process_id: u32, thread_id: u32, processor: u32,
-            irql: u8, truncated: bool, os_hash: u32,
+            sequence: u64, timestamp: u64, process_id: u32, thread_id: u32, processor: u16,
+            shard in 0..MAX_SHARDS, irql: u8, truncated: bool, os_hash: u32,
         ) {
             let header = RecordHeader {
-                sequence, timestamp, process_id, thread_id, processor, irql,
+                sequence, timestamp, process_id, thread_id, processor, shard, irql,
                 flags: if truncated { RecordFlags::TRUNCATED } else { RecordFlags::NONE },
                 os_hash, stack_id: stack_id(frames.iter().copied()), facts,
             };

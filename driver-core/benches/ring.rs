@@ -2,6 +2,12 @@
 //! record with one and two producers against a plain encode into a buffer,
 //! and draining a full ring and decoding what it held.
 //!
+//! The ring is the driver's: two shards, as on a two-processor machine, and
+//! a publish is the capture's whole path into it: pick the processor's
+//! shard, take that shard's next sequence number, claim a slot, encode the
+//! record into it and release it. Two producers run on two processors, so
+//! each publishes into its own shard, as two CPUs would.
+//!
 //! Run with `cargo bench -p kstack-driver-core --bench ring`. Every
 //! benchmark counts one record as one element, so criterion reports time per
 //! record and records per second. The results and the spec's targets are in
@@ -16,13 +22,20 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
-    MAX_RECORD_SIZE, RecordFlags, RecordHeader, Records, SourceFacts, encode_record, stack_id,
+    MAX_RECORD_SIZE, RecordFlags, RecordHeader, Records, SourceFacts, encode_record,
+    record_timestamp, stack_id,
 };
-use kstack_driver_core::{RecordRing, Slot};
+use kstack_driver_core::{
+    Shard, ShardedRing, Slot,
+    sharded_ring::{fresh_slots, shards_over},
+};
 
 /// Frames per benchmarked record (the default `frames_to_capture`).
 const FRAMES: usize = 32;
-/// Slots in every benchmarked ring: 4096 records of 576 bytes, 2.25 MiB.
+/// Shards of every benchmarked ring: one per processor of this machine.
+const SHARDS: usize = 2;
+/// Slots per shard: 4096 records of 576 bytes, 2.25 MiB; and the most
+/// records a round publishes, so no round meets a full shard.
 const RING_CAPACITY: u64 = 4096;
 /// Bytes one drain may copy out, as a client's read buffer.
 const DRAIN_BUFFER: usize = 256 * 1024;
@@ -47,13 +60,14 @@ fn kernel_frames() -> [u64; FRAMES] {
 }
 
 /// A timer record's header for `frames`, as the capture path builds it.
-fn timer_header(frames: &[u64; FRAMES], processor: u32) -> RecordHeader {
+fn timer_header(frames: &[u64; FRAMES], processor: u16) -> RecordHeader {
     RecordHeader {
         sequence: 1,
         timestamp: 134_081_000_000_000_000,
         process_id: 4,
         thread_id: 0,
         processor,
+        shard: processor,
         irql: 2,
         // The walk filled all 32 frames asked for.
         flags: RecordFlags::TRUNCATED,
@@ -65,36 +79,41 @@ fn timer_header(frames: &[u64; FRAMES], processor: u32) -> RecordHeader {
     }
 }
 
-/// The slots of a fresh ring of `RING_CAPACITY` records.
-fn fresh_slots() -> Vec<Slot> {
-    (0..RING_CAPACITY).map(Slot::new).collect()
+/// The slots of a fresh ring of `SHARDS` shards of `RING_CAPACITY` records.
+fn ring_slots() -> Vec<Slot> {
+    let capacity = usize::try_from(RING_CAPACITY).expect("4096 fits a usize");
+    fresh_slots(SHARDS * capacity, SHARDS).collect()
+}
+
+/// The shards over `slots`.
+fn ring_shards(slots: &[Slot]) -> Vec<Shard<'_>> {
+    shards_over(slots, SHARDS).collect()
 }
 
 /// Empties the ring (not timed) so the next round's publishes all find a
 /// free slot.
-fn empty(ring: &RecordRing<'_>) {
+fn empty(ring: &ShardedRing<'_>) {
     ring.consumer()
         .expect("the benchmark is the only consumer")
         .discard_all();
     assert!(ring.is_empty());
 }
 
-/// Publishes `count` records with sequence numbers from `first`; returns how
-/// many found the ring full.
+/// Publishes `count` records from `processor` as the capture path does:
+/// its shard, the shard's next sequence number, the record encoded straight
+/// into the claimed slot. Returns how many found the shard full.
 fn publish_records(
-    ring: &RecordRing<'_>,
+    ring: &ShardedRing<'_>,
+    processor: u32,
     header: &RecordHeader,
     frames: &[u64; FRAMES],
-    first: u64,
     count: u64,
 ) -> u64 {
     let mut full = 0;
-    for sequence in first..first + count {
-        let header = RecordHeader {
-            sequence,
-            ..*header
-        };
-        let published = ring.publish(|slot| {
+    for _ in 0..count {
+        let mut header = *header;
+        let published = ring.shard_for(processor).publish(|sequence, slot| {
+            header.sequence = sequence;
             encode_record(&header, frames, slot).expect("32 frames fit a slot");
         });
         if published.is_err() {
@@ -124,8 +143,8 @@ fn copy_records(
     }
 }
 
-/// The rounds an `iters`-record measurement is cut into: at most one ring's
-/// worth each, so a round never meets a full ring.
+/// The rounds an `iters`-record measurement is cut into: at most one
+/// shard's worth each, so a round never meets a full shard.
 fn rounds(iters: u64) -> impl Iterator<Item = u64> {
     let full_rounds = iters / RING_CAPACITY;
     let rest = iters % RING_CAPACITY;
@@ -148,51 +167,46 @@ fn record_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, Wall
     group
 }
 
-/// Publishing one 32-frame timer record (encoded straight into the claimed
-/// slot), by one producer and by two concurrent producers, beside the same
-/// encode into a plain buffer.
+/// Publishing one 32-frame timer record (sequence number taken, encoded
+/// straight into the claimed slot), by one producer and by two concurrent
+/// producers on two processors, beside the same encode into a plain buffer.
 ///
-/// A publish that finds the ring full costs far less than a real one (no
+/// A publish that finds its shard full costs far less than a real one (no
 /// encode, no copy), so a measurement with any drop would be meaningless.
 /// Each measurement is therefore cut into rounds of at most `RING_CAPACITY`
 /// records, the ring is emptied between rounds outside the timed region,
-/// and every round asserts that none of its publishes met a full ring (and
+/// and every round asserts that none of its publishes met a full shard (and
 /// the ring's drop counter is checked to be still zero at the end).
 fn publish_32_frames(c: &mut Criterion) {
     let frames = kernel_frames();
     let mut group = record_group(c, "publish_32_frames");
 
-    let slots = fresh_slots();
-    let ring = RecordRing::new(&slots);
+    let slots = ring_slots();
+    let shards = ring_shards(&slots);
+    let ring = ShardedRing::new(&shards);
     let header = timer_header(&frames, 0);
     group.bench_function("ring_1_producer", |b| {
         b.iter_custom(|iters| {
             let mut elapsed = Duration::ZERO;
-            let mut sequence = 0;
             for count in rounds(iters) {
                 empty(&ring);
                 let start = Instant::now();
-                let full = publish_records(
-                    &ring,
-                    black_box(&header),
-                    black_box(&frames),
-                    sequence,
-                    count,
-                );
+                let full = publish_records(&ring, 0, black_box(&header), black_box(&frames), count);
                 elapsed += start.elapsed();
-                assert_eq!(full, 0, "a timed publish met a full ring");
-                sequence += count;
+                assert_eq!(full, 0, "a timed publish met a full shard");
             }
             elapsed
         });
     });
     assert_eq!(ring.dropped(), 0);
 
-    // Two threads each publish half of every round. The time of a round is
-    // from the first producer's start to the last one's end, as each thread
-    // measures it: thread start-up and the barriers are not timed.
-    let slots = fresh_slots();
-    let ring = RecordRing::new(&slots);
+    // Two threads, as two processors, each publish half of every round into
+    // their own shard. The time of a round is from the first producer's
+    // start to the last one's end, as each thread measures it: thread
+    // start-up and the barriers are not timed.
+    let slots = ring_slots();
+    let shards = ring_shards(&slots);
+    let ring = ShardedRing::new(&shards);
     group.bench_function("ring_2_producers", |b| {
         b.iter_custom(|iters| {
             let mut elapsed = Duration::ZERO;
@@ -203,19 +217,18 @@ fn publish_32_frames(c: &mut Criterion) {
                 let spans: Vec<(Instant, Instant, u64)> = thread::scope(|scope| {
                     let workers: Vec<_> = halves
                         .iter()
-                        .zip(0_u32..)
-                        .map(|(&half, producer)| {
+                        .zip(0_u16..)
+                        .map(|(&half, processor)| {
                             let (ring, go, frames) = (&ring, &go, &frames);
                             scope.spawn(move || {
-                                let header = timer_header(frames, producer);
-                                let first = u64::from(producer) << 32;
+                                let header = timer_header(frames, processor);
                                 go.wait();
                                 let start = Instant::now();
                                 let full = publish_records(
                                     ring,
+                                    u32::from(processor),
                                     black_box(&header),
                                     black_box(frames),
-                                    first,
                                     half,
                                 );
                                 (start, Instant::now(), full)
@@ -231,7 +244,7 @@ fn publish_32_frames(c: &mut Criterion) {
                 let last_end = spans.iter().map(|span| span.1).max().expect("2 producers");
                 elapsed += last_end - first_start;
                 let full: u64 = spans.iter().map(|span| span.2).sum();
-                assert_eq!(full, 0, "a timed publish met a full ring");
+                assert_eq!(full, 0, "a timed publish met a full shard");
             }
             elapsed
         });
@@ -257,14 +270,31 @@ fn publish_32_frames(c: &mut Criterion) {
     group.finish();
 }
 
-/// Draining a ring of `RING_CAPACITY` 32-frame records into a client-sized
-/// buffer and decoding every record, frames included. The ring is filled
-/// outside the timed region before each round.
+/// Fills both shards with `count` records between them, alternating, each
+/// a little later than the one before, so a drain merges them one by one.
+fn fill_alternating(ring: &ShardedRing<'_>, frames: &[u64; FRAMES], count: u64) {
+    for index in 0..count {
+        let processor = u16::try_from(index % 2).expect("0 or 1");
+        let header = RecordHeader {
+            timestamp: 134_081_000_000_000_000 + index,
+            ..timer_header(frames, processor)
+        };
+        assert_eq!(
+            publish_records(ring, u32::from(processor), &header, frames, 1),
+            0
+        );
+    }
+}
+
+/// Draining a ring of `RING_CAPACITY` 32-frame records, spread over both
+/// shards, into a client-sized buffer (merged by timestamp, as the driver's
+/// read does) and decoding every record, frames included. The ring is
+/// filled outside the timed region before each round.
 fn drain_and_decode(c: &mut Criterion) {
     let frames = kernel_frames();
-    let header = timer_header(&frames, 0);
-    let slots = fresh_slots();
-    let ring = RecordRing::new(&slots);
+    let slots = ring_slots();
+    let shards = ring_shards(&slots);
+    let ring = ShardedRing::new(&shards);
     let mut buffer = vec![0_u8; DRAIN_BUFFER];
     let mut group = record_group(c, "drain_and_decode");
     group.bench_function("ring_4096_into_256KiB", |b| {
@@ -272,12 +302,12 @@ fn drain_and_decode(c: &mut Criterion) {
             let mut elapsed = Duration::ZERO;
             for count in rounds(iters) {
                 empty(&ring);
-                assert_eq!(publish_records(&ring, &header, &frames, 0, count), 0);
+                fill_alternating(&ring, &frames, count);
                 let start = Instant::now();
                 let mut consumer = ring.consumer().expect("the only consumer");
                 let (mut drained, mut decoded, mut sum) = (0_u64, 0_u64, 0_u64);
                 loop {
-                    let batch = consumer.drain(&mut buffer);
+                    let batch = consumer.drain(&mut buffer, record_timestamp);
                     if batch.records == 0 {
                         break;
                     }

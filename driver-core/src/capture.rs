@@ -1,5 +1,8 @@
 //! From a callback's facts to a record in the ring: the enabled check, the
-//! process filter, the paging policy, the walk, both hashes, and publishing.
+//! process filter, the paging policy, the walk, both hashes, and publishing
+//! into the shard of the processor the capture runs on. A capture writes
+//! only that shard's memory (its ring, sequence and counters): nothing on
+//! this path is shared by all processors.
 
 use kstack_abi::{
     CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source,
@@ -10,7 +13,8 @@ use kstack_abi::{
 
 use crate::{
     paging_policy::{WalkDecision, walk_decision},
-    ring::RecordRing,
+    ring::Full,
+    sharded_ring::{Shard, ShardedRing},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
 };
 
@@ -54,10 +58,10 @@ pub enum CaptureOutcome {
     Filtered,
     /// The IRQL was too high for the paging policy; counted.
     SkippedIrql,
-    /// Walked and published with this sequence number.
+    /// Walked and published with this sequence number (of its shard).
     Published(u64),
-    /// Walked, but the ring was full; the sequence number was spent, so the
-    /// client sees the gap, and the drop was counted.
+    /// Walked, but the shard was full; the sequence number was spent, so
+    /// the client sees the gap, and the drop was counted.
     Dropped(u64),
 }
 
@@ -108,30 +112,29 @@ impl ConfigCell {
 /// Everything the driver keeps while loaded. Lives in non-paged memory
 /// allocated once at load; shared by callbacks and requests.
 pub struct DriverCore<'a> {
-    pub(crate) ring: RecordRing<'a>,
+    /// The ring, and per shard the sequence numbers and per-source counters.
+    pub(crate) ring: ShardedRing<'a>,
     pub(crate) paging: PagingExecutive,
     pub(crate) image: DriverImage,
     /// Each source's registration status, set once at load.
     registrations: [AtomicI32; Source::COUNT],
     config: ConfigCell,
-    pub(crate) captured: [AtomicU64; Source::COUNT],
-    pub(crate) skipped_irql: [AtomicU64; Source::COUNT],
-    /// The next record's sequence number; starts at 1 (0 marks records not
-    /// kept in the ring).
-    pub(crate) next_sequence: AtomicU64,
+    /// Records discarded by clear requests (written by the consumer only).
     pub(crate) cleared: AtomicU64,
     /// Serializes configure requests (a try-lock; never waits).
     pub(crate) configuring: AtomicBool,
 }
 
-/// A walked stack and its record header, before it has a sequence number.
-pub(crate) struct Walked {
+/// A walked stack and its record header, before it has a sequence number,
+/// and the shard it goes to.
+pub(crate) struct Walked<'s, 'a> {
     pub(crate) header: RecordHeader,
     pub(crate) frames: [u64; MAX_FRAMES as usize],
     pub(crate) frame_count: usize,
+    pub(crate) shard: &'s Shard<'a>,
 }
 
-impl Walked {
+impl Walked<'_, '_> {
     pub(crate) fn frames(&self) -> &[u64] {
         &self.frames[..self.frame_count]
     }
@@ -142,6 +145,25 @@ impl Walked {
         // MAX_RECORD_SIZE bytes.
         encode_record(&self.header, self.frames(), out).unwrap_or(0)
     }
+
+    /// Publishes the record into its shard under the shard's next sequence
+    /// number, which the header then carries too (also when the shard was
+    /// full and the record dropped).
+    ///
+    /// # Errors
+    /// [`Full`]: the shard dropped it (and counted the drop).
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub(crate) fn publish(&mut self) -> Result<u64, Full> {
+        let result = self.shard.publish(|sequence, slot| {
+            self.header.sequence = sequence;
+            self.encode(slot);
+        });
+        self.header.sequence = match result {
+            Ok(sequence) | Err(Full { sequence }) => sequence,
+        };
+        result
+    }
 }
 
 impl<'a> DriverCore<'a> {
@@ -149,16 +171,13 @@ impl<'a> DriverCore<'a> {
     /// source unavailable until [`DriverCore::set_registration`] says
     /// otherwise. `image` is where the driver itself is loaded.
     #[must_use]
-    pub fn new(ring: RecordRing<'a>, paging: PagingExecutive, image: DriverImage) -> Self {
+    pub fn new(ring: ShardedRing<'a>, paging: PagingExecutive, image: DriverImage) -> Self {
         Self {
             ring,
             paging,
             image,
             registrations: core::array::from_fn(|_| AtomicI32::new(STATUS_NOT_SUPPORTED)),
             config: ConfigCell::new(&CaptureConfig::default()),
-            captured: core::array::from_fn(|_| AtomicU64::new(0)),
-            skipped_irql: core::array::from_fn(|_| AtomicU64::new(0)),
-            next_sequence: AtomicU64::new(1),
             cleared: AtomicU64::new(0),
             configuring: AtomicBool::new(false),
         }
@@ -211,19 +230,16 @@ impl<'a> DriverCore<'a> {
         let Some(mut walked) = self.walk(platform, &config, facts, ids) else {
             return CaptureOutcome::SkippedIrql;
         };
-        let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-        walked.header.sequence = sequence;
-        match self.ring.publish(|slot| {
-            walked.encode(slot);
-        }) {
-            Ok(()) => CaptureOutcome::Published(sequence),
-            Err(_) => CaptureOutcome::Dropped(sequence),
+        match walked.publish() {
+            Ok(sequence) => CaptureOutcome::Published(sequence),
+            Err(Full { sequence }) => CaptureOutcome::Dropped(sequence),
         }
     }
 
     /// Walks the stack and fills in every header field but the sequence
     /// (`ids`: the current process and thread), or counts a skip when the
-    /// paging policy forbids a walk here.
+    /// paging policy forbids a walk here; both are counted in the shard of
+    /// the current processor, which the record goes to.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn walk(
@@ -232,11 +248,13 @@ impl<'a> DriverCore<'a> {
         config: &CaptureConfig,
         facts: SourceFacts,
         (process_id, thread_id): (u32, u32),
-    ) -> Option<Walked> {
+    ) -> Option<Walked<'_, 'a>> {
         let source = facts.source();
+        let processor = platform.processor();
+        let shard = self.ring.shard_for(processor);
         let irql = platform.irql();
         if walk_decision(irql, self.paging) == WalkDecision::SkipIrql {
-            self.skipped_irql[source.index()].fetch_add(1, Ordering::Relaxed);
+            shard.count_skipped_irql(source);
             return None;
         }
         let mut frames = [0_u64; MAX_FRAMES as usize];
@@ -244,7 +262,7 @@ impl<'a> DriverCore<'a> {
         let (frame_count, os_hash) =
             platform.walk_stack(u32::from(config.frames_to_skip), &mut frames[..wanted]);
         let frame_count = frame_count.min(wanted);
-        self.captured[source.index()].fetch_add(1, Ordering::Relaxed);
+        shard.count_captured(source);
         let flags = if frame_count == wanted {
             RecordFlags::TRUNCATED
         } else {
@@ -255,7 +273,8 @@ impl<'a> DriverCore<'a> {
             timestamp: platform.system_time(),
             process_id,
             thread_id,
-            processor: platform.processor(),
+            processor: u16::try_from(processor).unwrap_or(u16::MAX),
+            shard: shard.index(),
             irql,
             flags,
             os_hash,
@@ -266,6 +285,7 @@ impl<'a> DriverCore<'a> {
             header,
             frames,
             frame_count,
+            shard,
         })
     }
 }
@@ -281,11 +301,14 @@ pub(crate) mod tests {
     };
 
     use super::*;
-    use crate::ring::Slot;
+    pub(crate) use crate::sharded_ring::tests::leaked_ring;
 
-    /// A scripted kernel: fixed ids, a settable IRQL, frames 0x1000, 0x2000, ...
+    /// A scripted kernel: fixed ids, a settable IRQL, processor and time,
+    /// frames 0x1000, 0x2000, ...
     pub struct FakePlatform {
         pub irql: Cell<u8>,
+        pub processor: Cell<u32>,
+        pub time: Cell<u64>,
         pub process_id: Cell<u32>,
         pub stack_depth: usize,
         pub walks: Cell<u32>,
@@ -296,6 +319,8 @@ pub(crate) mod tests {
         fn default() -> Self {
             Self {
                 irql: Cell::new(0),
+                processor: Cell::new(1),
+                time: Cell::new(133_000_000_000_000_000),
                 process_id: Cell::new(4),
                 stack_depth: 5,
                 walks: Cell::new(0),
@@ -314,11 +339,11 @@ pub(crate) mod tests {
         }
 
         fn processor(&self) -> u32 {
-            1
+            self.processor.get()
         }
 
         fn system_time(&self) -> u64 {
-            133_000_000_000_000_000
+            self.time.get()
         }
 
         fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
@@ -332,17 +357,13 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn slots(capacity: u64) -> Vec<Slot> {
-        (0..capacity).map(Slot::new).collect()
-    }
-
-    /// A core over `slots` whose sources registered as `registrations` say.
+    /// A core over `ring` whose sources registered as `registrations` say.
     pub fn registered_core(
-        slots: &[Slot],
+        ring: ShardedRing<'static>,
         paging: PagingExecutive,
         registrations: [SourceRegistration; Source::COUNT],
-    ) -> DriverCore<'_> {
-        let core = DriverCore::new(RecordRing::new(slots), paging, DriverImage::default());
+    ) -> DriverCore<'static> {
+        let core = DriverCore::new(ring, paging, DriverImage::default());
         for source in Source::ALL {
             core.set_registration(source, registrations[source.index()]);
         }
@@ -357,7 +378,11 @@ pub(crate) mod tests {
 
     pub fn drain_all(core: &DriverCore<'_>) -> Vec<(RecordHeader, Vec<u64>)> {
         let mut out = vec![0_u8; 64 * kstack_abi::MAX_RECORD_SIZE];
-        let drained = core.ring.consumer().unwrap().drain(&mut out);
+        let drained = core
+            .ring
+            .consumer()
+            .unwrap()
+            .drain(&mut out, kstack_abi::record_timestamp);
         Records::new(&out[..drained.bytes])
             .map(|record: Result<RecordView<'_>, DecodeError>| {
                 let record = record.unwrap();
@@ -381,8 +406,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_disabled_source_does_not_walk() {
-        let slots = slots(4);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(4, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         let platform = FakePlatform::default();
         assert_eq!(
             core.capture(&platform, PROCESS_EXIT),
@@ -393,8 +418,8 @@ pub(crate) mod tests {
 
     #[test]
     fn an_enabled_source_publishes_a_complete_record() {
-        let slots = slots(4);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(4, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         enable(&core, SourceSet::EMPTY.with(Source::Process));
         let platform = FakePlatform::default();
         assert_eq!(
@@ -416,9 +441,11 @@ pub(crate) mod tests {
                 header.process_id,
                 header.thread_id,
                 header.processor,
+                header.shard,
                 header.irql
             ),
-            (4, 200, 1, 0)
+            (4, 200, 1, 0, 0),
+            "processor 1 of a one-shard ring publishes into shard 0"
         );
         assert_eq!(header.os_hash, 0xABCD);
         assert_eq!(header.stack_id, stack_id(frames.iter().copied()));
@@ -427,16 +454,43 @@ pub(crate) mod tests {
             RecordFlags::NONE,
             "5 frames of 32 asked for: not truncated"
         );
+        assert_eq!(core.ring.captured(Source::Process), 2);
+    }
+
+    #[test]
+    fn each_processor_publishes_into_its_shard_with_its_own_sequence() {
+        let core = registered_core(leaked_ring(8, 2), PagingExecutive::NotSet, all_registered());
+        enable(&core, SourceSet::ALL);
+        let platform = FakePlatform::default();
+        let mut outcomes = Vec::new();
+        for processor in [0, 1, 0, 2, 1] {
+            platform.processor.set(processor);
+            outcomes.push(core.capture(&platform, PROCESS_EXIT));
+        }
         assert_eq!(
-            core.captured[Source::Process.index()].load(Ordering::Relaxed),
-            2
+            outcomes,
+            [1, 1, 2, 3, 2].map(CaptureOutcome::Published),
+            "processor 2 shares shard 0"
         );
+        let shards = core.ring.shards();
+        assert_eq!(shards[0].ring().sequences_spent(), 3);
+        assert_eq!(shards[1].ring().sequences_spent(), 2);
+        let named: Vec<_> = drain_all(&core)
+            .iter()
+            .map(|(header, _)| (header.shard, header.sequence, header.processor))
+            .collect();
+        // One timestamp for all: the merge takes the lower shard first.
+        assert_eq!(
+            named,
+            [(0, 1, 0), (0, 2, 0), (0, 3, 2), (1, 1, 1), (1, 2, 1)]
+        );
+        assert_eq!(core.ring.captured(Source::Process), 5);
     }
 
     #[test]
     fn a_full_walk_is_flagged_truncated_and_skip_is_passed_through() {
-        let slots = slots(4);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(4, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         core.set_config(&CaptureConfig {
             sources: SourceSet::ALL,
             frames_to_skip: 3,
@@ -453,8 +507,8 @@ pub(crate) mod tests {
 
     #[test]
     fn the_process_filter_keeps_other_processes_out() {
-        let slots = slots(4);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(4, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         core.set_config(&CaptureConfig {
             sources: SourceSet::ALL,
             process_filter: 99,
@@ -479,8 +533,8 @@ pub(crate) mod tests {
             (PagingExecutive::Value(0), CaptureOutcome::SkippedIrql),
             (PagingExecutive::Value(1), CaptureOutcome::Published(1)),
         ] {
-            let slots = slots(4);
-            let core = registered_core(&slots, paging, all_registered());
+            let ring = leaked_ring(4, 1);
+            let core = registered_core(ring, paging, all_registered());
             enable(&core, SourceSet::ALL);
             let platform = FakePlatform::default();
             platform.irql.set(2);
@@ -489,13 +543,13 @@ pub(crate) mod tests {
                 expected,
                 "{paging:?}"
             );
-            let skipped = core.skipped_irql[Source::Timer.index()].load(Ordering::Relaxed);
+            let skipped = core.ring.skipped_irql(Source::Timer);
             assert_eq!(skipped, u64::from(expected == CaptureOutcome::SkippedIrql));
             if expected == CaptureOutcome::SkippedIrql {
                 assert_eq!(platform.walks.get(), 0, "no walk when skipped");
                 assert_eq!(
-                    core.next_sequence.load(Ordering::Relaxed),
-                    1,
+                    core.ring.sequences_spent(),
+                    0,
                     "a skip spends no sequence number"
                 );
             } else {
@@ -506,8 +560,8 @@ pub(crate) mod tests {
 
     #[test]
     fn drops_spend_sequence_numbers_so_gaps_equal_drops() {
-        let slots = slots(2);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(2, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         let outcomes: Vec<_> = (0..5)
@@ -527,7 +581,7 @@ pub(crate) mod tests {
             .iter()
             .map(|(header, _)| header.sequence)
             .collect();
-        let gaps = core.next_sequence.load(Ordering::Relaxed) - 1 - sequences.len() as u64;
+        let gaps = core.ring.sequences_spent() - sequences.len() as u64;
         assert_eq!(gaps, core.ring.dropped());
     }
 

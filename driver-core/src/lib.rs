@@ -1,7 +1,8 @@
 //! kstack.sys's logic, without kernel bindings, so it builds and is tested
 //! on any host (with proptest, and loom under `--cfg loom`).
 //!
-//! - [`ring`]: the lock-free record ring.
+//! - [`ring`]: the lock-free record ring, one per shard.
+//! - [`sharded_ring`]: the per-processor shards the driver keeps.
 //! - [`rundown`]: the gate unload closes before freeing what callbacks use.
 //! - [`paging_policy`]: when a stack walk is allowed.
 //! - [`capture`]: from a callback's facts to a record in the ring.
@@ -18,9 +19,11 @@ pub mod paging_policy;
 pub mod requests;
 pub mod ring;
 pub mod rundown;
+pub mod sharded_ring;
 mod sync;
 
 pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration};
 pub use requests::SourceControl;
 pub use ring::{RecordRing, Slot};
 pub use rundown::{Rundown, RundownGuard};
+pub use sharded_ring::{Shard, ShardedRing};

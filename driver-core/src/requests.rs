@@ -9,6 +9,7 @@ use kstack_abi::{
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus, STATUS_BUFFER_OVERFLOW,
         STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
     },
+    record_timestamp,
 };
 
 use crate::{
@@ -83,11 +84,11 @@ impl DriverCore<'_> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn status(&self, pool_allocations: u32) -> StatusResponse {
-        let sources = core::array::from_fn(|index| SourceStatus {
-            registration: self.registration(Source::ALL[index]).status,
-            available: self.registration(Source::ALL[index]).available(),
-            captured: self.captured[index].load(Ordering::Relaxed),
-            skipped_irql: self.skipped_irql[index].load(Ordering::Relaxed),
+        let sources = Source::ALL.map(|source| SourceStatus {
+            registration: self.registration(source).status,
+            available: self.registration(source).available(),
+            captured: self.ring.captured(source),
+            skipped_irql: self.ring.skipped_irql(source),
         });
         StatusResponse {
             driver_version: KSTACK_VERSION,
@@ -95,11 +96,12 @@ impl DriverCore<'_> {
             ring_ready: true,
             ring_capacity: u32::try_from(self.ring.capacity()).unwrap_or(u32::MAX),
             ring_used: u32::try_from(self.ring.len()).unwrap_or(u32::MAX),
+            ring_shards: u32::try_from(self.ring.shards().len()).unwrap_or(u32::MAX),
             outstanding_allocations: pool_allocations,
             config: self.config(),
             dropped: self.ring.dropped(),
             cleared: self.cleared.load(Ordering::Relaxed),
-            next_sequence: self.next_sequence.load(Ordering::Relaxed),
+            sequences_spent: self.ring.sequences_spent(),
             sources,
             driver_image: self.image,
         }
@@ -139,13 +141,14 @@ impl DriverCore<'_> {
         STATUS_SUCCESS
     }
 
-    /// Drains whole records after a read header.
+    /// Drains whole records of every shard, oldest first by timestamp,
+    /// after a read header.
     fn read(&self, output: &mut [u8]) -> Served {
         let Some(mut consumer) = self.ring.consumer() else {
             return (STATUS_DEVICE_BUSY, 0);
         };
         let (header, payload) = output.split_at_mut(READ_HEADER_SIZE);
-        let drained = consumer.drain(payload);
+        let drained = consumer.drain(payload, record_timestamp);
         ReadHeader {
             record_count: drained.records,
             payload_bytes: u32::try_from(drained.bytes).unwrap_or(u32::MAX),
@@ -156,7 +159,7 @@ impl DriverCore<'_> {
         (STATUS_SUCCESS, READ_HEADER_SIZE + drained.bytes)
     }
 
-    /// Discards every record in the ring and counts them.
+    /// Discards every record in every shard and counts them.
     fn clear(&self) -> NtStatus {
         let Some(mut consumer) = self.ring.consumer() else {
             return STATUS_DEVICE_BUSY;
@@ -184,11 +187,9 @@ impl DriverCore<'_> {
             return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0);
         };
         if config.sources.contains(Source::OnDemand) {
-            walked.header.sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-            // A full ring drops this copy (counted); the caller still gets it.
-            let _ = self.ring.publish(|slot| {
-                walked.encode(slot);
-            });
+            // A full shard drops this copy (counted); the caller still gets
+            // it, with the sequence number it spent.
+            let _ = walked.publish();
         } else {
             walked.header.flags = walked.header.flags.union(RecordFlags::NOT_IN_RING);
         }
@@ -243,7 +244,7 @@ mod tests {
     use super::*;
     use crate::{
         SourceRegistration,
-        capture::tests::{FakePlatform, all_registered, registered_core, slots},
+        capture::tests::{FakePlatform, all_registered, leaked_ring, registered_core},
     };
 
     #[derive(Default)]
@@ -334,18 +335,18 @@ mod tests {
 
     #[test]
     fn status_reports_the_state() {
-        let slots = slots(8);
+        let ring = leaked_ring(8, 1);
         let mut registrations = all_registered();
         registrations[Source::Registry.index()] = SourceRegistration {
             status: STATUS_NOT_SUPPORTED,
         };
-        let core = registered_core(&slots, PagingExecutive::Value(1), registrations);
+        let core = registered_core(ring, PagingExecutive::Value(1), registrations);
         let status = status(&core);
-        assert_eq!(status.ring_capacity, 8);
+        assert_eq!((status.ring_capacity, status.ring_shards), (8, 1));
         assert!(status.ring_ready);
         assert_eq!(status.paging_executive, PagingExecutive::Value(1));
         assert_eq!(status.outstanding_allocations, 3);
-        assert_eq!(status.next_sequence, 1);
+        assert_eq!(status.sequences_spent, 0);
         assert!(!status.sources[Source::Registry.index()].available);
         assert_eq!(
             status.sources[Source::Registry.index()].registration,
@@ -356,8 +357,8 @@ mod tests {
 
     #[test]
     fn configure_round_trips_and_bad_configs_change_nothing() {
-        let slots = slots(8);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(8, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         let wanted = CaptureConfig {
             sources: SourceSet::EMPTY
@@ -395,12 +396,12 @@ mod tests {
 
     #[test]
     fn unavailable_sources_cannot_be_enabled() {
-        let slots = slots(8);
+        let ring = leaked_ring(8, 1);
         let mut registrations = all_registered();
         registrations[Source::Registry.index()] = SourceRegistration {
             status: STATUS_NOT_SUPPORTED,
         };
-        let core = registered_core(&slots, PagingExecutive::NotSet, registrations);
+        let core = registered_core(ring, PagingExecutive::NotSet, registrations);
         let config = CaptureConfig {
             sources: SourceSet::EMPTY.with(Source::Registry),
             ..CaptureConfig::default()
@@ -414,8 +415,8 @@ mod tests {
 
     #[test]
     fn the_timer_needs_paging_executive_disabled_and_is_started_and_stopped() {
-        let refused_slots = slots(8);
-        let refused = registered_core(&refused_slots, PagingExecutive::NotSet, all_registered());
+        let refused_ring = leaked_ring(8, 1);
+        let refused = registered_core(refused_ring, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         assert_eq!(
             configure(&refused, &timer_config(10), &timer),
@@ -423,8 +424,8 @@ mod tests {
         );
         assert!(timer.0.borrow().is_empty());
 
-        let slots = slots(8);
-        let core = registered_core(&slots, PagingExecutive::Value(1), all_registered());
+        let ring = leaked_ring(8, 1);
+        let core = registered_core(ring, PagingExecutive::Value(1), all_registered());
         assert_eq!(configure(&core, &timer_config(10), &timer), STATUS_SUCCESS);
         assert_eq!(
             configure(&core, &timer_config(10), &timer),
@@ -441,8 +442,8 @@ mod tests {
 
     #[test]
     fn read_returns_whole_records_after_a_header() {
-        let slots = slots(8);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(8, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         enable(&core, SourceSet::ALL.without(Source::Timer), &timer);
         let platform = FakePlatform::default();
@@ -469,9 +470,63 @@ mod tests {
     }
 
     #[test]
+    fn read_and_clear_cover_every_shard() {
+        let core = registered_core(
+            leaked_ring(16, 2),
+            PagingExecutive::NotSet,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+        let platform = FakePlatform::default();
+        let capture_on = |processors: &[u32]| {
+            for &processor in processors {
+                platform.processor.set(processor);
+                platform.time.set(platform.time.get() + 1);
+                core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+            }
+        };
+        capture_on(&[1, 0, 1, 1, 0, 0, 1]);
+        let before = status(&core);
+        assert_eq!(
+            (
+                before.ring_shards,
+                before.ring_used,
+                before.sequences_spent,
+                before.sources[Source::Registry.index()].captured
+            ),
+            (2, 7, 7, 7)
+        );
+        // The smallest read holds five 112-byte records: the five oldest,
+        // in time order across the shards; two wait.
+        let mut out = vec![0_u8; MIN_READ_BUFFER];
+        let (_, written) = request(&core, Ioctl::Read.code(), &[], &mut out, &timer);
+        let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
+        assert!(header.more_pending);
+        let named: Vec<_> = records
+            .map(|record| {
+                let record = record.unwrap();
+                (record.header.shard, record.header.sequence)
+            })
+            .collect();
+        assert_eq!(named, [(1, 1), (0, 1), (1, 2), (1, 3), (0, 2)]);
+        capture_on(&[0, 0]);
+        assert_eq!(
+            request(&core, Ioctl::Clear.code(), &[], &mut [], &timer),
+            (STATUS_SUCCESS, 0)
+        );
+        let after = status(&core);
+        assert_eq!(
+            (after.cleared, after.ring_used, after.sequences_spent),
+            (4, 0, 9),
+            "the two left from the read and the two new ones"
+        );
+    }
+
+    #[test]
     fn clear_discards_and_counts() {
-        let slots = slots(8);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(8, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         enable(&core, SourceSet::EMPTY.with(Source::Thread), &timer);
         let platform = FakePlatform::default();
@@ -488,16 +543,17 @@ mod tests {
         );
         let status = status(&core);
         assert_eq!(
-            (status.cleared, status.ring_used, status.next_sequence),
-            (2, 0, 3)
+            (status.cleared, status.ring_used, status.sequences_spent),
+            (2, 0, 2)
         );
     }
 
     #[test]
     fn busy_consumers_are_told_so() {
-        let slots = slots(8);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
-        let _held = core.ring.consumer().unwrap();
+        let ring = leaked_ring(8, 2);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        // A reader holding any shard makes the device busy for another.
+        let _held = core.ring.shards()[1].ring().consumer().unwrap();
         let mut out = vec![0_u8; MIN_READ_BUFFER];
         let timer = TimerLog::default();
         assert_eq!(
@@ -512,8 +568,8 @@ mod tests {
 
     #[test]
     fn capture_now_returns_the_record_and_keeps_it_only_when_enabled() {
-        let slots = slots(8);
-        let core = registered_core(&slots, PagingExecutive::NotSet, all_registered());
+        let ring = leaked_ring(8, 1);
+        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
         let timer = TimerLog::default();
         let mut out = [0_u8; MAX_RECORD_SIZE];
         let input = encode_capture_now_request(77);

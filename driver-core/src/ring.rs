@@ -1,11 +1,13 @@
-//! The record ring: bounded, lock-free, many producers and one consumer.
+//! One record ring: bounded, lock-free, many producers and one consumer.
+//! The driver keeps one per processor shard ([`crate::sharded_ring`]).
 //!
-//! Producers run in kernel callbacks on any CPU at up to `DISPATCH_LEVEL`, so
-//! publishing never waits and never takes a lock: a producer claims a slot
-//! with one compare-and-swap on `tail`, writes the record into it, and
-//! releases it by advancing the slot's stamp (the bounded-queue scheme of
-//! D. Vyukov). When the ring is full the newest record is dropped and
-//! counted; nothing else is disturbed.
+//! Producers run in kernel callbacks at up to `DISPATCH_LEVEL`, so
+//! publishing never waits and never takes a lock: a producer takes the
+//! ring's next sequence number, claims a slot with one compare-and-swap on
+//! `tail`, writes the record into it, and releases it by advancing the
+//! slot's stamp (the bounded-queue scheme of D. Vyukov). When the ring is
+//! full the newest record is dropped and counted; its sequence number is
+//! spent all the same, so every number is a record kept or a drop.
 //!
 //! Slot stamps: a slot at position `p` (index `p % capacity`) is free for
 //! `p` when its stamp is `p`, holds `p`'s record when it is `p + 1`, and is
@@ -14,6 +16,10 @@
 //! The consumer side (read and clear requests, at `PASSIVE_LEVEL`) is one
 //! holder at a time through [`RecordRing::consumer`], a try-lock that never
 //! waits: a second concurrent reader is told the ring is busy.
+//!
+//! What producers write (`tail`, the sequence and drop counters) and what
+//! the consumer writes (`head`, the try-lock) sit on cache lines of their
+//! own, so draining does not pull the producers' line away from them.
 
 use core::cmp::Ordering as CmpOrdering;
 
@@ -26,9 +32,9 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
 /// would be the same stamp.
 pub const MIN_CAPACITY: usize = 2;
 
-/// Ring capacity, in records, when the service's `Parameters\RingCapacity`
-/// registry value is absent: 16384 slots of 576 bytes, 9 MiB of non-paged
-/// pool.
+/// Ring capacity, in records over all shards, when the service's
+/// `Parameters\RingCapacity` registry value is absent: 16384 slots of 576
+/// bytes, 9 MiB of non-paged pool.
 pub const DEFAULT_CAPACITY: u32 = 16_384;
 /// The capacities `RingCapacity` may choose (16 records to 144 MiB).
 pub const CAPACITY_RANGE: core::ops::RangeInclusive<u32> = 16..=262_144;
@@ -41,6 +47,19 @@ pub fn capacity_for_setting(setting: Option<u32>) -> u32 {
     setting.map_or(DEFAULT_CAPACITY, |records| {
         records.clamp(*CAPACITY_RANGE.start(), *CAPACITY_RANGE.end())
     })
+}
+
+/// Keeps its contents on cache lines of their own. 128 bytes: x86 cores
+/// fetch 64-byte lines in adjacent pairs, so 64 would still share.
+#[repr(align(128))]
+pub(crate) struct CacheAligned<T>(pub(crate) T);
+
+impl<T> core::ops::Deref for CacheAligned<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// One record's place in the ring.
@@ -66,21 +85,38 @@ impl Slot {
     }
 }
 
-/// The ring was full: the record was dropped (and counted).
+/// The ring was full: the record was dropped (and counted), and its
+/// sequence number spent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Full;
+pub struct Full {
+    /// The sequence number the dropped record would have had.
+    pub sequence: u64,
+}
 
-/// The ring over caller-provided slots (non-paged memory in the driver).
-pub struct RecordRing<'a> {
+/// What producers write.
+struct ProducerSide<'a> {
     slots: &'a [Slot],
     /// Next position producers claim.
     tail: AtomicU64,
-    /// Next position the consumer copies out; written only by the consumer.
-    head: AtomicU64,
-    /// Set while a [`Consumer`] exists.
-    consumer_active: AtomicBool,
+    /// The next record's sequence number; starts at 1 (0 marks records not
+    /// kept in any ring).
+    next_sequence: AtomicU64,
     /// Records dropped because the ring was full.
     dropped: AtomicU64,
+}
+
+/// What the consumer writes.
+struct ConsumerSide {
+    /// Next position the consumer copies out.
+    head: AtomicU64,
+    /// Set while a [`Consumer`] exists.
+    active: AtomicBool,
+}
+
+/// The ring over caller-provided slots (non-paged memory in the driver).
+pub struct RecordRing<'a> {
+    producers: CacheAligned<ProducerSide<'a>>,
+    consumer: CacheAligned<ConsumerSide>,
 }
 
 impl<'a> RecordRing<'a> {
@@ -103,46 +139,58 @@ impl<'a> RecordRing<'a> {
             "slots must be fresh and in order"
         );
         Self {
-            slots,
-            tail: AtomicU64::new(0),
-            head: AtomicU64::new(0),
-            consumer_active: AtomicBool::new(false),
-            dropped: AtomicU64::new(0),
+            producers: CacheAligned(ProducerSide {
+                slots,
+                tail: AtomicU64::new(0),
+                next_sequence: AtomicU64::new(1),
+                dropped: AtomicU64::new(0),
+            }),
+            consumer: CacheAligned(ConsumerSide {
+                head: AtomicU64::new(0),
+                active: AtomicBool::new(false),
+            }),
         }
     }
 
     /// How many records the ring holds at most.
     #[must_use]
     pub const fn capacity(&self) -> usize {
-        self.slots.len()
+        self.producers.0.slots.len()
     }
 
     fn slot(&self, position: u64) -> &Slot {
+        let slots = self.producers.slots;
         // The modulo keeps the index below `slots.len()`, which is a usize.
         #[expect(
             clippy::cast_possible_truncation,
             reason = "the remainder is below slots.len()"
         )]
-        let index = (position % self.slots.len() as u64) as usize;
-        &self.slots[index]
+        let index = (position % slots.len() as u64) as usize;
+        &slots[index]
     }
 
-    /// Publishes one record: `write` fills the claimed slot (the record's
-    /// first two bytes must be its size, as kstack-abi encodes it).
+    /// Publishes one record under the ring's next sequence number: `write`
+    /// gets the number and fills the claimed slot (the record's first two
+    /// bytes must be its size, as kstack-abi encodes it). Returns the number.
     ///
     /// # Errors
-    /// [`Full`] when no slot is free; the drop counter has been incremented
-    /// and `write` was not called.
+    /// [`Full`] when no slot is free: the number is spent, the drop counter
+    /// has been incremented, and `write` was not called.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`. Never waits: a failed claim only retries
     /// because another producer's claim succeeded.
-    pub fn publish(&self, write: impl FnOnce(&mut [u8; MAX_RECORD_SIZE])) -> Result<(), Full> {
-        let mut position = self.tail.load(Ordering::Relaxed);
+    pub fn publish(
+        &self,
+        write: impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]),
+    ) -> Result<u64, Full> {
+        let producers = &self.producers;
+        let sequence = producers.next_sequence.fetch_add(1, Ordering::Relaxed);
+        let mut position = producers.tail.load(Ordering::Relaxed);
         loop {
             let slot = self.slot(position);
             match slot.stamp.load(Ordering::Acquire).cmp(&position) {
                 CmpOrdering::Equal => {
-                    match self.tail.compare_exchange_weak(
+                    match producers.tail.compare_exchange_weak(
                         position,
                         position + 1,
                         Ordering::Relaxed,
@@ -152,22 +200,22 @@ impl<'a> RecordRing<'a> {
                             slot.record.with_mut(|record| {
                                 // SAFETY: only this producer claimed `position`; the
                                 // consumer reads the slot after the stamp below.
-                                write(unsafe { &mut *record });
+                                write(sequence, unsafe { &mut *record });
                             });
                             slot.stamp.store(position + 1, Ordering::Release);
-                            return Ok(());
+                            return Ok(sequence);
                         }
                         Err(current) => position = current,
                     }
                 }
                 CmpOrdering::Less => {
                     // The slot still holds the record from one lap ago.
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    return Err(Full);
+                    producers.dropped.fetch_add(1, Ordering::Relaxed);
+                    return Err(Full { sequence });
                 }
                 CmpOrdering::Greater => {
                     // Another producer claimed `position` first.
-                    position = self.tail.load(Ordering::Relaxed);
+                    position = producers.tail.load(Ordering::Relaxed);
                 }
             }
         }
@@ -178,8 +226,8 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn len(&self) -> usize {
-        let head = self.head.load(Ordering::Relaxed);
-        let tail = self.tail.load(Ordering::Relaxed);
+        let head = self.consumer.head.load(Ordering::Relaxed);
+        let tail = self.producers.tail.load(Ordering::Relaxed);
         usize::try_from(tail.saturating_sub(head))
             .unwrap_or(usize::MAX)
             .min(self.capacity())
@@ -192,9 +240,20 @@ impl<'a> RecordRing<'a> {
     }
 
     /// Records dropped because the ring was full.
+    ///
+    /// Max IRQL: any.
     #[must_use]
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.producers.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Sequence numbers spent so far: records published (in the ring, read
+    /// or cleared since) plus records dropped.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn sequences_spent(&self) -> u64 {
+        self.producers.next_sequence.load(Ordering::Relaxed) - 1
     }
 
     /// The consumer side, unless another caller holds it now.
@@ -202,10 +261,14 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn consumer(&self) -> Option<Consumer<'_, 'a>> {
-        self.consumer_active
+        self.consumer
+            .active
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| Consumer { ring: self })
+            .map(|_| Consumer {
+                ring: self,
+                head: self.consumer.head.load(Ordering::Relaxed),
+            })
     }
 }
 
@@ -220,9 +283,26 @@ pub struct Drained {
     pub more_pending: bool,
 }
 
+impl Drained {
+    /// Appends `record` to `out` after what was copied so far, unless it
+    /// does not fit (then marks more pending). Returns whether it was copied.
+    pub(crate) fn copy(&mut self, record: &[u8], out: &mut [u8]) -> bool {
+        let Some(room) = out.get_mut(self.bytes..self.bytes + record.len()) else {
+            self.more_pending = true;
+            return false;
+        };
+        room.copy_from_slice(record);
+        self.bytes += record.len();
+        self.records += 1;
+        true
+    }
+}
+
 /// Exclusive access to the consumer side; released when dropped.
 pub struct Consumer<'r, 'a> {
     ring: &'r RecordRing<'a>,
+    /// The ring's `head`, which only this holder changes.
+    head: u64,
 }
 
 impl Consumer<'_, '_> {
@@ -232,16 +312,7 @@ impl Consumer<'_, '_> {
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
     pub fn drain(&mut self, out: &mut [u8]) -> Drained {
         let mut drained = Drained::default();
-        self.take_while(|record| {
-            let Some(room) = out.get_mut(drained.bytes..drained.bytes + record.len()) else {
-                drained.more_pending = true;
-                return false;
-            };
-            room.copy_from_slice(record);
-            drained.bytes += record.len();
-            drained.records += 1;
-            true
-        });
+        while self.take_front(|record| drained.copy(record, out)) == Some(true) {}
         drained
     }
 
@@ -250,46 +321,53 @@ impl Consumer<'_, '_> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub fn discard_all(&mut self) -> u64 {
         let mut discarded = 0;
-        self.take_while(|_| {
+        while self.take_front(|_| true).is_some() {
             discarded += 1;
-            true
-        });
+        }
         discarded
     }
 
-    /// Hands each written record, oldest first, to `take` and frees its slot
-    /// while `take` returns true.
-    fn take_while(&mut self, mut take: impl FnMut(&[u8]) -> bool) {
-        let ring = self.ring;
-        let capacity = ring.slots.len() as u64;
-        let mut position = ring.head.load(Ordering::Relaxed);
-        loop {
-            let slot = ring.slot(position);
-            if slot.stamp.load(Ordering::Acquire) != position + 1 {
-                return;
-            }
-            let taken = slot.record.with(|record| {
-                // SAFETY: the Acquire load saw the producer's Release store
-                // of `position + 1`: the record is complete, and no producer
-                // touches the slot until the stamp below frees it.
-                let record = unsafe { &*record };
-                let size =
-                    usize::from(u16::from_le_bytes([record[0], record[1]])).min(MAX_RECORD_SIZE);
-                take(&record[..size])
-            });
-            if !taken {
-                return;
-            }
-            slot.stamp.store(position + capacity, Ordering::Release);
-            position += 1;
-            ring.head.store(position, Ordering::Relaxed);
+    /// Runs `read` on the oldest record, if it is completely written.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn peek<R>(&self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let position = self.head;
+        let slot = self.ring.slot(position);
+        if slot.stamp.load(Ordering::Acquire) != position + 1 {
+            return None;
         }
+        Some(slot.record.with(|record| {
+            // SAFETY: the Acquire load saw the producer's Release store of
+            // `position + 1`: the record is complete, and no producer
+            // touches the slot until `take_front` frees it.
+            let record = unsafe { &*record };
+            let size = usize::from(u16::from_le_bytes([record[0], record[1]])).min(MAX_RECORD_SIZE);
+            read(&record[..size])
+        }))
+    }
+
+    /// Hands the oldest record, if it is completely written, to `take`, and
+    /// frees its slot when `take` returns true. Returns what `take`
+    /// returned, or `None` when no written record was waiting.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn take_front(&mut self, take: impl FnOnce(&[u8]) -> bool) -> Option<bool> {
+        let taken = self.peek(take)?;
+        if taken {
+            let ring = self.ring;
+            ring.slot(self.head)
+                .stamp
+                .store(self.head + ring.capacity() as u64, Ordering::Release);
+            self.head += 1;
+            ring.consumer.head.store(self.head, Ordering::Relaxed);
+        }
+        Some(taken)
     }
 }
 
 impl Drop for Consumer<'_, '_> {
     fn drop(&mut self) {
-        self.ring.consumer_active.store(false, Ordering::Release);
+        self.ring.consumer.active.store(false, Ordering::Release);
     }
 }
 
@@ -306,14 +384,14 @@ mod tests {
     }
 
     /// A fake record: its size word, then `fill` bytes up to `size`.
-    fn record(size: u16, fill: u8) -> impl FnOnce(&mut [u8; MAX_RECORD_SIZE]) {
-        move |slot| {
+    pub(crate) fn record(size: u16, fill: u8) -> impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]) {
+        move |_, slot| {
             slot[..2].copy_from_slice(&size.to_le_bytes());
             slot[2..usize::from(size)].fill(fill);
         }
     }
 
-    fn fake(size: u16, fill: u8) -> Vec<u8> {
+    pub(crate) fn fake(size: u16, fill: u8) -> Vec<u8> {
         let mut bytes = vec![fill; usize::from(size)];
         bytes[..2].copy_from_slice(&size.to_le_bytes());
         bytes
@@ -332,8 +410,8 @@ mod tests {
     fn publishes_and_drains_in_order() {
         let slots = slots(4);
         let ring = RecordRing::new(&slots);
-        ring.publish(record(8, 1)).unwrap();
-        ring.publish(record(16, 2)).unwrap();
+        assert_eq!(ring.publish(record(8, 1)), Ok(1));
+        assert_eq!(ring.publish(record(16, 2)), Ok(2));
         assert_eq!(ring.len(), 2);
         let mut out = [0_u8; 64];
         let drained = ring.consumer().unwrap().drain(&mut out);
@@ -356,14 +434,14 @@ mod tests {
         let ring = RecordRing::new(&slots);
         ring.publish(record(8, 1)).unwrap();
         ring.publish(record(8, 2)).unwrap();
-        assert_eq!(ring.publish(record(8, 3)), Err(Full));
+        assert_eq!(ring.publish(record(8, 3)), Err(Full { sequence: 3 }));
         assert_eq!(ring.dropped(), 1);
         let mut out = [0_u8; 64];
         ring.consumer().unwrap().drain(&mut out);
         assert_eq!(out[2], 1, "the oldest records stay; the newest was dropped");
         assert_eq!(out[10], 2);
-        ring.publish(record(8, 4)).unwrap();
-        assert_eq!(ring.dropped(), 1);
+        assert_eq!(ring.publish(record(8, 4)), Ok(4), "the drop spent number 3");
+        assert_eq!((ring.dropped(), ring.sequences_spent()), (1, 4));
     }
 
     #[test]
@@ -434,23 +512,26 @@ mod tests {
 
     proptest! {
         /// The ring behaves as a bounded FIFO that drops the newest record
-        /// when full, counts every drop, and never splits a record.
+        /// when full, counts every drop, numbers every publish in turn
+        /// (drops included), and never splits a record.
         #[test]
         fn behaves_like_a_bounded_fifo(capacity in 2_u64..6, ops in prop::collection::vec(op(), 0..60)) {
             let slots = slots(capacity);
             let ring = RecordRing::new(&slots);
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();
             let mut model_dropped = 0;
+            let mut model_spent = 0;
             for (step, op) in ops.into_iter().enumerate() {
                 let fill = u8::try_from(step % 251).unwrap();
                 match op {
                     Op::Publish(size) => {
                         let result = ring.publish(record(size, fill));
+                        model_spent += 1;
                         if model.len() < usize::try_from(capacity).unwrap() {
-                            prop_assert_eq!(result, Ok(()));
+                            prop_assert_eq!(result, Ok(model_spent));
                             model.push_back(fake(size, fill));
                         } else {
-                            prop_assert_eq!(result, Err(Full));
+                            prop_assert_eq!(result, Err(Full { sequence: model_spent }));
                             model_dropped += 1;
                         }
                     }
@@ -472,6 +553,7 @@ mod tests {
                 }
                 prop_assert_eq!(ring.len(), model.len());
                 prop_assert_eq!(ring.dropped(), model_dropped);
+                prop_assert_eq!(ring.sequences_spent(), model_spent);
             }
         }
     }
@@ -489,7 +571,7 @@ mod tests {
                 let ring = &ring;
                 scope.spawn(move || {
                     for n in 0..PER_PRODUCER {
-                        let _ = ring.publish(|slot| {
+                        let _ = ring.publish(|_, slot| {
                             slot[..2].copy_from_slice(&8_u16.to_le_bytes());
                             slot[2] = producer;
                             slot[3..5].copy_from_slice(&n.to_le_bytes());

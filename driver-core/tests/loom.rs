@@ -1,13 +1,16 @@
 //! Model checks (loom) of the lock-free parts: every interleaving of a few
-//! producers and the consumer on the ring, and of callbacks and unload on
-//! the rundown gate. Run with
+//! producers and the consumer on one ring and on a ring of two shards, and
+//! of callbacks and unload on the rundown gate. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p kstack-driver-core --test loom --release`
 //! (`cargo xtask test` does).
 
 #![cfg(loom)]
 
 use kstack_abi::MAX_RECORD_SIZE;
-use kstack_driver_core::{RecordRing, Rundown, Slot};
+use kstack_driver_core::{
+    RecordRing, Rundown, Shard, ShardedRing, Slot,
+    sharded_ring::{fresh_slots, shards_over},
+};
 use loom::{
     sync::{
         Arc,
@@ -16,26 +19,34 @@ use loom::{
     thread,
 };
 
-/// Writes an 8-byte record: size, producer id, then a check pattern.
-fn record(producer: u8) -> impl FnOnce(&mut [u8; MAX_RECORD_SIZE]) {
-    move |slot| {
+/// Writes an 8-byte record: size, producer id, then a check pattern and
+/// the low byte of the sequence number the ring gave it.
+fn record(producer: u8) -> impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]) {
+    move |sequence, slot| {
         slot[..2].copy_from_slice(&8_u16.to_le_bytes());
-        slot[2..8].fill(producer);
+        slot[2..7].fill(producer);
+        slot[7] = u8::try_from(sequence).expect("small sequence numbers");
     }
 }
 
-/// Drains what is there now; checks each record is whole.
-fn drain(ring: &RecordRing<'_>, seen: &mut Vec<u8>) {
-    let mut out = [0_u8; 32];
-    let drained = ring.consumer().expect("the only consumer").drain(&mut out);
-    for chunk in out[..drained.bytes].chunks_exact(8) {
+/// Checks the records drained into `out` are whole; notes each one's
+/// producer and sequence number.
+fn check(out: &[u8], seen: &mut Vec<(u8, u8)>) {
+    for chunk in out.chunks_exact(8) {
         assert_eq!(u16::from_le_bytes([chunk[0], chunk[1]]), 8);
         assert!(
-            chunk[2..8].iter().all(|&byte| byte == chunk[2]),
+            chunk[2..7].iter().all(|&byte| byte == chunk[2]),
             "torn record {chunk:?}"
         );
-        seen.push(chunk[2]);
+        seen.push((chunk[2], chunk[7]));
     }
+}
+
+/// Drains what is there now.
+fn drain(ring: &RecordRing<'_>, seen: &mut Vec<(u8, u8)>) {
+    let mut out = [0_u8; 32];
+    let drained = ring.consumer().expect("the only consumer").drain(&mut out);
+    check(&out[..drained.bytes], seen);
 }
 
 /// Two producers and a consumer that drains while they run, on a ring of
@@ -70,9 +81,15 @@ fn producers_and_consumer(capacity: u64) {
             .zip(1_u8..)
             .filter_map(|(producer, id)| producer.join().unwrap().then_some(id))
             .collect();
-        seen.sort_unstable();
-        assert_eq!(seen, published);
+        let mut producers_seen: Vec<u8> = seen.iter().map(|&(producer, _)| producer).collect();
+        producers_seen.sort_unstable();
+        assert_eq!(producers_seen, published);
+        let mut sequences: Vec<u8> = seen.iter().map(|&(_, sequence)| sequence).collect();
+        sequences.sort_unstable();
+        sequences.dedup();
+        assert_eq!(sequences.len(), seen.len(), "sequence numbers are unique");
         assert_eq!(ring.dropped(), 2 - published.len() as u64);
+        assert_eq!(ring.sequences_spent(), 2, "a drop spends its number too");
         assert!(ring.is_empty());
     });
 }
@@ -85,6 +102,58 @@ fn ring_of_two_with_two_producers_and_a_consumer() {
 #[test]
 fn ring_of_three_with_two_producers_and_a_consumer() {
     producers_and_consumer(3);
+}
+
+/// Two producers on different processors, each publishing twice into its
+/// own shard of two slots, and a consumer draining all shards while they
+/// run: every record arrives whole and exactly once, from its producer's
+/// shard, numbered 1 and 2 in that shard's order, and nothing is dropped.
+#[test]
+fn two_shards_with_a_producer_each_and_a_consumer() {
+    loom::model(|| {
+        let slots: &'static [Slot] = Box::leak(fresh_slots(4, 2).collect());
+        let shards: &'static [Shard<'static>] = Box::leak(shards_over(slots, 2).collect());
+        let ring: &'static ShardedRing<'static> = Box::leak(Box::new(ShardedRing::new(shards)));
+        let finished: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        let producers: Vec<_> = (0..2_u8)
+            .map(|processor| {
+                thread::spawn(move || {
+                    let shard = ring.shard_for(u32::from(processor));
+                    for _ in 0..2 {
+                        assert!(shard.publish(record(processor)).is_ok());
+                    }
+                    finished.fetch_add(1, Ordering::Release);
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        loop {
+            let done = finished.load(Ordering::Acquire) == 2;
+            let mut out = [0_u8; 32];
+            let mut consumer = ring.consumer().expect("the only consumer");
+            // The producer's id orders the merge: any order checks it.
+            let drained = consumer.drain(&mut out, |record| u64::from(record[2]));
+            drop(consumer);
+            check(&out[..drained.bytes], &mut seen);
+            if done {
+                break;
+            }
+            thread::yield_now();
+        }
+        for producer in producers {
+            producer.join().unwrap();
+        }
+        for processor in 0..2_u8 {
+            let numbers: Vec<u8> = seen
+                .iter()
+                .filter(|&&(producer, _)| producer == processor)
+                .map(|&(_, sequence)| sequence)
+                .collect();
+            assert_eq!(numbers, [1, 2], "shard {processor}'s records, in its order");
+        }
+        assert_eq!((ring.dropped(), ring.sequences_spent()), (0, 4));
+        assert!(ring.is_empty());
+    });
 }
 
 /// Unload closes the gate and waits until drained; a callback that got in

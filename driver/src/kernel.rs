@@ -15,8 +15,8 @@ use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
     NTSTATUS, OB_PRE_OPERATION_INFORMATION, PS_CREATE_NOTIFY_INFO, UNICODE_STRING,
     ntddk::{
-        IofCompleteRequest, KeGetCurrentProcessorNumberEx, PsGetCurrentProcessId,
-        PsGetCurrentThreadId, RtlCaptureStackBackTrace,
+        IofCompleteRequest, KeGetCurrentProcessorNumberEx, KeQueryActiveProcessorCountEx,
+        PsGetCurrentProcessId, PsGetCurrentThreadId, RtlCaptureStackBackTrace,
     },
 };
 
@@ -102,6 +102,20 @@ pub fn current_irql() -> u8 {
         core::arch::asm!("mov {}, cr8", out(reg) cr8, options(nomem, nostack, preserves_flags));
     }
     u8::try_from(cr8 & 0xF).unwrap_or(u8::MAX)
+}
+
+/// The processors active now, in every processor group: one ring shard
+/// each (exported by Windows 7 and later, and by Wine).
+///
+/// Max IRQL: any.
+pub fn active_processor_count() -> u32 {
+    // The routine takes a USHORT; the bindings give the constant as a u32.
+    const _: () = assert!(wdk_sys::ALL_PROCESSOR_GROUPS == 0xFFFF);
+    #[expect(clippy::cast_possible_truncation, reason = "0xFFFF fits a u16")]
+    const ALL_PROCESSOR_GROUPS: u16 = wdk_sys::ALL_PROCESSOR_GROUPS as u16;
+    // SAFETY: takes a group number and returns a count; callable at any
+    // IRQL.
+    unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS) }
 }
 
 /// Where the I/O manager loaded this driver's image.

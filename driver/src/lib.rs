@@ -59,7 +59,8 @@ fn read_paging_executive() -> PagingExecutive {
     }
 }
 
-/// The ring capacity from the service's `Parameters\RingCapacity`.
+/// The ring capacity, over all its shards, from the service's
+/// `Parameters\RingCapacity`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn read_ring_capacity(parameters: Option<&ParametersKey>) -> usize {
@@ -91,10 +92,13 @@ pub unsafe extern "system" fn driver_entry(
     let paging = read_paging_executive();
     // SAFETY: the kernel passes DriverEntry a valid service key path.
     let parameters = unsafe { service_key.as_ref() }.and_then(ParametersKey::new);
-    let capacity = read_ring_capacity(parameters.as_ref());
+    let ring_size = (
+        read_ring_capacity(parameters.as_ref()),
+        kernel::active_processor_count(),
+    );
     // SAFETY: the kernel passes DriverEntry its valid driver object.
     let image = unsafe { driver.as_ref() }.map_or_else(DriverImage::default, kernel::driver_image);
-    let loaded = match loaded::create(routines, paging, image, capacity, parameters.as_ref()) {
+    let loaded = match loaded::create(routines, paging, image, ring_size, parameters.as_ref()) {
         Ok(loaded) => loaded,
         Err(status) => return status,
     };

@@ -1,17 +1,20 @@
 //! The driver while loaded: one block of non-paged pool holding the core
-//! state and the kernel objects the sources need, the ring's slots in a
-//! second block, a global pointer to the first, and the rundown gate that
-//! keeps callbacks off both while unload frees them.
+//! state and the kernel objects the sources need, the ring (every shard and
+//! every slot) in a second block, a global pointer to the first, and the
+//! rundown gate that keeps callbacks off both while unload frees them.
 
 use core::{
-    mem::size_of,
+    mem::{align_of, size_of},
     ptr::{self, NonNull},
     slice,
     sync::atomic::{AtomicPtr, Ordering},
 };
 
 use kstack_abi::{DriverImage, PagingExecutive, SourceFacts};
-use kstack_driver_core::{CaptureOutcome, DriverCore, RecordRing, Rundown, Slot, SourceControl};
+use kstack_driver_core::{
+    CaptureOutcome, DriverCore, Rundown, Shard, ShardedRing, Slot, SourceControl,
+    sharded_ring::{fresh_slots, shard_count, shards_over},
+};
 use wdk_sys::{
     LARGE_INTEGER, NTSTATUS, STATUS_INSUFFICIENT_RESOURCES, ntddk::KeDelayExecutionThread,
 };
@@ -33,7 +36,9 @@ pub struct LoadedDriver {
     pub timer: TimerSource,
     pub registry: RegistryCallback,
     pub objects: ObjectCallbacks,
-    slots: NonNull<Slot>,
+    /// The ring's block, as allocated (the shards start at its first
+    /// 128-byte boundary).
+    ring_block: NonNull<u8>,
     /// Where unload records what it left allocated.
     parameters: Option<ParametersKey>,
 }
@@ -80,48 +85,101 @@ impl SourceControl for LoadedDriver {
     }
 }
 
-/// Allocates and publishes the state: `capacity` ring slots, nothing
-/// enabled, every source unavailable until registered.
+/// Bytes of the ring's block for `shards` shards and `capacity` slots in
+/// all: room to align the shards, then the shards, then the slots (a shard's
+/// size is a multiple of its alignment, so the slots after them are aligned).
+///
+/// Max IRQL: any.
+fn ring_block_size(shards: usize, capacity: usize) -> Option<usize> {
+    const _: () = assert!(size_of::<Shard<'static>>().is_multiple_of(align_of::<Slot>()));
+    let shards = shards.checked_mul(size_of::<Shard<'static>>())?;
+    let slots = capacity.checked_mul(size_of::<Slot>())?;
+    (align_of::<Shard<'static>>() - 1)
+        .checked_add(shards)?
+        .checked_add(slots)
+}
+
+/// Lays out the ring in `block` (of [`ring_block_size`] bytes): one shard
+/// per processor of `processors`, up to kstack-abi's `MAX_SHARDS`, sharing
+/// `capacity` slots.
+///
+/// # Safety
+/// `block` is unused, non-paged, [`ring_block_size`]`(shard_count(..),
+/// capacity)` bytes long, and stays allocated and untouched by anything
+/// else until every user of the returned ring is gone.
+///
+/// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
+unsafe fn lay_out_ring(
+    block: NonNull<u8>,
+    processors: u32,
+    capacity: usize,
+) -> ShardedRing<'static> {
+    let count = shard_count(processors, capacity);
+    let padding = block.as_ptr().align_offset(align_of::<Shard<'static>>());
+    // SAFETY: the block has room for the padding (below the alignment) in
+    // front of the shards.
+    let shards = unsafe { block.add(padding) }.cast::<Shard<'static>>();
+    // SAFETY: the slots follow the `count` shards inside the block.
+    let slots = unsafe { shards.add(count) }.cast::<Slot>();
+    for (index, slot) in fresh_slots(capacity, count).enumerate() {
+        // SAFETY: `index` < `capacity`: inside the slots' part.
+        let place = unsafe { slots.add(index) };
+        // SAFETY: aligned (see `ring_block_size`) and written once, before
+        // anything reads it.
+        unsafe { place.write(slot) };
+    }
+    // SAFETY: all `capacity` slots were initialized above; the caller keeps
+    // them allocated as long as the ring is used.
+    let slots: &'static [Slot] = unsafe { slice::from_raw_parts(slots.as_ptr(), capacity) };
+    for (index, shard) in shards_over(slots, count).enumerate() {
+        // SAFETY: `index` < `count`: inside the shards' part.
+        let place = unsafe { shards.add(index) };
+        // SAFETY: aligned by the padding and written once, before anything
+        // reads it.
+        unsafe { place.write(shard) };
+    }
+    // SAFETY: all `count` shards were initialized above, and live as long
+    // as the slots.
+    let shards: &'static [Shard<'static>] =
+        unsafe { slice::from_raw_parts(shards.as_ptr(), count) };
+    ShardedRing::new(shards)
+}
+
+/// Allocates and publishes the state: a ring of `capacity` records in all,
+/// in one shard per active processor (`processors`), nothing enabled, every
+/// source unavailable until registered.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 pub fn create(
     routines: Routines,
     paging: PagingExecutive,
     image: DriverImage,
-    capacity: usize,
+    (capacity, processors): (usize, u32),
     parameters: Option<&ParametersKey>,
 ) -> Result<&'static LoadedDriver, NTSTATUS> {
-    let slot_bytes = capacity
-        .checked_mul(size_of::<Slot>())
+    let ring_bytes = ring_block_size(shard_count(processors, capacity), capacity)
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-    let slots = pool::allocate(&routines, slot_bytes, pool::TAG_RING)
+    let ring_block = pool::allocate(&routines, ring_bytes, pool::TAG_RING)
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
     let Some(state) = pool::allocate(&routines, size_of::<LoadedDriver>(), pool::TAG_STATE) else {
         // SAFETY: allocated just above, unused.
-        unsafe { pool::free(slots, pool::TAG_RING) };
+        unsafe { pool::free(ring_block, pool::TAG_RING) };
         return Err(STATUS_INSUFFICIENT_RESOURCES);
     };
-    let slots = slots.cast::<Slot>();
-    for (index, position) in (0..capacity).zip(0_u64..) {
-        // SAFETY: the block holds `capacity` slots, so `index` is inside it.
-        let slot = unsafe { slots.as_ptr().add(index) };
-        // SAFETY: each slot is written once, before anything reads it.
-        unsafe { slot.write(Slot::new(position)) };
-    }
-    // SAFETY: all `capacity` slots were initialized above and stay allocated
-    // until `destroy`, after every user is gone.
-    let ring_slots: &'static [Slot] = unsafe { slice::from_raw_parts(slots.as_ptr(), capacity) };
+    // SAFETY: the block was just allocated with the size `lay_out_ring`
+    // needs, and is freed only by `destroy`, after every user is gone.
+    let ring = unsafe { lay_out_ring(ring_block, processors, capacity) };
     let state = state.cast::<LoadedDriver>();
     // SAFETY: the block is sized and aligned (pool alignment is 16) for a
     // LoadedDriver and not yet shared.
     unsafe {
         state.as_ptr().write(LoadedDriver {
-            core: DriverCore::new(RecordRing::new(ring_slots), paging, image),
+            core: DriverCore::new(ring, paging, image),
             routines,
             timer: TimerSource::new(),
             registry: RegistryCallback::new(),
             objects: ObjectCallbacks::new(),
-            slots,
+            ring_block,
             parameters: parameters.copied(),
         });
     }
@@ -153,7 +211,7 @@ pub fn destroy(unregister: impl FnOnce(&LoadedDriver)) {
         let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
     }
     LOADED.store(ptr::null_mut(), Ordering::Release);
-    let slots = driver.slots;
+    let ring_block = driver.ring_block;
     let parameters = driver.parameters;
     // SAFETY: no callback or request can reach the state any more (gate
     // drained, callbacks unregistered, timer stopped and its DPCs flushed).
@@ -161,7 +219,7 @@ pub fn destroy(unregister: impl FnOnce(&LoadedDriver)) {
         ptr::drop_in_place(state.as_ptr());
     }
     // SAFETY: both blocks came from `create` and are freed once.
-    unsafe { pool::free(slots.cast(), pool::TAG_RING) };
+    unsafe { pool::free(ring_block, pool::TAG_RING) };
     // SAFETY: as above.
     unsafe { pool::free(state.cast(), pool::TAG_STATE) };
     // What this load left allocated (0 when everything was freed), for

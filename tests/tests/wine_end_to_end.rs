@@ -214,7 +214,13 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     expect("/ring/ready", Value::Bool(true))?;
     expect("/ring/capacity", Value::from(16_384))?;
     expect("/ring/used", Value::from(0))?;
-    expect("/next_sequence", Value::from(1))?;
+    expect("/sequences_spent", Value::from(0))?;
+    // One shard per processor Wine reports (KeQueryActiveProcessorCountEx).
+    let shards = status["ring"]["shards"].as_u64().unwrap_or_default();
+    ensure(
+        (1..=u64::from(kstack_abi::MAX_SHARDS)).contains(&shards),
+        || format!("status/ring/shards is {shards}\n{status:#}"),
+    )?;
     // DriverStart and DriverSize: kstack.sys at its preferred base.
     let (start, end) = kstack_image_range(&context.package)?;
     expect("/driver_image/base", Value::from(format!("{start:#x}")))?;
@@ -643,6 +649,7 @@ fn expected_facts_json(facts: &SourceFacts, record: &Value) -> Value {
             process_id: 0,
             thread_id: 0,
             processor: 0,
+            shard: 0,
             irql: 0,
             flags: kstack_abi::RecordFlags::NONE,
             os_hash: 0,
@@ -722,33 +729,43 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
     wine.set_disable_paging_executive(Some(1))?;
     wine.set_ring_capacity(Some(16))?;
     wine.start_driver()?;
+    let shards = status(wine)?["ring"]["shards"]
+        .as_u64()
+        .ok_or("status without ring/shards")?;
     ensure(status(wine)?["ring"]["capacity"] == 16, || {
         "RingCapacity=16 not applied".to_owned()
     })?;
     wine.client_ok(&["config", "--enable", "timer", "--timer-period", "1"])?;
+    // Records are named by shard and sequence number: each shard numbers its
+    // own.
     let mut received = BTreeSet::new();
+    let mut note = |text: String| -> WineResult<()> {
+        for record in json_lines(&text)? {
+            let shard = record["shard"].as_u64().ok_or("record without shard")?;
+            let sequence = record["sequence"]
+                .as_u64()
+                .ok_or("record without sequence")?;
+            ensure(shard < shards && sequence > 0, || {
+                format!("shard {shard} of {shards}, sequence {sequence}: {record}")
+            })?;
+            ensure(received.insert((shard, sequence)), || {
+                format!("shard {shard}'s sequence {sequence} received twice")
+            })?;
+        }
+        Ok(())
+    };
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
-        for record in json_lines(&wine.client_ok(&["read", "--json"])?)? {
-            received.insert(
-                record["sequence"]
-                    .as_u64()
-                    .ok_or("record without sequence")?,
-            );
-        }
+        note(wine.client_ok(&["read", "--json"])?)?;
         thread::sleep(Duration::from_millis(100));
     }
     // Stop the source, then collect what is left: no number is spent after.
     wine.client_ok(&["config", "--disable", "timer"])?;
-    for record in json_lines(&wine.client_ok(&["read", "--json"])?)? {
-        received.insert(
-            record["sequence"]
-                .as_u64()
-                .ok_or("record without sequence")?,
-        );
-    }
+    note(wine.client_ok(&["read", "--json"])?)?;
     let status = status(wine)?;
-    let spent = status["next_sequence"].as_u64().ok_or("no next_sequence")? - 1;
+    let spent = status["sequences_spent"]
+        .as_u64()
+        .ok_or("no sequences_spent")?;
     let dropped = status["dropped"].as_u64().ok_or("no dropped")?;
     let missing = spent - received.len() as u64;
     ensure(dropped > 0, || {
@@ -756,7 +773,8 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
     })?;
     ensure(missing == dropped, || {
         format!(
-            "{spent} sequence numbers spent, {} received, {missing} missing, but {dropped} drops counted",
+            "{spent} sequence numbers spent over {shards} shards, {} received, {missing} missing, but {dropped} \
+             drops counted",
             received.len()
         )
     })

@@ -61,11 +61,13 @@ fn capture() -> Vec<u8> {
         let stack_frames = &stacks[usize::try_from(stack).expect("small")];
         let record = TraceRecord {
             header: RecordHeader {
-                sequence,
+                // Eight processors in turn, each numbering its shard's records.
+                sequence: sequence / 8 + 1,
                 timestamp: 134_083_512_000_000_000 + sequence * 10_000,
                 process_id: 4,
                 thread_id: 8,
-                processor: u32::try_from(sequence % 8).expect("small"),
+                processor: u16::try_from(sequence % 8).expect("small"),
+                shard: u16::try_from(sequence % 8).expect("small"),
                 irql: 2,
                 flags: RecordFlags::NONE,
                 os_hash: 0,

@@ -300,6 +300,7 @@ pub(crate) mod tests {
                 process_id: 4,
                 thread_id: 8,
                 processor: 0,
+                shard: 0,
                 irql: 2,
                 flags: RecordFlags::NONE,
                 os_hash: 0x1234,

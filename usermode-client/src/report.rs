@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use kstack_abi::{ABI_VERSION, KSTACK_VERSION, PagingExecutive, Source, StatusResponse};
 use serde_json::{Value, json};
 
+use crate::stack_table::counted;
+
 /// The `kstack status` report.
 #[must_use]
 pub fn status(status: &StatusResponse) -> String {
@@ -29,8 +31,10 @@ pub fn status(status: &StatusResponse) -> String {
     if status.ring_ready {
         let _ = writeln!(
             out,
-            "ring: {} of {} records in use",
-            status.ring_used, status.ring_capacity
+            "ring: {} of {} records in use, in {} (one per processor)",
+            status.ring_used,
+            status.ring_capacity,
+            counted(u64::from(status.ring_shards), "shard")
         );
     } else {
         let _ = writeln!(out, "ring: not allocated (capture is off)");
@@ -44,8 +48,8 @@ pub fn status(status: &StatusResponse) -> String {
     let _ = writeln!(
         out,
         "records: {captured} captured, {} dropped (ring full), {} cleared, {skipped} skipped (IRQL too high \
-         for the paging policy), next sequence {}",
-        status.dropped, status.cleared, status.next_sequence
+         for the paging policy), {} sequence numbers spent",
+        status.dropped, status.cleared, status.sequences_spent
     );
     let config = &status.config;
     let filter = match config.process_filter {
@@ -113,10 +117,15 @@ pub fn status_json(status: &StatusResponse) -> Value {
             PagingExecutive::Value(value) => json!(value),
         },
         "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
-        "ring": { "ready": status.ring_ready, "capacity": status.ring_capacity, "used": status.ring_used },
+        "ring": {
+            "ready": status.ring_ready,
+            "capacity": status.ring_capacity,
+            "used": status.ring_used,
+            "shards": status.ring_shards,
+        },
         "dropped": status.dropped,
         "cleared": status.cleared,
-        "next_sequence": status.next_sequence,
+        "sequences_spent": status.sequences_spent,
         "pool_allocations": status.outstanding_allocations,
         "config": {
             "frames_to_skip": config.frames_to_skip,
@@ -158,7 +167,11 @@ mod tests {
                 source.name()
             );
         }
-        assert!(text.contains("3 of 8192 records"), "{text}");
+        assert!(
+            text.contains("3 of 8192 records in use, in 2 shards"),
+            "{text}"
+        );
+        assert!(text.contains("3 sequence numbers spent"), "{text}");
         assert!(
             text.contains("kstack.sys loaded at 0x140000000, 0x30000 bytes"),
             "{text}"
@@ -180,7 +193,8 @@ mod tests {
         assert_eq!(value["sources"][0]["name"], "process");
         assert_eq!(value["disable_paging_executive"], Value::Null);
         assert_eq!(value["ring"]["capacity"], 8192);
-        assert_eq!(value["next_sequence"], 3);
+        assert_eq!(value["ring"]["shards"], 2);
+        assert_eq!(value["sequences_spent"], 3);
         assert_eq!(value["driver_image"]["base"], "0x140000000");
         assert_eq!(value["driver_image"]["size"], 0x3_0000);
     }

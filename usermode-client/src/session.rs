@@ -9,6 +9,7 @@ use kstack_abi::{
 };
 
 use std::{
+    collections::BTreeMap,
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
@@ -165,38 +166,51 @@ impl Reader {
     }
 }
 
-/// Accounts for sequence numbers across reads: every number the driver
-/// spent is a record received, dropped (ring full) or cleared.
+/// Accounts for sequence numbers across reads, per ring shard (each shard
+/// numbers its own records): every number a shard spent is a record
+/// received, dropped (shard full) or cleared.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SequenceTracker {
     /// Records received (not counting those kept out of the ring).
     pub received: u64,
-    lowest: Option<u64>,
-    highest: Option<u64>,
+    shards: BTreeMap<u16, ShardSpan>,
+}
+
+/// What one shard's records showed: the lowest and highest numbers, and
+/// how many arrived.
+#[derive(Debug, PartialEq, Eq)]
+struct ShardSpan {
+    lowest: u64,
+    highest: u64,
+    received: u64,
 }
 
 impl SequenceTracker {
-    /// Notes one received record (records not kept in the ring carry 0).
-    pub fn note(&mut self, sequence: u64) {
+    /// Notes one received record of `shard` (records not kept in the ring
+    /// carry sequence 0).
+    pub fn note(&mut self, shard: u16, sequence: u64) {
         if sequence == 0 {
             return;
         }
         self.received += 1;
-        self.lowest = Some(self.lowest.map_or(sequence, |lowest| lowest.min(sequence)));
-        self.highest = Some(
-            self.highest
-                .map_or(sequence, |highest| highest.max(sequence)),
-        );
+        let span = self.shards.entry(shard).or_insert(ShardSpan {
+            lowest: sequence,
+            highest: sequence,
+            received: 0,
+        });
+        span.lowest = span.lowest.min(sequence);
+        span.highest = span.highest.max(sequence);
+        span.received += 1;
     }
 
-    /// Sequence numbers between the lowest and highest seen that never
-    /// arrived.
+    /// Sequence numbers that never arrived between the lowest and highest
+    /// seen of each shard, over all shards.
     #[must_use]
     pub fn gaps(&self) -> u64 {
-        match (self.lowest, self.highest) {
-            (Some(lowest), Some(highest)) => (highest - lowest + 1).saturating_sub(self.received),
-            _ => 0,
-        }
+        self.shards
+            .values()
+            .map(|span| (span.highest - span.lowest + 1).saturating_sub(span.received))
+            .sum()
     }
 }
 
@@ -220,8 +234,8 @@ pub enum Follow {
 pub struct FollowSummary {
     /// Records received.
     pub received: u64,
-    /// Sequence numbers between the first and last received that never
-    /// arrived (dropped or cleared).
+    /// Sequence numbers between the first and last received of each shard
+    /// that never arrived (dropped or cleared), over all shards.
     pub gaps: u64,
     /// Records the driver dropped (ring full) while following.
     pub dropped: u64,
@@ -249,7 +263,7 @@ pub fn follow(
         }
         let batch = reader.read(transport)?;
         for record in &batch.records {
-            tracker.note(record.header.sequence);
+            tracker.note(record.header.shard, record.header.sequence);
         }
         each(&batch.records)?;
         dropped_at_start.get_or_insert(batch.dropped);
@@ -312,11 +326,12 @@ pub(crate) mod tests {
             ring_ready: true,
             ring_capacity: 8192,
             ring_used: 3,
+            ring_shards: 2,
             outstanding_allocations: 2,
             config: CaptureConfig::default(),
             dropped: 0,
             cleared: 0,
-            next_sequence: 3,
+            sequences_spent: 3,
             sources: [SourceStatus {
                 registration: 0,
                 available: true,
@@ -425,6 +440,7 @@ pub(crate) mod tests {
             process_id: 4,
             thread_id: 8,
             processor: 0,
+            shard: 0,
             irql: 0,
             flags: RecordFlags::NONE,
             os_hash: 1,
@@ -637,9 +653,22 @@ pub(crate) mod tests {
         let mut tracker = SequenceTracker::default();
         assert_eq!(tracker.gaps(), 0);
         for sequence in [3, 5, 4, 9, 0] {
-            tracker.note(sequence);
+            tracker.note(0, sequence);
         }
         assert_eq!(tracker.received, 4);
         assert_eq!(tracker.gaps(), 3, "6, 7 and 8 never arrived");
+    }
+
+    #[test]
+    fn sequence_tracker_counts_gaps_per_shard() {
+        let mut tracker = SequenceTracker::default();
+        // Shard 0 lost its number 2; shard 1's number 2 does not fill it.
+        for (shard, sequence) in [(0, 1), (1, 2), (0, 3), (1, 1), (1, 3)] {
+            tracker.note(shard, sequence);
+        }
+        assert_eq!(tracker.received, 5);
+        assert_eq!(tracker.gaps(), 1);
+        tracker.note(1, 6);
+        assert_eq!(tracker.gaps(), 3, "and shard 1's 4 and 5");
     }
 }

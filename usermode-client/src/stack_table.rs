@@ -8,12 +8,15 @@ use serde_json::{Value, json};
 
 use crate::{modules::ModuleMap, trace::system_time_text};
 
-/// When a stack was seen: its record's time and sequence number.
+/// When a stack was seen: its record's time, shard and sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Sighting {
     /// System time, 100 ns units since 1601.
     pub timestamp: u64,
-    /// The record's sequence number (0: a capture-now record not kept).
+    /// The ring shard that kept the record.
+    pub shard: u16,
+    /// The record's sequence number in its shard (0: a capture-now record
+    /// not kept).
     pub sequence: u64,
 }
 
@@ -21,6 +24,7 @@ impl Sighting {
     const fn of(header: &RecordHeader) -> Self {
         Self {
             timestamp: header.timestamp,
+            shard: header.shard,
             sequence: header.sequence,
         }
     }
@@ -246,11 +250,15 @@ fn source_names(sources: SourceSet) -> Vec<&'static str> {
 
 fn sighting_text(seen: Sighting) -> String {
     let time = system_time_text(seen.timestamp).unwrap_or_else(|| "time unknown".to_owned());
-    format!("{time} (#{})", seen.sequence)
+    format!("{time} (#{} shard {})", seen.sequence, seen.shard)
 }
 
 fn sighting_json(seen: Sighting) -> Value {
-    json!({ "time": system_time_text(seen.timestamp), "sequence": seen.sequence })
+    json!({
+        "time": system_time_text(seen.timestamp),
+        "shard": seen.shard,
+        "sequence": seen.sequence,
+    })
 }
 
 #[cfg(test)]

@@ -114,8 +114,9 @@ impl TraceRecord {
             system_time_text(self.header.timestamp).unwrap_or_else(|| "time unknown".to_owned());
         let _ = write!(
             out,
-            "#{} {} {time} pid {} tid {} cpu {} irql {} stack {:016x} os-hash {:08x}: {}",
+            "#{} shard {} {} {time} pid {} tid {} cpu {} irql {} stack {:016x} os-hash {:08x}: {}",
             self.header.sequence,
+            self.header.shard,
             self.source().name(),
             self.header.process_id,
             self.header.thread_id,
@@ -166,6 +167,7 @@ impl TraceRecord {
         json!({
             "schema": JSON_SCHEMA_VERSION,
             "sequence": self.header.sequence,
+            "shard": self.header.shard,
             "source": self.source().name(),
             "time": system_time_text(self.header.timestamp),
             "system_time_100ns": self.header.timestamp,
@@ -256,6 +258,7 @@ mod tests {
                 process_id: 4,
                 thread_id: 96,
                 processor: 1,
+                shard: 1,
                 irql: 2,
                 flags: RecordFlags::TRUNCATED,
                 os_hash: 0xDEAD_BEEF,
@@ -288,7 +291,7 @@ mod tests {
         let text = sample().to_text(&ModuleMap::default(), false);
         assert_eq!(
             text,
-            "#7 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2 stack 0123456789abcdef os-hash deadbeef: \
+            "#7 shard 1 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2 stack 0123456789abcdef os-hash deadbeef: \
              timer sample [truncated]\n   0  0xfffff80012345678\n   1  0xfffff80000001000\n"
         );
     }
@@ -322,6 +325,10 @@ mod tests {
     fn json_line_has_the_documented_fields() {
         let value = sample().to_json(&ModuleMap::default());
         assert_eq!(value["schema"], 1);
+        assert_eq!(
+            (&value["sequence"], &value["shard"]),
+            (&json!(7), &json!(1))
+        );
         assert_eq!(value["source"], "timer");
         assert_eq!(value["stack_id"], "0x0123456789abcdef");
         assert_eq!(value["os_hash"], "0xdeadbeef");

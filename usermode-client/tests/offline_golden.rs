@@ -75,16 +75,22 @@ const THREAD: &[u64] = &[KSTACK + 0x2350, NT + 0x6F_4410];
 /// capture-now record and a frame outside every module.
 fn records() -> Vec<TraceRecord> {
     let mut records = Vec::new();
+    // Captured on two processors in turn, each with its own ring shard and
+    // sequence numbers.
+    let mut spent = [0_u64; 2];
     let mut push = |facts: SourceFacts, frames: &[u64], irql: u8, flags: RecordFlags| {
-        let sequence = records.len() as u64 + 1;
+        let index = records.len() as u64 + 1;
+        let shard = u16::try_from(index % 2).unwrap();
+        spent[usize::from(shard)] += 1;
         records.push(TraceRecord {
             header: RecordHeader {
-                sequence,
+                sequence: spent[usize::from(shard)],
                 // 2025-11-23T06:00:00Z plus 1 ms per record.
-                timestamp: 134_083_512_000_000_000 + sequence * 10_000,
+                timestamp: 134_083_512_000_000_000 + index * 10_000,
                 process_id: if irql == 2 { 0 } else { 4312 },
-                thread_id: 5000 + u32::try_from(sequence % 3).unwrap(),
-                processor: u32::try_from(sequence % 2).unwrap(),
+                thread_id: 5000 + u32::try_from(index % 3).unwrap(),
+                processor: shard,
+                shard,
                 irql,
                 flags,
                 os_hash: u32::try_from(stack_id(frames.iter().copied()) & 0xFFFF_FFFF).unwrap(),

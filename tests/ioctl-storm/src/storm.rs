@@ -10,7 +10,8 @@ use kstack_abi::{
 };
 use kstack_client::{device::Device, session, transport::Transport};
 use kstack_driver_core::{
-    DriverCore, Platform, RecordRing, Slot, SourceControl, SourceRegistration,
+    DriverCore, Platform, ShardedRing, Slot, SourceControl, SourceRegistration,
+    sharded_ring::{fresh_slots, shards_over},
 };
 
 /// A user-mode stand-in for the kernel, for the reference's capture-now.
@@ -179,9 +180,10 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let slots: Vec<Slot> = (0..16).map(Slot::new).collect();
+    let slots: Vec<Slot> = fresh_slots(16, 1).collect();
+    let shards: Vec<_> = shards_over(&slots, 1).collect();
     let reference = DriverCore::new(
-        RecordRing::new(&slots),
+        ShardedRing::new(&shards),
         status.paging_executive,
         status.driver_image,
     );

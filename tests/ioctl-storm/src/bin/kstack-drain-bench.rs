@@ -32,10 +32,21 @@ fn bench() -> Result<(), String> {
         .skip(1)
         .map(|arg| arg.parse().map_err(|_| format!("not a number: {arg}")))
         .collect::<Result<_, _>>()?;
-    let [records, rounds] = args[..] else {
+    let [wanted, rounds] = args[..] else {
         return Err("usage: kstack-drain-bench RECORDS ROUNDS".to_owned());
     };
     let mut device = Device::open().map_err(|error| error.to_string())?;
+    // Every capture of a round may land in one shard (the requests may all
+    // run on one processor): a round fills at most the smallest shard.
+    let status = session::status(&mut device).map_err(|error| error.to_string())?;
+    let smallest_shard = u64::from(status.ring_capacity / status.ring_shards.max(1));
+    let records = wanted.min(smallest_shard);
+    if records < wanted {
+        println!(
+            "{wanted} records per round asked for; {records}, the smallest of {} shards of a {}-record ring",
+            status.ring_shards, status.ring_capacity
+        );
+    }
     let config = CaptureConfig {
         sources: SourceSet::EMPTY.with(Source::OnDemand),
         ..CaptureConfig::default()

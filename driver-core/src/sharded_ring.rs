@@ -1,0 +1,581 @@
+//! The record ring as the driver keeps it: one [`RecordRing`] per processor
+//! shard, so captures on different processors never write the same cache
+//! line.
+//!
+//! Why: with a single ring every capture on every processor claimed its slot
+//! with a compare-and-swap on one shared `tail` and took its sequence number
+//! from one shared counter; two processors publishing back to back spent
+//! most of their time moving those two lines between them
+//! (`docs/performance.md`).
+//!
+//! The design:
+//!
+//! - **Shards.** [`shard_count`]: one per active processor, at most
+//!   [`MAX_SHARDS`], and no more than leaves each shard [`MIN_CAPACITY`]
+//!   slots. Each shard is the proven multi-producer [`RecordRing`]: a thread
+//!   at `PASSIVE_LEVEL` may be preempted or moved to another processor
+//!   between reading its processor number and publishing, and processors
+//!   past [`MAX_SHARDS`] share shards, so two producers can still meet on
+//!   one shard. Publishing takes no lock and never waits; a full shard drops
+//!   the newest record and counts it.
+//! - **Capacity.** `Parameters\RingCapacity` stays the total over all
+//!   shards: shard `i` of `n` gets `capacity / n` slots, and the first
+//!   `capacity % n` shards one more ([`shard_capacity`]). Status reports the
+//!   total capacity, and the sums of records in use and dropped.
+//! - **Which shard.** The processor's index modulo the shard count
+//!   ([`ShardedRing::shard_for`]); with one shard per processor that is the
+//!   processor's own.
+//! - **Sequence numbers.** Per shard, from 1 (the ring's own counter, on the
+//!   line its producers already own): there is no counter shared by all
+//!   processors. A record carries its shard and its number, so `(shard,
+//!   sequence)` names it, and per shard every number spent is a record read,
+//!   dropped (shard full) or cleared.
+//! - **Counters.** The per-source counts a capture bumps (stacks walked,
+//!   walks skipped for the IRQL) are kept per shard as well, and summed for
+//!   status, so a capture writes nothing but its own shard.
+//! - **Reading.** One consumer for all shards: [`ShardedRing::consumer`]
+//!   takes every shard's try-lock in shard order and gives up if one is
+//!   held, so a second concurrent reader is told the device is busy and
+//!   nobody waits. A read merges the shards by timestamp: it copies the
+//!   oldest of the shards' first records, again and again, whole records
+//!   only, until the buffer is full or no shard has a written record
+//!   ([`ShardedConsumer::drain`]). Each shard's own order is kept, ties go
+//!   to the lower shard. A clear discards every shard.
+//!
+//! A [`Shard`] is 128-byte aligned (its ring's producer and consumer sides
+//! are), so shards side by side in memory share no cache line.
+
+use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source};
+
+use crate::{
+    ring::{Consumer, Drained, Full, MIN_CAPACITY, RecordRing, Slot},
+    sync::{AtomicU64, Ordering},
+};
+
+/// [`MAX_SHARDS`] as an array length.
+const SHARDS: usize = MAX_SHARDS as usize;
+
+/// How many shards a ring of `capacity` records gets on a machine with
+/// `processors` active processors (at least one).
+///
+/// Max IRQL: any.
+#[must_use]
+pub fn shard_count(processors: u32, capacity: usize) -> usize {
+    usize::try_from(processors)
+        .unwrap_or(SHARDS)
+        .clamp(1, SHARDS)
+        .min((capacity / MIN_CAPACITY).max(1))
+}
+
+/// The slots of shard `index` when `capacity` slots are split over `shards`.
+///
+/// Max IRQL: any.
+#[must_use]
+pub const fn shard_capacity(capacity: usize, shards: usize, index: usize) -> usize {
+    capacity / shards + if index < capacity % shards { 1 } else { 0 }
+}
+
+/// The fresh slots of a ring of `capacity` records in `shards` shards: each
+/// shard's in turn, numbered from 0 within its shard, as [`shards_over`]
+/// expects them.
+pub fn fresh_slots(capacity: usize, shards: usize) -> impl Iterator<Item = Slot> {
+    (0..shards).flat_map(move |index| {
+        (0_u64..)
+            .take(shard_capacity(capacity, shards, index))
+            .map(Slot::new)
+    })
+}
+
+/// The shards over `slots`, which [`fresh_slots`]`(slots.len(), shards)`
+/// made.
+///
+/// # Panics
+/// When a shard would get fewer than [`MIN_CAPACITY`] slots, or there are
+/// more than [`MAX_SHARDS`] shards.
+pub fn shards_over(slots: &[Slot], shards: usize) -> impl Iterator<Item = Shard<'_>> {
+    let mut rest = slots;
+    (0..shards).map(move |index| {
+        let (own, others) = rest.split_at(shard_capacity(slots.len(), shards, index));
+        rest = others;
+        Shard {
+            ring: RecordRing::new(own),
+            index: u16::try_from(index)
+                .ok()
+                .filter(|&index| index < MAX_SHARDS)
+                .expect("at most MAX_SHARDS shards"),
+            captured: core::array::from_fn(|_| AtomicU64::new(0)),
+            skipped_irql: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    })
+}
+
+/// One processor's part of the ring: its records, and the per-source
+/// counters its captures bump.
+pub struct Shard<'a> {
+    ring: RecordRing<'a>,
+    /// Its place among the shards, written into its records.
+    index: u16,
+    /// Stacks walked, per source ([`Source::index`]).
+    captured: [AtomicU64; Source::COUNT],
+    /// Walks skipped because the IRQL was too high, per source.
+    skipped_irql: [AtomicU64; Source::COUNT],
+}
+
+impl Shard<'_> {
+    /// Its place among the shards.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub const fn index(&self) -> u16 {
+        self.index
+    }
+
+    /// Publishes one record under this shard's next sequence number (see
+    /// [`RecordRing::publish`]).
+    ///
+    /// # Errors
+    /// [`Full`] when the shard has no free slot; the drop is counted.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn publish(
+        &self,
+        write: impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]),
+    ) -> Result<u64, Full> {
+        self.ring.publish(write)
+    }
+
+    /// Counts a stack walked for `source`.
+    ///
+    /// Max IRQL: any.
+    pub fn count_captured(&self, source: Source) {
+        self.captured[source.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a walk skipped for `source` because the IRQL was too high.
+    ///
+    /// Max IRQL: any.
+    pub fn count_skipped_irql(&self, source: Source) {
+        self.skipped_irql[source.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// This shard's ring.
+    #[must_use]
+    pub const fn ring(&self) -> &RecordRing<'_> {
+        &self.ring
+    }
+}
+
+/// The shards, as one ring to the rest of the driver.
+pub struct ShardedRing<'a> {
+    shards: &'a [Shard<'a>],
+}
+
+impl<'a> ShardedRing<'a> {
+    /// The ring over `shards`, made by [`shards_over`].
+    ///
+    /// # Panics
+    /// When there is no shard, or the shards are not numbered in order.
+    #[must_use]
+    pub fn new(shards: &'a [Shard<'a>]) -> Self {
+        assert!(!shards.is_empty(), "a ring needs at least one shard");
+        assert!(
+            shards
+                .iter()
+                .zip(0_u16..)
+                .all(|(shard, index)| shard.index == index),
+            "shards must be numbered in order"
+        );
+        Self { shards }
+    }
+
+    /// The shards, in order.
+    #[must_use]
+    pub const fn shards(&self) -> &'a [Shard<'a>] {
+        self.shards
+    }
+
+    /// The shard a capture on `processor` publishes into.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn shard_for(&self, processor: u32) -> &'a Shard<'a> {
+        let index = usize::try_from(processor).unwrap_or(usize::MAX);
+        // One shard per processor is the usual case: no division then.
+        self.shards
+            .get(index)
+            .unwrap_or_else(|| &self.shards[index % self.shards.len()])
+    }
+
+    /// Records all shards hold at most.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.shards.iter().map(|shard| shard.ring.capacity()).sum()
+    }
+
+    /// Records waiting in all shards.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|shard| shard.ring.len()).sum()
+    }
+
+    /// Whether no shard holds a record.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records dropped because their shard was full.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn dropped(&self) -> u64 {
+        self.shards.iter().map(|shard| shard.ring.dropped()).sum()
+    }
+
+    /// Sequence numbers spent, over all shards.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn sequences_spent(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| shard.ring.sequences_spent())
+            .sum()
+    }
+
+    /// Stacks walked for `source`, over all shards.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn captured(&self, source: Source) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| shard.captured[source.index()].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Walks skipped for `source` because the IRQL was too high, over all
+    /// shards.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn skipped_irql(&self, source: Source) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| shard.skipped_irql[source.index()].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The consumer side of every shard, unless another caller holds any of
+    /// them now. The try-locks are taken in shard order, so whoever holds
+    /// the first holds all.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn consumer(&self) -> Option<ShardedConsumer<'_, 'a>> {
+        let mut consumers = [const { None }; SHARDS];
+        for (held, shard) in consumers.iter_mut().zip(self.shards) {
+            // Returning drops (releases) those already taken.
+            *held = Some(shard.ring.consumer()?);
+        }
+        Some(ShardedConsumer { consumers })
+    }
+}
+
+/// Exclusive access to every shard's consumer side; released when dropped.
+pub struct ShardedConsumer<'r, 'a> {
+    /// One per shard, in order; `None` past the last shard.
+    consumers: [Option<Consumer<'r, 'a>>; SHARDS],
+}
+
+impl ShardedConsumer<'_, '_> {
+    /// Copies whole records into `out` while they fit, merging the shards:
+    /// each time the written record with the lowest `order` (the timestamp)
+    /// among the shards' oldest, the lower shard first on a tie. A record
+    /// still being written ends its shard's part of this drain.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
+    pub fn drain(&mut self, out: &mut [u8], order: impl Fn(&[u8]) -> u64) -> Drained {
+        let mut drained = Drained::default();
+        let mut oldest: [Option<u64>; SHARDS] = [None; SHARDS];
+        for (key, consumer) in oldest.iter_mut().zip(self.consumers.iter().flatten()) {
+            *key = consumer.peek(&order);
+        }
+        while let Some((_, index)) = oldest
+            .iter()
+            .zip(0_usize..)
+            .filter_map(|(key, index)| key.map(|key| (key, index)))
+            .min()
+        {
+            let Some(consumer) = self.consumers[index].as_mut() else {
+                break;
+            };
+            if consumer.take_front(|record| drained.copy(record, out)) != Some(true) {
+                break;
+            }
+            oldest[index] = consumer.peek(&order);
+        }
+        drained
+    }
+
+    /// Discards every written record of every shard; returns how many.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn discard_all(&mut self) -> u64 {
+        self.consumers
+            .iter_mut()
+            .flatten()
+            .map(Consumer::discard_all)
+            .sum()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests {
+    use std::{collections::VecDeque, vec::Vec};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A sharded ring of `capacity` records in `shards` shards, leaked so
+    /// tests can hold it as long as they like.
+    pub(crate) fn leaked_ring(capacity: usize, shards: usize) -> ShardedRing<'static> {
+        let slots: &'static [Slot] = Vec::leak(fresh_slots(capacity, shards).collect());
+        let shards: &'static [Shard<'static>] = Vec::leak(shards_over(slots, shards).collect());
+        ShardedRing::new(shards)
+    }
+
+    /// A fake record of `size` bytes: its size word, the merge key, the
+    /// sequence number the ring gave it, then `fill`.
+    fn record(size: u16, key: u64, fill: u8) -> impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]) {
+        move |sequence, slot| {
+            slot[..size.into()].copy_from_slice(&fake(size, key, sequence, fill));
+        }
+    }
+
+    fn fake(size: u16, key: u64, sequence: u64, fill: u8) -> Vec<u8> {
+        let mut bytes = vec![fill; usize::from(size)];
+        bytes[..2].copy_from_slice(&size.to_le_bytes());
+        bytes[2..10].copy_from_slice(&key.to_le_bytes());
+        bytes[10..18].copy_from_slice(&sequence.to_le_bytes());
+        bytes
+    }
+
+    fn key(record: &[u8]) -> u64 {
+        u64::from_le_bytes(record[2..10].try_into().unwrap())
+    }
+
+    #[test]
+    fn shard_count_follows_processors_within_bounds() {
+        assert_eq!(shard_count(2, 16_384), 2);
+        assert_eq!(shard_count(0, 16_384), 1, "at least one shard");
+        assert_eq!(shard_count(1000, 1 << 20), SHARDS);
+        assert_eq!(shard_count(64, 16), 8, "every shard keeps MIN_CAPACITY");
+        assert_eq!(shard_count(u32::MAX, 2), 1);
+    }
+
+    #[test]
+    fn capacity_is_split_with_the_remainder_in_front() {
+        let sizes: Vec<_> = (0..4).map(|index| shard_capacity(18, 4, index)).collect();
+        assert_eq!(sizes, [5, 5, 4, 4]);
+        for (capacity, shards) in [(16, 1), (16, 2), (17, 3), (16_384, 64), (262_144, 7)] {
+            let ring = leaked_ring(capacity, shards);
+            assert_eq!(ring.capacity(), capacity);
+            assert_eq!(ring.shards().len(), shards);
+        }
+    }
+
+    #[test]
+    fn shards_side_by_side_share_no_cache_line() {
+        assert_eq!(core::mem::align_of::<Shard<'_>>(), 128);
+        assert_eq!(core::mem::size_of::<Shard<'_>>() % 128, 0);
+    }
+
+    #[test]
+    fn processors_map_onto_shards() {
+        let ring = leaked_ring(16, 3);
+        assert_eq!(ring.shard_for(0).index(), 0);
+        assert_eq!(ring.shard_for(2).index(), 2);
+        assert_eq!(ring.shard_for(3).index(), 0, "past the last shard: wraps");
+        assert_eq!(ring.shard_for(u32::MAX).index(), 0);
+    }
+
+    #[test]
+    fn sequences_and_drops_are_per_shard() {
+        let ring = leaked_ring(4, 2);
+        let (first, second) = (ring.shard_for(0), ring.shard_for(1));
+        assert_eq!(first.publish(record(18, 1, 0)), Ok(1));
+        assert_eq!(second.publish(record(18, 2, 0)), Ok(1));
+        assert_eq!(first.publish(record(18, 3, 0)), Ok(2));
+        assert_eq!(first.publish(record(18, 4, 0)), Err(Full { sequence: 3 }));
+        assert_eq!(
+            (ring.len(), ring.dropped(), ring.sequences_spent()),
+            (3, 1, 4)
+        );
+        let mut out = [0_u8; 256];
+        let drained = ring.consumer().unwrap().drain(&mut out, key);
+        let keys: Vec<_> = out[..drained.bytes].chunks_exact(18).map(key).collect();
+        assert_eq!(keys, [1, 2, 3], "merged by key");
+    }
+
+    #[test]
+    fn a_drain_stops_at_a_record_that_does_not_fit() {
+        let ring = leaked_ring(4, 2);
+        ring.shard_for(0).publish(record(18, 1, 0)).unwrap();
+        ring.shard_for(1).publish(record(40, 2, 0)).unwrap();
+        ring.shard_for(0).publish(record(18, 3, 0)).unwrap();
+        let mut out = [0_u8; 50];
+        let drained = ring.consumer().unwrap().drain(&mut out, key);
+        assert_eq!(
+            drained,
+            Drained {
+                records: 1,
+                bytes: 18,
+                more_pending: true
+            },
+            "the older 40-byte record does not fit: the newer 18 waits behind it"
+        );
+    }
+
+    #[test]
+    fn one_consumer_for_all_shards() {
+        let ring = leaked_ring(8, 4);
+        let held = ring.consumer().unwrap();
+        assert!(ring.consumer().is_none());
+        drop(held);
+        let one_shard = ring.shards()[2].ring().consumer().unwrap();
+        assert!(
+            ring.consumer().is_none(),
+            "any shard held: busy, and nothing stays held"
+        );
+        drop(one_shard);
+        assert!(ring.consumer().is_some());
+        assert!(ring.shards()[0].ring().consumer().is_some());
+    }
+
+    #[test]
+    fn counters_are_summed_over_shards() {
+        let ring = leaked_ring(8, 2);
+        ring.shard_for(0).count_captured(Source::Timer);
+        ring.shard_for(1).count_captured(Source::Timer);
+        ring.shard_for(1).count_skipped_irql(Source::Process);
+        assert_eq!(ring.captured(Source::Timer), 2);
+        assert_eq!(ring.skipped_irql(Source::Process), 1);
+        assert_eq!(ring.captured(Source::Process), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "numbered in order")]
+    fn shards_must_be_in_order() {
+        let slots: Vec<Slot> = fresh_slots(8, 2).collect();
+        let mut shards: Vec<Shard<'_>> = shards_over(&slots, 2).collect();
+        shards.swap(0, 1);
+        let _ = ShardedRing::new(&shards);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Publish { shard: u32, size: u16, key: u64 },
+        Drain(usize),
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0_u32..5, 18_u16..=u16::try_from(MAX_RECORD_SIZE).unwrap(), 0_u64..8)
+                .prop_map(|(shard, size, key)| Op::Publish { shard, size, key }),
+            2 => (0_usize..2000).prop_map(Op::Drain),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    /// One shard as the model sees it.
+    #[derive(Default)]
+    struct ModelShard {
+        records: VecDeque<(u64, Vec<u8>)>,
+        capacity: usize,
+        spent: u64,
+        dropped: u64,
+    }
+
+    proptest! {
+        /// Publishes on random processors, drains into random buffers and
+        /// clears: every shard is a bounded FIFO that drops the newest
+        /// record when full and numbers every publish (drops included) in
+        /// its own sequence; a drain is the merge of the shards' FIFOs by
+        /// key, whole records only; every counter is exact per shard.
+        #[test]
+        fn behaves_like_per_shard_fifos_merged_by_key(
+            capacity in 2_usize..12,
+            shards in 1_usize..4,
+            ops in prop::collection::vec(op(), 0..80),
+        ) {
+            let shards = shard_count(u32::try_from(shards).unwrap(), capacity);
+            let ring = leaked_ring(capacity, shards);
+            let mut model: Vec<ModelShard> = (0..shards)
+                .map(|index| ModelShard {
+                    capacity: shard_capacity(capacity, shards, index),
+                    ..ModelShard::default()
+                })
+                .collect();
+            for (step, op) in ops.into_iter().enumerate() {
+                let fill = u8::try_from(step % 251).unwrap();
+                match op {
+                    Op::Publish { shard: processor, size, key } => {
+                        let shard = ring.shard_for(processor);
+                        let index = usize::from(shard.index());
+                        prop_assert_eq!(index, usize::try_from(processor).unwrap() % shards);
+                        let result = shard.publish(record(size, key, fill));
+                        let expected = &mut model[index];
+                        expected.spent += 1;
+                        if expected.records.len() < expected.capacity {
+                            prop_assert_eq!(result, Ok(expected.spent));
+                            expected.records.push_back((key, fake(size, key, expected.spent, fill)));
+                        } else {
+                            prop_assert_eq!(result, Err(Full { sequence: expected.spent }));
+                            expected.dropped += 1;
+                        }
+                    }
+                    Op::Drain(room) => {
+                        let mut out = vec![0_u8; room];
+                        let drained = ring.consumer().unwrap().drain(&mut out, key);
+                        let mut bytes = Vec::new();
+                        let mut more_pending = false;
+                        while let Some((_, index)) = model
+                            .iter()
+                            .zip(0_usize..)
+                            .filter_map(|(shard, index)| shard.records.front().map(|(key, _)| (*key, index)))
+                            .min()
+                        {
+                            let next = &model[index].records[0].1;
+                            if bytes.len() + next.len() > room {
+                                more_pending = true;
+                                break;
+                            }
+                            bytes.extend(model[index].records.pop_front().unwrap().1);
+                        }
+                        prop_assert_eq!(&out[..drained.bytes], bytes.as_slice());
+                        prop_assert_eq!(drained.more_pending, more_pending);
+                    }
+                    Op::Clear => {
+                        let waiting: usize = model.iter().map(|shard| shard.records.len()).sum();
+                        prop_assert_eq!(ring.consumer().unwrap().discard_all(), waiting as u64);
+                        for shard in &mut model {
+                            shard.records.clear();
+                        }
+                    }
+                }
+                for (shard, expected) in ring.shards().iter().zip(&model) {
+                    prop_assert_eq!(shard.ring().len(), expected.records.len());
+                    prop_assert_eq!(shard.ring().dropped(), expected.dropped);
+                    prop_assert_eq!(shard.ring().sequences_spent(), expected.spent);
+                }
+                prop_assert_eq!(ring.dropped(), model.iter().map(|shard| shard.dropped).sum::<u64>());
+                prop_assert_eq!(ring.sequences_spent(), model.iter().map(|shard| shard.spent).sum::<u64>());
+            }
+        }
+    }
+}
