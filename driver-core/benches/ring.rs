@@ -111,9 +111,11 @@ fn publish_records(
 ) -> u64 {
     let mut full = 0;
     for _ in 0..count {
-        let mut header = *header;
         let published = ring.shard_for(processor).publish(|sequence, slot| {
-            header.sequence = sequence;
+            let header = RecordHeader {
+                sequence,
+                ..*header
+            };
             encode_record(&header, frames, slot).expect("32 frames fit a slot");
         });
         if published.is_err() {

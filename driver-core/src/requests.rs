@@ -305,6 +305,15 @@ mod tests {
         StatusResponse::decode(&out).unwrap()
     }
 
+    /// A clear request, which must succeed; then the status.
+    fn clear(core: &DriverCore<'_>, timer: &TimerLog) -> StatusResponse {
+        assert_eq!(
+            request(core, Ioctl::Clear.code(), &[], &mut [], timer),
+            (STATUS_SUCCESS, 0)
+        );
+        status(core)
+    }
+
     fn timer_config(period: u32) -> CaptureConfig {
         CaptureConfig {
             sources: SourceSet::EMPTY.with(Source::Timer),
@@ -511,11 +520,7 @@ mod tests {
             .collect();
         assert_eq!(named, [(1, 1), (0, 1), (1, 2), (1, 3), (0, 2)]);
         capture_on(&[0, 0]);
-        assert_eq!(
-            request(&core, Ioctl::Clear.code(), &[], &mut [], &timer),
-            (STATUS_SUCCESS, 0)
-        );
-        let after = status(&core);
+        let after = clear(&core, &timer);
         assert_eq!(
             (after.cleared, after.ring_used, after.sequences_spent),
             (4, 0, 9),
@@ -537,11 +542,7 @@ mod tests {
         };
         core.capture(&platform, facts);
         core.capture(&platform, facts);
-        assert_eq!(
-            request(&core, Ioctl::Clear.code(), &[], &mut [], &timer),
-            (STATUS_SUCCESS, 0)
-        );
-        let status = status(&core);
+        let status = clear(&core, &timer);
         assert_eq!(
             (status.cleared, status.ring_used, status.sequences_spent),
             (2, 0, 2)

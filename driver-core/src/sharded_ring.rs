@@ -280,7 +280,10 @@ impl<'a> ShardedRing<'a> {
             // Returning drops (releases) those already taken.
             *held = Some(shard.ring.consumer()?);
         }
-        Some(ShardedConsumer { consumers })
+        Some(ShardedConsumer {
+            consumers,
+            count: self.shards.len(),
+        })
     }
 }
 
@@ -288,6 +291,8 @@ impl<'a> ShardedRing<'a> {
 pub struct ShardedConsumer<'r, 'a> {
     /// One per shard, in order; `None` past the last shard.
     consumers: [Option<Consumer<'r, 'a>>; SHARDS],
+    /// How many shards there are.
+    count: usize,
 }
 
 impl ShardedConsumer<'_, '_> {
@@ -299,7 +304,9 @@ impl ShardedConsumer<'_, '_> {
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
     pub fn drain(&mut self, out: &mut [u8], order: impl Fn(&[u8]) -> u64) -> Drained {
         let mut drained = Drained::default();
-        let mut oldest: [Option<u64>; SHARDS] = [None; SHARDS];
+        let mut keys: [Option<u64>; SHARDS] = [None; SHARDS];
+        // Each shard's oldest written record's key (`None`: nothing written).
+        let oldest = &mut keys[..self.count];
         for (key, consumer) in oldest.iter_mut().zip(self.consumers.iter().flatten()) {
             *key = consumer.peek(&order);
         }
