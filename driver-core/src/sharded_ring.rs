@@ -159,6 +159,8 @@ impl Shard<'_> {
     }
 
     /// This shard's ring.
+    ///
+    /// Max IRQL: any.
     #[must_use]
     pub const fn ring(&self) -> &RecordRing<'_> {
         &self.ring
@@ -189,6 +191,8 @@ impl<'a> ShardedRing<'a> {
     }
 
     /// The shards, in order.
+    ///
+    /// Max IRQL: any.
     #[must_use]
     pub const fn shards(&self) -> &'a [Shard<'a>] {
         self.shards
@@ -207,6 +211,8 @@ impl<'a> ShardedRing<'a> {
     }
 
     /// Records all shards hold at most.
+    ///
+    /// Max IRQL: any.
     #[must_use]
     pub fn capacity(&self) -> usize {
         self.shards.iter().map(|shard| shard.ring.capacity()).sum()

@@ -104,10 +104,11 @@ fn ring_of_three_with_two_producers_and_a_consumer() {
     producers_and_consumer(3);
 }
 
-/// Two producers on different processors, each publishing twice into its
-/// own shard of two slots, and a consumer draining all shards while they
-/// run: every record arrives whole and exactly once, from its producer's
-/// shard, numbered 1 and 2 in that shard's order, and nothing is dropped.
+/// Two producers on different processors, the first publishing twice and
+/// the second once, each into its own shard of two slots, and a consumer
+/// draining all shards while they run: every record arrives whole and
+/// exactly once, from its producer's shard, numbered from 1 in that shard's
+/// order, and nothing is dropped.
 #[test]
 fn two_shards_with_a_producer_each_and_a_consumer() {
     loom::model(|| {
@@ -119,7 +120,7 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
             .map(|processor| {
                 thread::spawn(move || {
                     let shard = ring.shard_for(u32::from(processor));
-                    for _ in 0..2 {
+                    for _ in 0..2 - processor {
                         assert!(shard.publish(record(processor)).is_ok());
                     }
                     finished.fetch_add(1, Ordering::Release);
@@ -143,15 +144,18 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
         for producer in producers {
             producer.join().unwrap();
         }
-        for processor in 0..2_u8 {
+        for (processor, expected) in [(0, &[1, 2][..]), (1, &[1])] {
             let numbers: Vec<u8> = seen
                 .iter()
                 .filter(|&&(producer, _)| producer == processor)
                 .map(|&(_, sequence)| sequence)
                 .collect();
-            assert_eq!(numbers, [1, 2], "shard {processor}'s records, in its order");
+            assert_eq!(
+                numbers, expected,
+                "shard {processor}'s records, in its order"
+            );
         }
-        assert_eq!((ring.dropped(), ring.sequences_spent()), (0, 4));
+        assert_eq!((ring.dropped(), ring.sequences_spent()), (0, 3));
         assert!(ring.is_empty());
     });
 }

@@ -11,6 +11,10 @@ use crate::{kernel::handle_to_id, loaded};
 /// The callback. `process_id` is 0 for a driver (kernel-mode image).
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (load-image notify routines run there).
+// Never inlined: the kernel calls it through a pointer, and the test-only
+// injection calls it directly; either way it is a frame of its own, so each
+// source's stacks differ.
+#[inline(never)]
 pub(crate) unsafe extern "C" fn on_image(
     _name: PUNICODE_STRING,
     process_id: HANDLE,

@@ -36,6 +36,10 @@ pub struct ObjectCallbacks {
 /// The pre-operation callback.
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (object pre-operation callbacks run there).
+// Never inlined: the kernel calls it through a pointer, and the test-only
+// injection calls it directly; either way it is a frame of its own, so each
+// source's stacks differ.
+#[inline(never)]
 pub(crate) unsafe extern "C" fn on_handle(
     _context: PVOID,
     info: POB_PRE_OPERATION_INFORMATION,

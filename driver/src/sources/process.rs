@@ -14,6 +14,10 @@ use crate::{kernel::handle_to_id, loaded};
 /// The callback.
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (process notify routines run there).
+// Never inlined: the kernel calls it through a pointer, and the test-only
+// injection calls it directly; either way it is a frame of its own, so each
+// source's stacks differ.
+#[inline(never)]
 pub(crate) unsafe extern "C" fn on_process(
     _process: PEPROCESS,
     process_id: HANDLE,

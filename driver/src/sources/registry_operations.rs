@@ -26,6 +26,10 @@ pub struct RegistryCallback {
 /// The callback. `argument1` is the operation's `REG_NOTIFY_CLASS`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (registry callbacks run there).
+// Never inlined: the kernel calls it through a pointer, and the test-only
+// injection calls it directly; either way it is a frame of its own, so each
+// source's stacks differ.
+#[inline(never)]
 pub(crate) unsafe extern "C" fn on_registry(
     _context: PVOID,
     argument1: PVOID,

@@ -11,6 +11,10 @@ use crate::{kernel::handle_to_id, loaded};
 /// The callback.
 ///
 /// Max IRQL: `APC_LEVEL` (thread notify routines run at PASSIVE or APC).
+// Never inlined: the kernel calls it through a pointer, and the test-only
+// injection calls it directly; either way it is a frame of its own, so each
+// source's stacks differ.
+#[inline(never)]
 pub(crate) unsafe extern "C" fn on_thread(process_id: HANDLE, thread_id: HANDLE, create: BOOLEAN) {
     let facts = SourceFacts::Thread {
         event: if create == 0 {
