@@ -11,7 +11,7 @@
 //! process, thread, object and registry callbacks (Wine never fires them).
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     env,
     path::{Path, PathBuf},
     process::{ExitCode, Output},
@@ -364,13 +364,30 @@ fn read_and_clear(context: &Context) -> WineResult<()> {
         wine.client_ok(&["selftest"])?;
     }
     let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
-    let sequences: Vec<u64> = records
+    // Each lands in the shard of the processor it ran on, numbered there
+    // from 1; the read merges the shards in time order.
+    let named: Vec<(u64, u64, u64)> = records
         .iter()
-        .filter_map(|record| record["sequence"].as_u64())
+        .filter_map(|record| {
+            Some((
+                record["system_time_100ns"].as_u64()?,
+                record["shard"].as_u64()?,
+                record["sequence"].as_u64()?,
+            ))
+        })
         .collect();
-    ensure(sequences == [1, 2, 3], || {
-        format!("sequences read: {sequences:?}")
-    })?;
+    let mut per_shard: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &(_, shard, sequence) in &named {
+        per_shard.entry(shard).or_default().push(sequence);
+    }
+    ensure(
+        named.len() == 3
+            && named.is_sorted_by_key(|&(time, _, _)| time)
+            && per_shard
+                .values()
+                .all(|sequences| sequences.iter().copied().eq(1..=sequences.len() as u64)),
+        || format!("(time, shard, sequence) read: {named:?}"),
+    )?;
     ensure(
         records.iter().all(|record| {
             record["frames"]
