@@ -508,6 +508,10 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     let summary = String::from_utf8_lossy(&saved.stderr).into_owned();
     ensure(saved.status.success(), || format!("save failed: {summary}"))?;
     wine.client_ok(&["config", "--disable", "all"])?;
+    // Samples taken between the end of save and the disable (a Wine process
+    // start, tens of ms at 5 ms a sample) are still in the ring: the live
+    // top below must see only its own record.
+    wine.client_ok(&["clear"])?;
     // The Windows client wrote it; the Linux build of the same library
     // reads it.
     let bytes = std::fs::read(&capture).map_err(|error| format!("reading the capture: {error}"))?;
