@@ -115,7 +115,10 @@ impl WineHost {
         command
             .env("WINEPREFIX", &self.prefix)
             .env("WINEDEBUG", "-all")
-            .env_remove("DISPLAY");
+            .env_remove("DISPLAY")
+            // Wine passes the environment on; a symbol path set in the
+            // developer's shell would change how the client names frames.
+            .env_remove("_NT_SYMBOL_PATH");
         command
     }
 
@@ -244,6 +247,18 @@ impl WineHost {
         self.program("kstack.exe", args)
     }
 
+    /// Runs the real client with `args` and one more environment variable.
+    ///
+    /// # Errors
+    /// Only when Wine cannot be started at all.
+    pub fn client_with_env(
+        &self,
+        (name, value): (&str, &str),
+        args: &[&str],
+    ) -> WineResult<Output> {
+        capture(self.program_command("kstack.exe", args).env(name, value))
+    }
+
     /// The client's folder and working directory: relative file names the
     /// client writes land here.
     #[must_use]
@@ -251,17 +266,27 @@ impl WineHost {
         &self.client_dir
     }
 
+    /// The prefix's `C:\`.
+    #[must_use]
+    pub fn drive_c(&self) -> PathBuf {
+        self.prefix.join("drive_c")
+    }
+
     /// Runs one of the programs installed beside the client.
     ///
     /// # Errors
     /// Only when Wine cannot be started at all.
     pub fn program(&self, name: &str, args: &[&str]) -> WineResult<Output> {
+        capture(&mut self.program_command(name, args))
+    }
+
+    fn program_command(&self, name: &str, args: &[&str]) -> Command {
         let mut command = self.command("wine");
         command
             .arg(self.client_dir.join(name))
             .args(args)
             .current_dir(&self.client_dir);
-        capture(&mut command)
+        command
     }
 
     /// Runs the client and requires success; returns its standard output.
