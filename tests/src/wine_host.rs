@@ -256,7 +256,7 @@ impl WineHost {
         (name, value): (&str, &str),
         args: &[&str],
     ) -> WineResult<Output> {
-        capture(self.program_command("kstack.exe", args).env(name, value))
+        self.run_program("kstack.exe", args, Some((name, value)))
     }
 
     /// The client's folder and working directory: relative file names the
@@ -277,7 +277,37 @@ impl WineHost {
     /// # Errors
     /// Only when Wine cannot be started at all.
     pub fn program(&self, name: &str, args: &[&str]) -> WineResult<Output> {
-        capture(&mut self.program_command(name, args))
+        self.run_program(name, args, None)
+    }
+
+    /// Runs a program with one more environment variable. Seen once in a
+    /// loaded CI run: `wine` exited 1 and printed nothing (its own errors
+    /// are off), so the program never ran; none of ours exits 1 without
+    /// saying why. Then it runs once more, with Wine's errors shown.
+    fn run_program(
+        &self,
+        name: &str,
+        args: &[&str],
+        variable: Option<(&str, &str)>,
+    ) -> WineResult<Output> {
+        let command = || {
+            let mut command = self.program_command(name, args);
+            if let Some((key, value)) = variable {
+                command.env(key, value);
+            }
+            command
+        };
+        let output = capture(&mut command())?;
+        if !Self::not_started(&output) {
+            return Ok(output);
+        }
+        eprintln!("wine did not start {name} {args:?} (exit 1, no output); retrying once");
+        capture(command().env("WINEDEBUG", "-all,err+all"))
+    }
+
+    /// Whether `wine` failed before the program printed anything.
+    fn not_started(output: &Output) -> bool {
+        output.status.code() == Some(1) && output.stdout.is_empty() && output.stderr.is_empty()
     }
 
     fn program_command(&self, name: &str, args: &[&str]) -> Command {
