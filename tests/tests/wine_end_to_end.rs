@@ -716,11 +716,7 @@ fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult
             events.len()
         )
     })?;
-    let image = PeFile64::parse(
-        &*std::fs::read(injection_build.join("kstack.sys")).map_err(|e| e.to_string())?,
-    )
-    .map(|pe| pe.nt_headers().optional_header().image_base())
-    .map_err(|error| format!("parsing the injection build: {error}"))?;
+    let (image, _) = kstack_image_range(injection_build)?;
     for (record, facts) in injected.iter().zip(&events) {
         ensure(record["source"] == facts.source().name(), || {
             format!("expected a {} record: {record}", facts.source().name())
