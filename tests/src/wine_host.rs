@@ -115,7 +115,10 @@ impl WineHost {
         command
             .env("WINEPREFIX", &self.prefix)
             .env("WINEDEBUG", "-all")
-            .env_remove("DISPLAY");
+            .env_remove("DISPLAY")
+            // Wine passes the environment on; a symbol path set in the
+            // developer's shell would change how the client names frames.
+            .env_remove("_NT_SYMBOL_PATH");
         command
     }
 
@@ -244,6 +247,18 @@ impl WineHost {
         self.program("kstack.exe", args)
     }
 
+    /// Runs the real client with `args` and one more environment variable.
+    ///
+    /// # Errors
+    /// Only when Wine cannot be started at all.
+    pub fn client_with_env(
+        &self,
+        (name, value): (&str, &str),
+        args: &[&str],
+    ) -> WineResult<Output> {
+        self.run_program("kstack.exe", args, Some((name, value)))
+    }
+
     /// The client's folder and working directory: relative file names the
     /// client writes land here.
     #[must_use]
@@ -251,17 +266,57 @@ impl WineHost {
         &self.client_dir
     }
 
+    /// The prefix's `C:\`.
+    #[must_use]
+    pub fn drive_c(&self) -> PathBuf {
+        self.prefix.join("drive_c")
+    }
+
     /// Runs one of the programs installed beside the client.
     ///
     /// # Errors
     /// Only when Wine cannot be started at all.
     pub fn program(&self, name: &str, args: &[&str]) -> WineResult<Output> {
+        self.run_program(name, args, None)
+    }
+
+    /// Runs a program with one more environment variable. Seen once in a
+    /// loaded CI run: `wine` exited 1 and printed nothing (its own errors
+    /// are off), so the program never ran; none of ours exits 1 without
+    /// saying why. Then it runs once more, with Wine's errors shown.
+    fn run_program(
+        &self,
+        name: &str,
+        args: &[&str],
+        variable: Option<(&str, &str)>,
+    ) -> WineResult<Output> {
+        let command = || {
+            let mut command = self.program_command(name, args);
+            if let Some((key, value)) = variable {
+                command.env(key, value);
+            }
+            command
+        };
+        let output = capture(&mut command())?;
+        if !Self::not_started(&output) {
+            return Ok(output);
+        }
+        eprintln!("wine did not start {name} {args:?} (exit 1, no output); retrying once");
+        capture(command().env("WINEDEBUG", "-all,err+all"))
+    }
+
+    /// Whether `wine` failed before the program printed anything.
+    fn not_started(output: &Output) -> bool {
+        output.status.code() == Some(1) && output.stdout.is_empty() && output.stderr.is_empty()
+    }
+
+    fn program_command(&self, name: &str, args: &[&str]) -> Command {
         let mut command = self.command("wine");
         command
             .arg(self.client_dir.join(name))
             .args(args)
             .current_dir(&self.client_dir);
-        capture(&mut command)
+        command
     }
 
     /// Runs the client and requires success; returns its standard output.

@@ -97,7 +97,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 12] {
+fn cases() -> [(&'static str, Case); 13] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -114,6 +114,10 @@ fn cases() -> [(&'static str, Case); 12] {
         (
             "capture-now frames start inside kstack.sys",
             capture_now_frames_are_in_kstack,
+        ),
+        (
+            "PDB symbols through Wine's dbghelp name kstack.sys's functions, live and offline",
+            pdb_symbols_name_functions,
         ),
         (
             "read returns whole records in order; clear discards them",
@@ -357,6 +361,118 @@ fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
     ensure(frames.len() > 3, || format!("only {} frames", frames.len()))
 }
 
+/// The first frame's location in the JSON records `output` printed.
+fn first_location(output: &str) -> WineResult<String> {
+    let records = json_lines(output)?;
+    let record = records.first().ok_or("no record printed")?;
+    record["locations"][0]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no location in {record}"))
+}
+
+/// Copies `names` from `from` into a new folder `to`.
+fn copy_files(from: &Path, names: &[&str], to: &Path) -> WineResult<()> {
+    std::fs::create_dir_all(to).map_err(|error| format!("creating {}: {error}", to.display()))?;
+    for name in names {
+        std::fs::copy(from.join(name), to.join(name))
+            .map_err(|error| format!("copying {name} to {}: {error}", to.display()))?;
+    }
+    Ok(())
+}
+
+fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    // Frame 0 is where the driver walks its own stack (kstack or
+    // kstack_driver_core, whatever LTO inlined), named from kstack.pdb.
+    let names_a_kstack_function =
+        |location: &str| location.starts_with("kstack.sys!kstack") && location.contains("+0x");
+    // Only the PDB here: the image is found where the driver was loaded
+    // from (system32\drivers), and its debug directory names this PDB.
+    copy_files(
+        &context.package,
+        &["kstack.pdb"],
+        &wine.drive_c().join("pdb-only"),
+    )?;
+    let live =
+        first_location(&wine.client_ok(&["selftest", "--json", "--symbols", r"C:\pdb-only"])?)?;
+    ensure(names_a_kstack_function(&live), || {
+        format!("with --symbols frame 0 should name a kstack function: {live}")
+    })?;
+    let from_environment =
+        wine.client_with_env(("_NT_SYMBOL_PATH", r"C:\pdb-only"), &["selftest", "--json"])?;
+    let environment_location = first_location(&String::from_utf8_lossy(&from_environment.stdout))?;
+    ensure(environment_location == live, || {
+        format!(
+            "_NT_SYMBOL_PATH should name frame 0 as --symbols does: {environment_location} vs {live}"
+        )
+    })?;
+    let turned_off = wine.client_with_env(
+        ("_NT_SYMBOL_PATH", r"C:\pdb-only"),
+        &["selftest", "--json", "--symbols", ""],
+    )?;
+    let off_location = first_location(&String::from_utf8_lossy(&turned_off.stdout))?;
+    ensure(off_location.starts_with("kstack.sys+0x"), || {
+        format!("--symbols \"\" should turn symbols off: {off_location}")
+    })?;
+    // A saved capture, analyzed as if on another machine: the image must be
+    // on the symbol path beside its PDB, as in the package folder.
+    wine.client_ok(&["config", "--enable", "ondemand"])?;
+    wine.client_ok(&["selftest"])?;
+    let _ = std::fs::remove_file(wine.client_dir().join("symbols.kstack"));
+    wine.client_ok(&["save", "symbols.kstack"])?;
+    let pdb_only = wine.client(&[
+        "read",
+        "--json",
+        "--input",
+        "symbols.kstack",
+        "--symbols",
+        r"C:\pdb-only",
+    ])?;
+    let stderr = String::from_utf8_lossy(&pdb_only.stderr).into_owned();
+    let pdb_only_location = first_location(&String::from_utf8_lossy(&pdb_only.stdout))?;
+    ensure(
+        pdb_only.status.success()
+            && pdb_only_location == off_location
+            && stderr.contains("dbghelp cannot load kstack.sys"),
+        || format!("offline without the image: {pdb_only_location}, stderr: {stderr}"),
+    )?;
+    copy_files(
+        &context.package,
+        &["kstack.sys", "kstack.pdb"],
+        &wine.drive_c().join("package"),
+    )?;
+    let offline = first_location(&wine.client_ok(&[
+        "read",
+        "--json",
+        "--input",
+        "symbols.kstack",
+        "--symbols",
+        r"C:\package",
+    ])?)?;
+    ensure(offline == live, || {
+        format!("offline frame 0 should be named as live: {offline} vs {live}")
+    })?;
+    let top = wine.client_ok(&[
+        "top",
+        "--input",
+        "symbols.kstack",
+        "--symbols",
+        r"C:\package",
+    ])?;
+    let folded = wine.client_ok(&[
+        "folded",
+        "--input",
+        "symbols.kstack",
+        "--symbols",
+        r"C:\package",
+    ])?;
+    ensure(
+        top.contains(&live) && folded.contains(&live.replace(' ', "_")),
+        || format!("top and folded should name {live}:\n{top}\n{folded}"),
+    )
+}
+
 fn read_and_clear(context: &Context) -> WineResult<()> {
     let wine = &context.wine;
     wine.client_ok(&["config", "--enable", "ondemand"])?;
@@ -437,6 +553,10 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     let summary = String::from_utf8_lossy(&saved.stderr).into_owned();
     ensure(saved.status.success(), || format!("save failed: {summary}"))?;
     wine.client_ok(&["config", "--disable", "all"])?;
+    // Samples taken between the end of save and the disable (a Wine process
+    // start, tens of ms at 5 ms a sample) are still in the ring: the live
+    // top below must see only its own record.
+    wine.client_ok(&["clear"])?;
     // The Windows client wrote it; the Linux build of the same library
     // reads it.
     let bytes = std::fs::read(&capture).map_err(|error| format!("reading the capture: {error}"))?;
@@ -469,7 +589,8 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
             .is_some_and(|(module, _)| module.name == "kstack.sys"),
         || format!("the saved module list lacks kstack.sys: {:?}", view.modules),
     )?;
-    let mut linux_folded = table.folded(&view.modules).join("\n");
+    let symbolizer = kstack_client::symbolizer::Symbolizer::new(view.modules.clone());
+    let mut linux_folded = table.folded(&symbolizer).join("\n");
     linux_folded.push('\n');
     let wine_folded = wine.client_ok(&["folded", "--input", "e2e.kstack"])?;
     ensure(wine_folded == linux_folded, || {
@@ -503,7 +624,6 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     )?;
     // Live analysis drains the ring itself: a capture-now record is kept
     // in the ring while ondemand is enabled.
-    wine.client_ok(&["clear"])?;
     wine.client_ok(&["config", "--enable", "ondemand"])?;
     wine.client_ok(&["selftest"])?;
     let live = wine.client_ok(&["top"])?;
@@ -619,11 +739,7 @@ fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult
             events.len()
         )
     })?;
-    let image = PeFile64::parse(
-        &*std::fs::read(injection_build.join("kstack.sys")).map_err(|e| e.to_string())?,
-    )
-    .map(|pe| pe.nt_headers().optional_header().image_base())
-    .map_err(|error| format!("parsing the injection build: {error}"))?;
+    let (image, _) = kstack_image_range(injection_build)?;
     for (record, facts) in injected.iter().zip(&events) {
         ensure(record["source"] == facts.source().name(), || {
             format!("expected a {} record: {record}", facts.source().name())
@@ -675,7 +791,9 @@ fn expected_facts_json(facts: &SourceFacts, record: &Value) -> Value {
         },
         frames: vec![],
     }
-    .to_json(&kstack_client::modules::ModuleMap::default())["facts"]
+    .to_json(&kstack_client::symbolizer::Symbolizer::new(
+        kstack_client::modules::ModuleMap::default(),
+    ))["facts"]
         .clone();
     if matches!(facts, SourceFacts::ObjectHandle { .. }) {
         expected["target_process_id"] = record["process_id"].clone();

@@ -15,6 +15,7 @@ use kstack_client::{
     capture_file::{CaptureView, CaptureWriter},
     modules::{Module, ModuleMap},
     stack_table::StackTable,
+    symbolizer::Symbolizer,
     trace::TraceRecord,
 };
 
@@ -101,9 +102,10 @@ fn main() {
         bench.iter(|| black_box(table(black_box(&bytes))));
     });
     let (table, modules) = table(&bytes);
+    let symbolizer = Symbolizer::new(modules);
     assert_eq!((table.records(), table.len()), (RECORDS, 2_000));
     group.bench_function("folded_from_table", |bench| {
-        bench.iter(|| black_box(table.folded(black_box(&modules))));
+        bench.iter(|| black_box(table.folded(black_box(&symbolizer))));
     });
     group.finish();
     criterion.final_summary();

@@ -8,9 +8,13 @@ pub mod device;
 pub mod error;
 pub mod flamegraph;
 pub mod modules;
+#[cfg(windows)]
+pub mod pdb_symbols;
 pub mod report;
 pub mod session;
 pub mod stack_table;
+pub mod symbol_path;
+pub mod symbolizer;
 pub mod system_modules;
 pub mod trace;
 pub mod transport;

@@ -14,8 +14,6 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 use kstack_abi::{CaptureConfig, Source, SourceSet};
 
-#[cfg(windows)]
-use kstack_client::device;
 use kstack_client::{
     capture_file::{CaptureError, CaptureView, CaptureWriter},
     error::{self, ClientError},
@@ -24,10 +22,14 @@ use kstack_client::{
     report,
     session::{self, Follow, FollowSummary},
     stack_table::{self, StackTable, TopLimits},
+    symbol_path,
+    symbolizer::Symbolizer,
     system_modules,
     trace::TraceRecord,
     transport::Transport,
 };
+#[cfg(windows)]
+use kstack_client::{device, pdb_symbols};
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
 #[derive(Parser)]
@@ -79,6 +81,28 @@ struct RecordFormat {
     /// of one line per frame.
     #[arg(long, conflicts_with = "json")]
     call_trace: bool,
+    #[command(flatten)]
+    symbols: SymbolsArg,
+}
+
+#[derive(Args)]
+struct SymbolsArg {
+    /// Name frames `module!function+0xoffset` from PDB symbols found
+    /// through this dbghelp symbol path (`;`-separated folders and `srv*`
+    /// symbol servers). Default: `_NT_SYMBOL_PATH`; "" for none. Windows
+    /// only.
+    #[arg(long, value_name = "PATH")]
+    symbols: Option<String>,
+}
+
+/// Where the module list frames are named after comes from.
+#[derive(Clone, Copy)]
+enum ModuleOrigin {
+    /// This machine's kernel, now: its images are in the system folders.
+    Live,
+    /// A saved capture, perhaps from another machine: images and PDBs are
+    /// found on the symbol path only.
+    Saved,
 }
 
 #[derive(Args)]
@@ -165,6 +189,8 @@ struct TopArgs {
     /// Frames to show per stack.
     #[arg(long, default_value_t = 8)]
     frames: usize,
+    #[command(flatten)]
+    symbols: SymbolsArg,
 }
 
 #[derive(Args)]
@@ -177,6 +203,8 @@ struct FoldedArgs {
     /// Replace the output file if it exists.
     #[arg(long)]
     force: bool,
+    #[command(flatten)]
+    symbols: SymbolsArg,
 }
 
 #[derive(Args)]
@@ -192,6 +220,8 @@ struct FlamegraphArgs {
     /// The title drawn above the graph.
     #[arg(long, default_value = "kstack: kernel stacks")]
     title: String,
+    #[command(flatten)]
+    symbols: SymbolsArg,
 }
 
 #[derive(Args)]
@@ -259,28 +289,30 @@ fn run(command: &Command) -> Result<(), ClientError> {
         Command::Clear => session::clear(&mut open_device()?)?,
         Command::Selftest(format) => {
             let mut device = open_device()?;
-            let modules = live_modules(&mut device)?;
+            let symbolizer = format
+                .symbols
+                .symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
             let record = session::capture_now(&mut device, u64::from(std::process::id()))?;
-            print_records(std::slice::from_ref(&record), &modules, format);
+            print_records(std::slice::from_ref(&record), &symbolizer, format);
         }
         Command::Save(args) => save(args)?,
         Command::Top(args) => {
-            let (table, modules) = stack_table(&args.input)?;
+            let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
             let limits = TopLimits {
                 stacks: args.limit,
                 frames: args.frames,
             };
             if args.json.json {
-                for line in stack_table::top_json(&table, &modules, limits) {
+                for line in stack_table::top_json(&table, &symbolizer, limits) {
                     println!("{line}");
                 }
             } else {
-                print!("{}", stack_table::top_text(&table, &modules, limits));
+                print!("{}", stack_table::top_text(&table, &symbolizer, limits));
             }
         }
         Command::Folded(args) => {
-            let (table, modules) = stack_table(&args.input)?;
-            let mut text = table.folded(&modules).join("\n");
+            let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
+            let mut text = table.folded(&symbolizer).join("\n");
             text.push('\n');
             match &args.output {
                 Some(path) => write_file(path, args.force, |out| out.write_all(text.as_bytes()))?,
@@ -346,6 +378,58 @@ fn live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientError> {
     })
 }
 
+impl SymbolsArg {
+    /// Names frames after `modules`, and after functions too when a symbol
+    /// path is set. A dbghelp that will not start costs the function names
+    /// only.
+    #[cfg(windows)]
+    #[expect(
+        clippy::unnecessary_wraps,
+        reason = "the same signature as off Windows, where --symbols is refused"
+    )]
+    fn symbolizer(
+        &self,
+        modules: ModuleMap,
+        origin: ModuleOrigin,
+    ) -> Result<Symbolizer, ClientError> {
+        let symbolizer = Symbolizer::new(modules);
+        let environment = std::env::var(symbol_path::ENVIRONMENT_VARIABLE).ok();
+        let Some(path) = symbol_path::chosen(self.symbols.as_deref(), environment.as_deref())
+        else {
+            return Ok(symbolizer);
+        };
+        let image_dirs = match origin {
+            ModuleOrigin::Live => {
+                symbol_path::system_image_dirs(std::env::var_os("SystemRoot").as_deref())
+            }
+            ModuleOrigin::Saved => Vec::new(),
+        };
+        Ok(match pdb_symbols::Dbghelp::start(&path, image_dirs) {
+            Ok(dbghelp) => symbolizer.with_functions(Box::new(dbghelp)),
+            Err(error) => {
+                eprintln!(
+                    "kstack: warning: dbghelp did not start ({error}); frames are named module+0xoffset"
+                );
+                symbolizer
+            }
+        })
+    }
+
+    /// Off Windows there is no dbghelp: `--symbols` is refused rather than
+    /// silently ignored; `_NT_SYMBOL_PATH`, a Windows setting, is ignored.
+    #[cfg(not(windows))]
+    fn symbolizer(
+        &self,
+        modules: ModuleMap,
+        _origin: ModuleOrigin,
+    ) -> Result<Symbolizer, ClientError> {
+        match symbol_path::chosen(self.symbols.as_deref(), None) {
+            Some(_) => Err(ClientError::SymbolsNeedWindows),
+            None => Ok(Symbolizer::new(modules)),
+        }
+    }
+}
+
 #[cfg(windows)]
 fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
     system_modules::query()
@@ -394,27 +478,34 @@ impl FollowArgs {
 fn read(args: &ReadArgs) -> Result<(), ClientError> {
     if let Some(path) = &args.input {
         let bytes = read_file(path)?;
-        let capture = parse_capture(path, &bytes)?;
+        let mut capture = parse_capture(path, &bytes)?;
+        let symbolizer = args
+            .format
+            .symbols
+            .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
         let mut batch = Vec::new();
         for record in capture.records() {
             let record = record.map_err(|error| capture_error(path, error))?;
             batch.push(TraceRecord::from(&record));
             if batch.len() == 4096 {
-                print_records(&batch, &capture.modules, &args.format);
+                print_records(&batch, &symbolizer, &args.format);
                 batch.clear();
             }
         }
-        print_records(&batch, &capture.modules, &args.format);
+        print_records(&batch, &symbolizer, &args.format);
         return Ok(());
     }
     let mut device = open_device()?;
-    let modules = live_modules(&mut device)?;
+    let symbolizer = args
+        .format
+        .symbols
+        .symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
     session::follow(
         &mut device,
         Follow::UntilDrained,
         &AtomicBool::new(false),
         |records| {
-            print_records(records, &modules, &args.format);
+            print_records(records, &symbolizer, &args.format);
             Ok(())
         },
     )?;
@@ -424,13 +515,16 @@ fn read(args: &ReadArgs) -> Result<(), ClientError> {
 /// Reads until stopped; then says how many records arrived, how many
 /// sequence numbers are missing, and how many drops the driver counted.
 fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientError> {
-    let modules = live_modules(device)?;
+    let symbolizer = args
+        .format
+        .symbols
+        .symbolizer(live_modules(device)?, ModuleOrigin::Live)?;
     let summary = session::follow(
         device,
         args.follow.until_stopped(),
         &stop_flag(),
         |records| {
-            print_records(records, &modules, &args.format);
+            print_records(records, &symbolizer, &args.format);
             Ok(())
         },
     )?;
@@ -491,20 +585,26 @@ fn save(args: &SaveArgs) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// Groups records from a capture file or from the driver by stack.
-fn stack_table(input: &AnalysisInput) -> Result<(StackTable, ModuleMap), ClientError> {
+/// Groups records from a capture file or from the driver by stack; names
+/// their frames after its module list and `symbols`.
+fn stack_table(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+) -> Result<(StackTable, Symbolizer), ClientError> {
     let mut table = StackTable::default();
     if let Some(path) = &input.input {
         let bytes = read_file(path)?;
-        let capture = parse_capture(path, &bytes)?;
+        let mut capture = parse_capture(path, &bytes)?;
+        let symbolizer =
+            symbols.symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
         for record in capture.records() {
             let record = record.map_err(|error| capture_error(path, error))?;
             table.add(&record.header, || record.frames());
         }
-        return Ok((table, capture.modules));
+        return Ok((table, symbolizer));
     }
     let mut device = open_device()?;
-    let modules = live_modules(&mut device)?;
+    let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
     session::follow(
         &mut device,
         input.follow.drain_or_follow(),
@@ -516,15 +616,15 @@ fn stack_table(input: &AnalysisInput) -> Result<(StackTable, ModuleMap), ClientE
             Ok(())
         },
     )?;
-    Ok((table, modules))
+    Ok((table, symbolizer))
 }
 
 fn flamegraph(args: &FlamegraphArgs) -> Result<(), ClientError> {
-    let (table, modules) = stack_table(&args.input)?;
+    let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
     if table.is_empty() {
         return Err(ClientError::NothingToDraw);
     }
-    let folded = table.folded(&modules);
+    let folded = table.folded(&symbolizer);
     let subtitle = table.summary();
     write_file(&args.output, args.force, |out| {
         flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), out)
@@ -621,13 +721,13 @@ fn write_file(
         .inspect_err(|_| discard(path))
 }
 
-fn print_records(records: &[TraceRecord], modules: &ModuleMap, format: &RecordFormat) {
+fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &RecordFormat) {
     let mut out = io::stdout().lock();
     for record in records {
         let written = if format.json.json {
-            writeln!(out, "{}", record.to_json(modules))
+            writeln!(out, "{}", record.to_json(symbolizer))
         } else {
-            write!(out, "{}", record.to_text(modules, format.call_trace))
+            write!(out, "{}", record.to_text(symbolizer, format.call_trace))
         };
         if written.is_err() {
             // The reader went away (a closed pipe): nothing more to print.

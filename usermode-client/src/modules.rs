@@ -1,8 +1,5 @@
-//! Kernel modules (base, size, name) and frame addresses named after them:
-//! `module+0xoffset` per frame, or Sysmon's CallTrace style
-//! `a+0x1|b+0x2` for a whole stack.
-
-use std::fmt::Write as _;
+//! Kernel modules (base, size, name), and which one holds an address
+//! (frames are named after them by `symbolizer`).
 
 use kstack_abi::{DRIVER_FILE_NAME, DriverImage};
 
@@ -86,29 +83,6 @@ impl ModuleMap {
         let module = self.modules.get(after.checked_sub(1)?)?;
         (address < module.end()).then(|| (module, address - module.base))
     }
-
-    /// `module+0xoffset`, or the bare address when no module holds it.
-    #[must_use]
-    pub fn location(&self, address: u64) -> String {
-        match self.find(address) {
-            Some((module, offset)) => format!("{}+{offset:#x}", module.name),
-            None => format!("{address:#x}"),
-        }
-    }
-
-    /// The frames as Sysmon prints a CallTrace: locations joined by `|`,
-    /// most recent call first.
-    #[must_use]
-    pub fn call_trace(&self, frames: &[u64]) -> String {
-        let mut out = String::new();
-        for (index, &frame) in frames.iter().enumerate() {
-            if index > 0 {
-                out.push('|');
-            }
-            let _ = write!(out, "{}", self.location(frame));
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -131,28 +105,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn addresses_resolve_to_the_module_holding_them() {
-        let map = sample_map();
-        assert_eq!(map.location(0xFFFF_F800_0012_3456), "ntoskrnl.exe+0x123456");
-        assert_eq!(map.location(0xFFFF_F801_2340_0000), "kstack.sys+0x0");
-        assert_eq!(map.location(0xFFFF_F801_2341_FFFF), "kstack.sys+0x1ffff");
-        // One past the end, before the first, and in a gap: no module.
-        assert_eq!(map.location(0xFFFF_F801_2342_0000), "0xfffff80123420000");
-        assert_eq!(map.location(0x1000), "0x1000");
-        assert_eq!(map.location(0xFFFF_F800_0100_0000), "0xfffff80001000000");
-    }
-
-    #[test]
-    fn call_trace_joins_locations_with_bars() {
-        let map = sample_map();
-        assert_eq!(
-            map.call_trace(&[0xFFFF_F801_2340_0010, 0xFFFF_F800_0000_0020, 0x42]),
-            "kstack.sys+0x10|ntoskrnl.exe+0x20|0x42"
-        );
-        assert_eq!(map.call_trace(&[]), "");
-    }
-
-    #[test]
     fn overlaps_keep_the_first_entry_and_empty_entries_are_dropped() {
         let map = ModuleMap::new([
             module(0x2000, 0x1000, "b"),
@@ -171,13 +123,10 @@ pub(crate) mod tests {
             module(0x7000_0000, 0x1000, "ntdll.dll"),
         ])
         .with_authoritative(module(0x1_4000_0000, 0x3_0000, "kstack.sys"));
-        assert_eq!(map.location(0x1_4000_0100), "kstack.sys+0x100");
-        assert_eq!(
-            map.location(0x1_4008_0000),
-            "0x140080000",
-            "the stale entry is gone"
-        );
-        assert_eq!(map.location(0x7000_0010), "ntdll.dll+0x10");
+        let name_at = |address| map.find(address).map(|(module, _)| module.name.as_str());
+        assert_eq!(name_at(0x1_4000_0100), Some("kstack.sys"));
+        assert_eq!(name_at(0x1_4008_0000), None, "the stale entry is gone");
+        assert_eq!(name_at(0x7000_0010), Some("ntdll.dll"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::{collections::HashMap, fmt::Write as _};
 use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
-use crate::{modules::ModuleMap, trace::system_time_text};
+use crate::{symbolizer::Symbolizer, trace::system_time_text};
 
 /// When a stack was seen: its record's time, shard and sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -133,14 +133,15 @@ impl StackTable {
     /// then the frames outermost first, separated by `;`, a space and the
     /// record count. Flamegraph tools (inferno, FlameGraph) read this.
     #[must_use]
-    pub fn folded(&self, modules: &ModuleMap) -> Vec<String> {
+    pub fn folded(&self, symbolizer: &Symbolizer) -> Vec<String> {
         let mut lines = Vec::new();
         for summary in self.stacks.values() {
             let mut path = String::new();
             for &frame in summary.frames.iter().rev() {
                 path.push(';');
-                // `;` separates frames and the last space the count.
-                path.push_str(&modules.location(frame).replace([';', ' '], "_"));
+                // `;` separates frames and the last space the count
+                // (function names can hold both: `<A as B>::f`).
+                path.push_str(&symbolizer.location(frame).replace([';', ' '], "_"));
             }
             for source in Source::ALL {
                 let count = summary.per_source[source.index()];
@@ -165,7 +166,7 @@ pub struct TopLimits {
 
 /// The `kstack top` report.
 #[must_use]
-pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> String {
+pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) -> String {
     let mut out = String::new();
     let ranked = table.ranked();
     let _ = writeln!(
@@ -193,7 +194,7 @@ pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> S
             sighting_text(summary.last),
         );
         for (index, &frame) in summary.frames.iter().take(limits.frames).enumerate() {
-            let _ = writeln!(out, "  {index:>2}  {}", modules.location(frame));
+            let _ = writeln!(out, "  {index:>2}  {}", symbolizer.location(frame));
         }
         let hidden = summary.frames.len().saturating_sub(limits.frames);
         if hidden > 0 {
@@ -205,7 +206,7 @@ pub fn top_text(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> S
 
 /// `kstack top --json`: one object per stack, most frequent first.
 #[must_use]
-pub fn top_json(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> Vec<Value> {
+pub fn top_json(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) -> Vec<Value> {
     table
         .ranked()
         .into_iter()
@@ -228,7 +229,7 @@ pub fn top_json(table: &StackTable, modules: &ModuleMap, limits: TopLimits) -> V
                 "first": sighting_json(summary.first),
                 "last": sighting_json(summary.last),
                 "frames": summary.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
-                "locations": summary.frames.iter().map(|&frame| modules.location(frame)).collect::<Vec<_>>(),
+                "locations": summary.frames.iter().map(|&frame| symbolizer.location(frame)).collect::<Vec<_>>(),
             })
         })
         .collect()
@@ -266,7 +267,16 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture_file::tests::record, modules::tests::sample_map, trace::TraceRecord};
+    use crate::{
+        capture_file::tests::record,
+        modules::{ModuleMap, tests::sample_map},
+        symbolizer::tests::{DISPATCH, TableSource, with_dispatch},
+        trace::TraceRecord,
+    };
+
+    fn modules_only() -> Symbolizer {
+        Symbolizer::new(sample_map())
+    }
 
     const LEAF: u64 = 0xFFFF_F801_2340_0010;
     const ROOT: u64 = 0xFFFF_F800_0000_0020;
@@ -317,7 +327,7 @@ mod tests {
 
     #[test]
     fn folded_lines_put_the_source_and_the_outermost_frame_first() {
-        let folded = table(&sample()).folded(&sample_map());
+        let folded = table(&sample()).folded(&modules_only());
         assert_eq!(
             folded,
             [
@@ -335,15 +345,23 @@ mod tests {
             size: 0x1000,
             name: "odd;name here.sys".to_owned(),
         }]);
-        let folded = table(&[record(1, SourceFacts::Timer, &[0x1010])]).folded(&modules);
-        assert_eq!(folded, ["timer;odd_name_here.sys+0x10 1"]);
+        let source = TableSource {
+            functions: vec![(0x1800, "<a::B as c::D>::f;g")],
+            asked: std::rc::Rc::default(),
+        };
+        let symbolizer = Symbolizer::new(modules).with_functions(Box::new(source));
+        let folded = table(&[record(1, SourceFacts::Timer, &[0x1810, 0x1010])]).folded(&symbolizer);
+        assert_eq!(
+            folded,
+            ["timer;odd_name_here.sys+0x10;odd_name_here.sys!<a::B_as_c::D>::f_g+0x10 1"]
+        );
     }
 
     #[test]
     fn top_limits_stacks_and_frames() {
         let text = top_text(
             &table(&sample()),
-            &sample_map(),
+            &modules_only(),
             TopLimits {
                 stacks: 1,
                 frames: 1,
@@ -360,5 +378,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("#2"), "{text}");
+    }
+
+    #[test]
+    fn top_names_functions_when_symbols_know_them() {
+        let (symbolizer, _) = with_dispatch();
+        let records = [
+            record(1, SourceFacts::Timer, &[DISPATCH + 0x20, ROOT]),
+            record(2, SourceFacts::Timer, &[DISPATCH + 0x20, ROOT]),
+        ];
+        let limits = TopLimits {
+            stacks: 5,
+            frames: 5,
+        };
+        let text = top_text(&table(&records), &symbolizer, limits);
+        assert!(
+            text.contains(
+                "   0  kstack.sys!kstack::dispatch::dispatch+0x20\n   1  ntoskrnl.exe+0x20\n"
+            ),
+            "{text}"
+        );
+        let json = top_json(&table(&records), &symbolizer, limits);
+        assert_eq!(
+            json[0]["locations"],
+            json!([
+                "kstack.sys!kstack::dispatch::dispatch+0x20",
+                "ntoskrnl.exe+0x20"
+            ])
+        );
+        assert_eq!(
+            table(&records).folded(&symbolizer),
+            ["timer;ntoskrnl.exe+0x20;kstack.sys!kstack::dispatch::dispatch+0x20 2"]
+        );
     }
 }

@@ -10,7 +10,7 @@ use kstack_abi::{
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
-use crate::modules::ModuleMap;
+use crate::symbolizer::Symbolizer;
 
 /// Version of the JSON line schema (README, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 1;
@@ -105,10 +105,10 @@ impl TraceRecord {
     }
 
     /// The readable block: a header line, then one line per frame with its
-    /// address and `module+0xoffset`, or (`call_trace`) a single Sysmon
-    /// style `CallTrace: a+0x1|b+0x2` line.
+    /// address and its name (see [`Symbolizer::name`]), or (`call_trace`) a
+    /// single Sysmon style `CallTrace: a+0x1|b+0x2` line.
     #[must_use]
-    pub fn to_text(&self, modules: &ModuleMap, call_trace: bool) -> String {
+    pub fn to_text(&self, symbolizer: &Symbolizer, call_trace: bool) -> String {
         let mut out = String::new();
         let time =
             system_time_text(self.header.timestamp).unwrap_or_else(|| "time unknown".to_owned());
@@ -134,17 +134,13 @@ impl TraceRecord {
         }
         out.push('\n');
         if call_trace {
-            let _ = writeln!(out, "  CallTrace: {}", modules.call_trace(&self.frames));
+            let _ = writeln!(out, "  CallTrace: {}", symbolizer.call_trace(&self.frames));
             return out;
         }
         for (index, &frame) in self.frames.iter().enumerate() {
-            match modules.find(frame) {
-                Some(_) => {
-                    let _ = writeln!(
-                        out,
-                        "  {index:>2}  {frame:#018x}  {}",
-                        modules.location(frame)
-                    );
+            match symbolizer.name(frame) {
+                Some(name) => {
+                    let _ = writeln!(out, "  {index:>2}  {frame:#018x}  {name}");
                 }
                 None => {
                     let _ = writeln!(out, "  {index:>2}  {frame:#018x}");
@@ -156,7 +152,7 @@ impl TraceRecord {
 
     /// One JSON line (schema version [`JSON_SCHEMA_VERSION`]).
     #[must_use]
-    pub fn to_json(&self, modules: &ModuleMap) -> Value {
+    pub fn to_json(&self, symbolizer: &Symbolizer) -> Value {
         let mut flags = Vec::new();
         if self.header.flags.contains(RecordFlags::TRUNCATED) {
             flags.push("truncated");
@@ -180,7 +176,7 @@ impl TraceRecord {
             "stack_id": format!("{:#018x}", self.header.stack_id),
             "facts": facts_json(&self.header.facts),
             "frames": self.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
-            "locations": self.frames.iter().map(|&frame| modules.location(frame)).collect::<Vec<_>>(),
+            "locations": self.frames.iter().map(|&frame| symbolizer.location(frame)).collect::<Vec<_>>(),
         })
     }
 }
@@ -249,6 +245,11 @@ fn facts_json(facts: &SourceFacts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{modules::ModuleMap, symbolizer::tests::with_dispatch};
+
+    fn no_modules() -> Symbolizer {
+        Symbolizer::new(ModuleMap::default())
+    }
 
     pub fn sample() -> TraceRecord {
         TraceRecord {
@@ -288,7 +289,7 @@ mod tests {
 
     #[test]
     fn text_has_header_and_numbered_frames() {
-        let text = sample().to_text(&ModuleMap::default(), false);
+        let text = sample().to_text(&no_modules(), false);
         assert_eq!(
             text,
             "#7 shard 1 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2 stack 0123456789abcdef os-hash deadbeef: \
@@ -298,11 +299,11 @@ mod tests {
 
     #[test]
     fn frames_inside_modules_are_named() {
-        let modules = ModuleMap::new([crate::modules::Module {
+        let modules = Symbolizer::new(ModuleMap::new([crate::modules::Module {
             base: 0xFFFF_F800_1230_0000,
             size: 0x10_0000,
             name: "kstack.sys".to_owned(),
-        }]);
+        }]));
         let text = sample().to_text(&modules, false);
         assert!(
             text.ends_with(
@@ -322,8 +323,42 @@ mod tests {
     }
 
     #[test]
+    fn function_names_reach_every_rendering() {
+        let (symbolizer, _) = with_dispatch();
+        let mut record = sample();
+        record.frames = vec![
+            crate::symbolizer::tests::DISPATCH + 0x4F,
+            0xFFFF_F800_0000_1000,
+            0x42,
+        ];
+        let text = record.to_text(&symbolizer, false);
+        assert!(
+            text.ends_with(
+                "   0  0xfffff8012340104f  kstack.sys!kstack::dispatch::dispatch+0x4f\n   \
+                 1  0xfffff80000001000  ntoskrnl.exe+0x1000\n   2  0x0000000000000042\n"
+            ),
+            "{text}"
+        );
+        let trace = record.to_text(&symbolizer, true);
+        assert!(
+            trace.ends_with(
+                "\n  CallTrace: kstack.sys!kstack::dispatch::dispatch+0x4f|ntoskrnl.exe+0x1000|0x42\n"
+            ),
+            "{trace}"
+        );
+        assert_eq!(
+            record.to_json(&symbolizer)["locations"],
+            json!([
+                "kstack.sys!kstack::dispatch::dispatch+0x4f",
+                "ntoskrnl.exe+0x1000",
+                "0x42"
+            ])
+        );
+    }
+
+    #[test]
     fn json_line_has_the_documented_fields() {
-        let value = sample().to_json(&ModuleMap::default());
+        let value = sample().to_json(&no_modules());
         assert_eq!(value["schema"], 1);
         assert_eq!(
             (&value["sequence"], &value["shard"]),
@@ -372,7 +407,7 @@ mod tests {
             let mut record = sample();
             record.header.facts = facts;
             assert!(!record.facts_text().is_empty());
-            assert!(record.to_json(&ModuleMap::default())["facts"].is_object());
+            assert!(record.to_json(&no_modules())["facts"].is_object());
         }
         let mut create = sample();
         create.header.facts = all[0];

@@ -372,3 +372,43 @@ fn live_commands_off_windows_say_they_need_windows() {
         assert!(String::from_utf8_lossy(&output.stderr).contains("runs on Windows"));
     }
 }
+
+#[cfg(not(windows))]
+#[test]
+fn symbols_off_windows_are_refused_and_the_environment_ignored() {
+    let dir = scratch_dir("symbols-off-windows");
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let input = capture.to_str().unwrap();
+    let svg = dir.join("out.svg");
+    let commands: [&[&str]; 4] = [
+        &["read", "--input", input],
+        &["top", "--input", input],
+        &["folded", "--input", input],
+        &["flamegraph", "--input", input, "-o", svg.to_str().unwrap()],
+    ];
+    for args in commands {
+        let output = kstack(&[args, &["--symbols", "/srv/symbols"]].concat());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--symbols reads PDB symbols with dbghelp, which only Windows"),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!svg.exists(), "nothing is drawn");
+    // An empty path means none; _NT_SYMBOL_PATH is a Windows setting.
+    let plain = stdout_of(&["read", "--input", input]);
+    assert_eq!(
+        stdout_of(&["read", "--input", input, "--symbols", ""]),
+        plain
+    );
+    let with_environment = Command::new(env!("CARGO_BIN_EXE_kstack"))
+        .args(["read", "--input", input])
+        .env("_NT_SYMBOL_PATH", "/srv/symbols")
+        .output()
+        .unwrap();
+    assert!(with_environment.status.success());
+    assert_eq!(String::from_utf8(with_environment.stdout).unwrap(), plain);
+}

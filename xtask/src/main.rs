@@ -175,7 +175,7 @@ fn demo(workspace: &Path) -> Result<()> {
     ));
     let wine = WineHost::create(&prefix, &built.dir, &package::wine_support_dir(workspace))
         .map_err(anyhow::Error::msg)?;
-    let result = demo_steps(&wine);
+    let result = demo_steps(&wine, &built.dir);
     process::step("sc stop kstack (DriverUnload runs), sc delete kstack");
     let stopped = wine.stop_driver().and_then(|()| wine.delete_service());
     wine.shut_down();
@@ -196,7 +196,7 @@ const DEMO_CAPTURE: &str = "demo.kstack";
 const DEMO_FLAMEGRAPH: &str = "demo-flamegraph.svg";
 
 #[cfg(target_os = "linux")]
-fn demo_steps(wine: &WineHost) -> Result<()> {
+fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
     let client = |args: &[&str]| -> Result<()> {
         println!("    > kstack {}", args.join(" "));
         let output = wine.client(args).map_err(anyhow::Error::msg)?;
@@ -264,6 +264,27 @@ fn demo_steps(wine: &WineHost) -> Result<()> {
     let _ = std::fs::remove_file(&svg);
     client(&["flamegraph", "--input", DEMO_CAPTURE, "-o", DEMO_FLAMEGRAPH])?;
     println!("      open {} in a browser", svg.display());
+    process::step(
+        "function names from kstack.pdb through (Wine's) dbghelp: the package's kstack.sys and kstack.pdb \
+         copied to C:\\symbols",
+    );
+    let symbols = wine.drive_c().join("symbols");
+    std::fs::create_dir_all(&symbols).with_context(|| format!("creating {}", symbols.display()))?;
+    for file in ["kstack.sys", "kstack.pdb"] {
+        std::fs::copy(package.join(file), symbols.join(file))
+            .with_context(|| format!("copying {file} to {}", symbols.display()))?;
+    }
+    client(&[
+        "top",
+        "--input",
+        DEMO_CAPTURE,
+        "--limit",
+        "1",
+        "--frames",
+        "4",
+        "--symbols",
+        r"C:\symbols",
+    ])?;
     client(&["config", "--disable", "all"])?;
     client(&["status"])?;
     Ok(())

@@ -1,0 +1,209 @@
+//! Frame addresses named for people, the one way every output names them
+//! (records, CallTrace lines, `top`, folded stacks, flamegraphs):
+//! `module!function+0xoffset` when symbols name the function,
+//! `module+0xoffset` when only the module list names the module, and the
+//! bare address when no module holds it.
+
+use std::{cell::RefCell, collections::HashMap, fmt::Write as _};
+
+use crate::modules::{Module, ModuleMap};
+
+/// The function holding an address, as symbols name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// The function's name, undecorated (e.g. `kstack::dispatch::dispatch`).
+    pub name: String,
+    /// How far into the function the address is, in bytes.
+    pub offset: u64,
+}
+
+/// Where function names come from: PDB symbols through dbghelp on Windows
+/// (`pdb_symbols`), a table in tests.
+pub trait FunctionSource {
+    /// The function holding `address` inside `module`, if its symbols name
+    /// one.
+    fn function(&mut self, module: &Module, address: u64) -> Option<Function>;
+}
+
+/// Names frames after a module list and, when it has one, a function
+/// source, whose answers it keeps: a stack's frames repeat in every record.
+pub struct Symbolizer {
+    modules: ModuleMap,
+    functions: Option<RefCell<CachedFunctions>>,
+}
+
+struct CachedFunctions {
+    source: Box<dyn FunctionSource>,
+    found: HashMap<u64, Option<Function>>,
+}
+
+impl Symbolizer {
+    /// Names frames after `modules` only.
+    #[must_use]
+    pub const fn new(modules: ModuleMap) -> Self {
+        Self {
+            modules,
+            functions: None,
+        }
+    }
+
+    /// Also names the functions `source` knows.
+    #[must_use]
+    pub fn with_functions(self, source: Box<dyn FunctionSource>) -> Self {
+        Self {
+            functions: Some(RefCell::new(CachedFunctions {
+                source,
+                found: HashMap::new(),
+            })),
+            ..self
+        }
+    }
+
+    /// The module list frames are named after.
+    #[must_use]
+    pub const fn modules(&self) -> &ModuleMap {
+        &self.modules
+    }
+
+    /// `module!function+0xoffset`, or `module+0xoffset` when no function is
+    /// known there; `None` when no module holds `address`.
+    #[must_use]
+    pub fn name(&self, address: u64) -> Option<String> {
+        let (module, offset) = self.modules.find(address)?;
+        let function = self.functions.as_ref().and_then(|functions| {
+            let CachedFunctions { source, found } = &mut *functions.borrow_mut();
+            found
+                .entry(address)
+                .or_insert_with(|| source.function(module, address))
+                .clone()
+        });
+        Some(match function {
+            Some(function) => format!("{}!{}+{:#x}", module.name, function.name, function.offset),
+            None => format!("{}+{offset:#x}", module.name),
+        })
+    }
+
+    /// [`Self::name`], or the bare address when no module holds it.
+    #[must_use]
+    pub fn location(&self, address: u64) -> String {
+        self.name(address)
+            .unwrap_or_else(|| format!("{address:#x}"))
+    }
+
+    /// The frames as Sysmon prints a CallTrace: locations joined by `|`,
+    /// most recent call first.
+    #[must_use]
+    pub fn call_trace(&self, frames: &[u64]) -> String {
+        let mut out = String::new();
+        for (index, &frame) in frames.iter().enumerate() {
+            if index > 0 {
+                out.push('|');
+            }
+            let _ = write!(out, "{}", self.location(frame));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::modules::tests::sample_map;
+
+    /// Functions by start address, counting the questions asked.
+    pub struct TableSource {
+        pub functions: Vec<(u64, &'static str)>,
+        pub asked: Rc<RefCell<Vec<u64>>>,
+    }
+
+    impl FunctionSource for TableSource {
+        fn function(&mut self, _module: &Module, address: u64) -> Option<Function> {
+            self.asked.borrow_mut().push(address);
+            self.functions
+                .iter()
+                .rev()
+                .find(|(start, _)| *start <= address)
+                .map(|&(start, name)| Function {
+                    name: name.to_owned(),
+                    offset: address - start,
+                })
+        }
+    }
+
+    pub const DISPATCH: u64 = 0xFFFF_F801_2340_1000;
+
+    /// The sample modules, with one function known in kstack.sys.
+    pub fn with_dispatch() -> (Symbolizer, Rc<RefCell<Vec<u64>>>) {
+        let asked = Rc::default();
+        let source = TableSource {
+            functions: vec![(DISPATCH, "kstack::dispatch::dispatch")],
+            asked: Rc::clone(&asked),
+        };
+        (
+            Symbolizer::new(sample_map()).with_functions(Box::new(source)),
+            asked,
+        )
+    }
+
+    #[test]
+    fn addresses_resolve_to_the_module_holding_them() {
+        let symbolizer = Symbolizer::new(sample_map());
+        let location = |address| symbolizer.location(address);
+        assert_eq!(location(0xFFFF_F800_0012_3456), "ntoskrnl.exe+0x123456");
+        assert_eq!(location(0xFFFF_F801_2340_0000), "kstack.sys+0x0");
+        assert_eq!(location(0xFFFF_F801_2341_FFFF), "kstack.sys+0x1ffff");
+        // One past the end, before the first, and in a gap: no module.
+        assert_eq!(location(0xFFFF_F801_2342_0000), "0xfffff80123420000");
+        assert_eq!(location(0x1000), "0x1000");
+        assert_eq!(location(0xFFFF_F800_0100_0000), "0xfffff80001000000");
+        assert_eq!(symbolizer.name(0x1000), None);
+    }
+
+    #[test]
+    fn known_functions_are_named_and_the_rest_falls_back() {
+        let (symbolizer, _) = with_dispatch();
+        assert_eq!(
+            symbolizer.location(DISPATCH + 0x4F),
+            "kstack.sys!kstack::dispatch::dispatch+0x4f"
+        );
+        assert_eq!(
+            symbolizer.location(DISPATCH),
+            "kstack.sys!kstack::dispatch::dispatch+0x0"
+        );
+        // Before the only known function: the module still names it.
+        assert_eq!(symbolizer.location(DISPATCH - 1), "kstack.sys+0xfff");
+        // No module: the bare address, and the source is not asked.
+        assert_eq!(symbolizer.location(0x42), "0x42");
+    }
+
+    #[test]
+    fn each_address_is_looked_up_once() {
+        let (symbolizer, asked) = with_dispatch();
+        for _ in 0..3 {
+            assert_eq!(
+                symbolizer.location(DISPATCH + 0x10),
+                "kstack.sys!kstack::dispatch::dispatch+0x10"
+            );
+            assert_eq!(symbolizer.location(DISPATCH - 1), "kstack.sys+0xfff");
+            assert_eq!(symbolizer.location(0x42), "0x42");
+        }
+        assert_eq!(*asked.borrow(), [DISPATCH + 0x10, DISPATCH - 1]);
+    }
+
+    #[test]
+    fn call_trace_joins_locations_with_bars() {
+        let symbolizer = Symbolizer::new(sample_map());
+        assert_eq!(
+            symbolizer.call_trace(&[0xFFFF_F801_2340_0010, 0xFFFF_F800_0000_0020, 0x42]),
+            "kstack.sys+0x10|ntoskrnl.exe+0x20|0x42"
+        );
+        assert_eq!(symbolizer.call_trace(&[]), "");
+        let (symbolizer, _) = with_dispatch();
+        assert_eq!(
+            symbolizer.call_trace(&[DISPATCH + 8, 0xFFFF_F800_0000_0020]),
+            "kstack.sys!kstack::dispatch::dispatch+0x8|ntoskrnl.exe+0x20"
+        );
+    }
+}
