@@ -4,8 +4,8 @@
 //!
 //! The ring is the driver's: two shards, as on a two-processor machine, and
 //! a publish is the capture's whole path into it: pick the processor's
-//! shard, take that shard's next sequence number, claim a slot, encode the
-//! record into it and release it. Two producers run on two processors, so
+//! shard, claim a slot and that shard's next sequence number, encode the
+//! record into the slot and release it. Two producers run on two processors, so
 //! each publishes into its own shard, as two CPUs would.
 //!
 //! Run with `cargo bench -p kstack-driver-core --bench ring`. Every

@@ -2,12 +2,26 @@
 //! The driver keeps one per processor shard ([`crate::sharded_ring`]).
 //!
 //! Producers run in kernel callbacks at up to `DISPATCH_LEVEL`, so
-//! publishing never waits and never takes a lock: a producer takes the
-//! ring's next sequence number, claims a slot with one compare-and-swap on
-//! `tail`, writes the record into it, and releases it by advancing the
-//! slot's stamp (the bounded-queue scheme of D. Vyukov). When the ring is
-//! full the newest record is dropped and counted; its sequence number is
-//! spent all the same, so every number is a record kept or a drop.
+//! publishing never waits and never takes a lock: a producer claims a slot
+//! and its sequence number with one compare-and-swap on the claim word,
+//! writes the record into the slot, and releases it by advancing the slot's
+//! stamp (the bounded-queue scheme of D. Vyukov). When the ring is full the
+//! newest record is dropped and counted; its sequence number is spent all
+//! the same, so every number is a record kept or a drop.
+//!
+//! The claim word: one compare-and-swap per record (a second locked
+//! instruction cost a third of a publish, `docs/performance.md`). A
+//! record's sequence number is its position plus the drops before it plus
+//! one, since a drop spends a number but no position. The word holds the
+//! next position (its low [`POSITION_BITS`]) and the drop count modulo
+//! 2^[`DROP_BITS`]; the exact count is a separate counter that a dropper
+//! bumps after its compare-and-swap, so it can lag the word by the drops in
+//! flight. A claim reads that counter before its compare-and-swap, and the
+//! word's low bits make up the lag ([`Claim::drops`]): exact while fewer
+//! than 2^16 producers are inside one ring's publish at once (each is a
+//! thread or a processor's DPC; a lag past that would misnumber, never
+//! lose, a record). A ring takes 2^48 - 1 records in its life (years at
+//! millions per second), and drops every one after.
 //!
 //! Slot stamps: a slot at position `p` (index `p % capacity`) is free for
 //! `p` when its stamp is `p`, holds `p`'s record when it is `p + 1`, and is
@@ -17,7 +31,7 @@
 //! holder at a time through [`RecordRing::consumer`], a try-lock that never
 //! waits: a second concurrent reader is told the ring is busy.
 //!
-//! What producers write (`tail`, the sequence and drop counters) and what
+//! What producers write (the claim word, the drop counter) and what
 //! the consumer writes (`head`, the try-lock) sit on cache lines of their
 //! own, so draining does not pull the producers' line away from them.
 
@@ -85,6 +99,55 @@ impl Slot {
     }
 }
 
+/// Bits of the claim word that count drops, modulo 2^`DROP_BITS`; loom's
+/// model gets 2, so its few producers wrap the field.
+#[cfg(not(loom))]
+const DROP_BITS: u32 = 16;
+#[cfg(loom)]
+const DROP_BITS: u32 = 2;
+/// Bits of the claim word that hold the next position.
+const POSITION_BITS: u32 = u64::BITS - DROP_BITS;
+/// The position past the last a ring can claim.
+const POSITION_LIMIT: u64 = (1 << POSITION_BITS) - 1;
+/// One drop, added to the claim word.
+const ONE_DROP: u64 = 1 << POSITION_BITS;
+/// The drop field's values.
+const DROP_MASK: u64 = (1 << DROP_BITS) - 1;
+
+/// A value of the claim word: the next position, and the drops so far
+/// modulo 2^[`DROP_BITS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Claim(u64);
+
+impl Claim {
+    /// The position the next record takes.
+    const fn position(self) -> u64 {
+        self.0 & POSITION_LIMIT
+    }
+
+    /// The exact drop count this word stands for, given `counted`, the
+    /// drop counter read no earlier than the word's last drop could have
+    /// been counted, and lagging it by fewer than 2^[`DROP_BITS`].
+    const fn drops(self, counted: u64) -> u64 {
+        counted + ((self.0 >> POSITION_BITS).wrapping_sub(counted) & DROP_MASK)
+    }
+
+    /// The sequence number of the record (or drop) this word's claim takes.
+    const fn sequence(self, counted: u64) -> u64 {
+        self.position() + self.drops(counted) + 1
+    }
+
+    /// The word after a record claims a position.
+    const fn after_record(self) -> Self {
+        Self(self.0 + 1)
+    }
+
+    /// The word after a drop (the drop field wraps).
+    const fn after_drop(self) -> Self {
+        Self(self.0.wrapping_add(ONE_DROP))
+    }
+}
+
 /// The ring was full: the record was dropped (and counted), and its
 /// sequence number spent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,12 +159,11 @@ pub struct Full {
 /// What producers write.
 struct ProducerSide<'a> {
     slots: &'a [Slot],
-    /// Next position producers claim.
-    tail: AtomicU64,
-    /// The next record's sequence number; starts at 1 (0 marks records not
-    /// kept in any ring).
-    next_sequence: AtomicU64,
-    /// Records dropped because the ring was full.
+    /// A [`Claim`]: the next position and the drops modulo 2^[`DROP_BITS`].
+    /// Sequence numbers start at 1 (0 marks records not kept in any ring).
+    claim: AtomicU64,
+    /// Records dropped because the ring was full: bumped (Release) after
+    /// the drop's compare-and-swap, read (Acquire) before a claim's.
     dropped: AtomicU64,
 }
 
@@ -141,8 +203,7 @@ impl<'a> RecordRing<'a> {
         Self {
             producers: CacheAligned(ProducerSide {
                 slots,
-                tail: AtomicU64::new(0),
-                next_sequence: AtomicU64::new(1),
+                claim: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
             }),
             consumer: CacheAligned(ConsumerSide {
@@ -184,40 +245,50 @@ impl<'a> RecordRing<'a> {
         write: impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]),
     ) -> Result<u64, Full> {
         let producers = &self.producers;
-        let sequence = producers.next_sequence.fetch_add(1, Ordering::Relaxed);
-        let mut position = producers.tail.load(Ordering::Relaxed);
+        let mut claim = Claim(producers.claim.load(Ordering::Relaxed));
         loop {
+            let position = claim.position();
             let slot = self.slot(position);
-            match slot.stamp.load(Ordering::Acquire).cmp(&position) {
-                CmpOrdering::Equal => {
-                    match producers.tail.compare_exchange_weak(
-                        position,
-                        position + 1,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
-                            slot.record.with_mut(|record| {
-                                // SAFETY: only this producer claimed `position`; the
-                                // consumer reads the slot after the stamp below.
-                                write(sequence, unsafe { &mut *record });
-                            });
-                            slot.stamp.store(position + 1, Ordering::Release);
-                            return Ok(sequence);
-                        }
-                        Err(current) => position = current,
-                    }
-                }
-                CmpOrdering::Less => {
-                    // The slot still holds the record from one lap ago.
-                    producers.dropped.fetch_add(1, Ordering::Relaxed);
-                    return Err(Full { sequence });
-                }
+            let full = match slot.stamp.load(Ordering::Acquire).cmp(&position) {
+                // Free for `position`, unless the ring has used up its positions.
+                CmpOrdering::Equal => position == POSITION_LIMIT,
+                // The slot still holds the record from one lap ago.
+                CmpOrdering::Less => true,
                 CmpOrdering::Greater => {
                     // Another producer claimed `position` first.
-                    position = producers.tail.load(Ordering::Relaxed);
+                    claim = Claim(producers.claim.load(Ordering::Relaxed));
+                    continue;
                 }
+            };
+            // Read before the compare-and-swap: a drop counted here happened
+            // before it, so the word it succeeds on includes that drop.
+            let counted = producers.dropped.load(Ordering::Acquire);
+            let next = if full {
+                claim.after_drop()
+            } else {
+                claim.after_record()
+            };
+            if let Err(current) = producers.claim.compare_exchange_weak(
+                claim.0,
+                next.0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                claim = Claim(current);
+                continue;
             }
+            let sequence = claim.sequence(counted);
+            if full {
+                producers.dropped.fetch_add(1, Ordering::Release);
+                return Err(Full { sequence });
+            }
+            slot.record.with_mut(|record| {
+                // SAFETY: only this producer claimed `position`; the
+                // consumer reads the slot after the stamp below.
+                write(sequence, unsafe { &mut *record });
+            });
+            slot.stamp.store(position + 1, Ordering::Release);
+            return Ok(sequence);
         }
     }
 
@@ -227,7 +298,7 @@ impl<'a> RecordRing<'a> {
     #[must_use]
     pub fn len(&self) -> usize {
         let head = self.consumer.head.load(Ordering::Relaxed);
-        let tail = self.producers.tail.load(Ordering::Relaxed);
+        let tail = Claim(self.producers.claim.load(Ordering::Relaxed)).position();
         usize::try_from(tail.saturating_sub(head))
             .unwrap_or(usize::MAX)
             .min(self.capacity())
@@ -253,7 +324,9 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: any.
     #[must_use]
     pub fn sequences_spent(&self) -> u64 {
-        self.producers.next_sequence.load(Ordering::Relaxed) - 1
+        // The counter first: it then lags the word, as `Claim::drops` needs.
+        let counted = self.producers.dropped.load(Ordering::Acquire);
+        Claim(self.producers.claim.load(Ordering::Relaxed)).sequence(counted) - 1
     }
 
     /// The consumer side, unless another caller holds it now.
@@ -445,6 +518,67 @@ mod tests {
     }
 
     #[test]
+    fn drop_counts_past_the_claim_words_field_number_exactly() {
+        let slots = slots(2);
+        let ring = RecordRing::new(&slots);
+        ring.publish(record(8, 1)).unwrap();
+        ring.publish(record(8, 2)).unwrap();
+        let drops = 3 * (DROP_MASK + 1) + 7;
+        for sequence in 3..3 + drops {
+            assert_eq!(ring.publish(record(8, 3)), Err(Full { sequence }));
+        }
+        assert_eq!((ring.dropped(), ring.sequences_spent()), (drops, drops + 2));
+        ring.consumer().unwrap().discard_all();
+        assert_eq!(ring.publish(record(8, 4)), Ok(drops + 3));
+    }
+
+    #[test]
+    fn a_lagging_drop_counter_is_made_up_by_the_word() {
+        for drops in [0, 5, DROP_MASK, DROP_MASK + 1, 70_000, u64::MAX >> 20] {
+            let claim = Claim(((drops & DROP_MASK) << POSITION_BITS) | 0x2A);
+            for lag in [0, 1, DROP_MASK].into_iter().filter(|&lag| lag <= drops) {
+                assert_eq!(claim.drops(drops - lag), drops, "{drops} drops, {lag} lag");
+                assert_eq!(claim.sequence(drops - lag), 0x2A + drops + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_ring_at_its_last_position_drops_everything() {
+        // Slots and head as a ring would have them after 2^48 - 4 records.
+        let start = POSITION_LIMIT - 3;
+        let slots: Vec<Slot> = (start..start + 4).map(Slot::new).collect();
+        let ring = RecordRing {
+            producers: CacheAligned(ProducerSide {
+                slots: &slots,
+                claim: AtomicU64::new(start),
+                dropped: AtomicU64::new(0),
+            }),
+            consumer: CacheAligned(ConsumerSide {
+                head: AtomicU64::new(start),
+                active: AtomicBool::new(false),
+            }),
+        };
+        for sequence in start + 1..=start + 3 {
+            assert_eq!(ring.publish(record(8, 1)), Ok(sequence));
+        }
+        assert_eq!(
+            ring.publish(record(8, 1)),
+            Err(Full {
+                sequence: start + 4
+            })
+        );
+        assert_eq!(ring.consumer().unwrap().discard_all(), 3);
+        assert_eq!(
+            ring.publish(record(8, 1)),
+            Err(Full {
+                sequence: start + 5
+            })
+        );
+        assert_eq!((ring.dropped(), ring.len()), (2, 0));
+    }
+
+    #[test]
     fn a_drain_never_splits_a_record() {
         let slots = slots(4);
         let ring = RecordRing::new(&slots);
@@ -562,24 +696,33 @@ mod tests {
     fn concurrent_producers_lose_nothing_silently() {
         const PRODUCERS: u8 = 4;
         const PER_PRODUCER: u16 = 20_000;
+        let total_attempts = u64::from(PRODUCERS) * u64::from(PER_PRODUCER);
         let slots = slots(64);
         let ring = RecordRing::new(&slots);
         let mut seen = vec![0_u32; usize::from(PRODUCERS)];
         let mut copied = 0_u64;
-        std::thread::scope(|scope| {
-            for producer in 0..PRODUCERS {
-                let ring = &ring;
-                scope.spawn(move || {
-                    for n in 0..PER_PRODUCER {
-                        let _ = ring.publish(|_, slot| {
-                            slot[..2].copy_from_slice(&8_u16.to_le_bytes());
-                            slot[2] = producer;
-                            slot[3..5].copy_from_slice(&n.to_le_bytes());
-                            slot[5..8].fill(producer ^ 0xA5);
-                        });
-                    }
-                });
-            }
+        // Producers start together, so drops and publishes interleave.
+        let start = std::sync::Barrier::new(usize::from(PRODUCERS));
+        let mut numbers: Vec<u64> = std::thread::scope(|scope| {
+            let producers: Vec<_> = (0..PRODUCERS)
+                .map(|producer| {
+                    let (ring, start) = (&ring, &start);
+                    scope.spawn(move || {
+                        start.wait();
+                        (0..PER_PRODUCER)
+                            .map(|n| {
+                                let result = ring.publish(|_, slot| {
+                                    slot[..2].copy_from_slice(&8_u16.to_le_bytes());
+                                    slot[2] = producer;
+                                    slot[3..5].copy_from_slice(&n.to_le_bytes());
+                                    slot[5..8].fill(producer ^ 0xA5);
+                                });
+                                result.unwrap_or_else(|Full { sequence }| sequence)
+                            })
+                            .collect::<Vec<u64>>()
+                    })
+                })
+                .collect();
             let mut out = [0_u8; 8 * 16];
             let mut last = vec![None::<u16>; usize::from(PRODUCERS)];
             let total = u64::from(PRODUCERS) * u64::from(PER_PRODUCER);
@@ -606,7 +749,17 @@ mod tests {
                     break;
                 }
             }
+            producers
+                .into_iter()
+                .flat_map(|producer| producer.join().unwrap())
+                .collect()
         });
+        // Kept and dropped alike, every number from 1 was spent exactly once.
+        numbers.sort_unstable();
+        assert!(
+            numbers.iter().copied().eq(1..=total_attempts),
+            "numbers spent"
+        );
         assert_eq!(
             copied + ring.dropped(),
             u64::from(PRODUCERS) * u64::from(PER_PRODUCER)

@@ -9,6 +9,7 @@
 use kstack_abi::MAX_RECORD_SIZE;
 use kstack_driver_core::{
     RecordRing, Rundown, Shard, ShardedRing, Slot,
+    ring::Full,
     sharded_ring::{fresh_slots, shards_over},
 };
 use loom::{
@@ -49,21 +50,37 @@ fn drain(ring: &RecordRing<'_>, seen: &mut Vec<(u8, u8)>) {
     check(&out[..drained.bytes], seen);
 }
 
+/// The sequence numbers `results` got, kept and dropped alike, in order.
+fn numbers_spent(results: &[Result<u64, Full>]) -> Vec<u64> {
+    let mut numbers: Vec<u64> = results
+        .iter()
+        .map(|&result| result.unwrap_or_else(|Full { sequence }| sequence))
+        .collect();
+    numbers.sort_unstable();
+    numbers
+}
+
 /// Two producers and a consumer that drains while they run, on a ring of
-/// `capacity`: every record published is read exactly once and whole, every
-/// failure is counted as a drop, and nothing else happens. The consumer
-/// yields between drains so the model interleaves it with the producers.
-fn producers_and_consumer(capacity: u64) {
+/// `capacity` that already holds `waiting` records: every record published
+/// is read exactly once and whole, every failure is counted as a drop, the
+/// numbers spent run on without a hole or a repeat, and nothing else
+/// happens. The consumer yields between drains so the model interleaves it
+/// with the producers.
+fn producers_and_consumer(capacity: u64, waiting: u8) {
     loom::model(move || {
         let slots: &'static [Slot] = Box::leak((0..capacity).map(Slot::new).collect());
         let ring: &'static RecordRing<'static> = Box::leak(Box::new(RecordRing::new(slots)));
+        for _ in 0..waiting {
+            ring.publish(record(0))
+                .expect("room for the waiting records");
+        }
         let finished: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
         let producers: Vec<_> = (1..=2_u8)
             .map(|id| {
                 thread::spawn(move || {
-                    let published = ring.publish(record(id)).is_ok();
+                    let result = ring.publish(record(id));
                     finished.fetch_add(1, Ordering::Release);
-                    published
+                    result
                 })
             })
             .collect();
@@ -76,10 +93,18 @@ fn producers_and_consumer(capacity: u64) {
             }
             thread::yield_now();
         }
-        let published: Vec<u8> = producers
+        let results: Vec<Result<u64, Full>> = producers
             .into_iter()
-            .zip(1_u8..)
-            .filter_map(|(producer, id)| producer.join().unwrap().then_some(id))
+            .map(|producer| producer.join().unwrap())
+            .collect();
+        let published: Vec<u8> = (0..waiting)
+            .map(|_| 0)
+            .chain(
+                results
+                    .iter()
+                    .zip(1_u8..)
+                    .filter_map(|(result, id)| result.is_ok().then_some(id)),
+            )
             .collect();
         let mut producers_seen: Vec<u8> = seen.iter().map(|&(producer, _)| producer).collect();
         producers_seen.sort_unstable();
@@ -88,20 +113,39 @@ fn producers_and_consumer(capacity: u64) {
         sequences.sort_unstable();
         sequences.dedup();
         assert_eq!(sequences.len(), seen.len(), "sequence numbers are unique");
-        assert_eq!(ring.dropped(), 2 - published.len() as u64);
-        assert_eq!(ring.sequences_spent(), 2, "a drop spends its number too");
+        let first = u64::from(waiting) + 1;
+        assert_eq!(
+            numbers_spent(&results),
+            [first, first + 1],
+            "one number each, in turn"
+        );
+        let drops = results.iter().filter(|result| result.is_err()).count();
+        assert_eq!(ring.dropped(), drops as u64);
+        assert_eq!(
+            ring.sequences_spent(),
+            first + 1,
+            "a drop spends its number too"
+        );
         assert!(ring.is_empty());
     });
 }
 
 #[test]
 fn ring_of_two_with_two_producers_and_a_consumer() {
-    producers_and_consumer(2);
+    producers_and_consumer(2, 0);
 }
 
 #[test]
 fn ring_of_three_with_two_producers_and_a_consumer() {
-    producers_and_consumer(3);
+    producers_and_consumer(3, 0);
+}
+
+/// A ring of two with one record waiting: whether a producer finds it full
+/// depends on when the consumer drains, so the model covers a drop beside a
+/// publish (the claim word's drop field and the lagging drop counter).
+#[test]
+fn ring_of_two_holding_one_with_two_producers_and_a_consumer() {
+    producers_and_consumer(2, 1);
 }
 
 /// Two producers on different processors, the first publishing twice and
@@ -186,5 +230,28 @@ fn rundown_never_frees_under_a_callback() {
         );
         assert!(rundown.enter().is_none());
         callback.join().unwrap();
+    });
+}
+
+/// Two producers on a ring of two that holds one record and is not
+/// drained: one publishes, the other finds it full, in either order, and
+/// each takes its own number in turn.
+#[test]
+fn a_publish_and_a_drop_take_numbers_in_turn() {
+    loom::model(|| {
+        let slots: &'static [Slot] = Box::leak((0..2).map(Slot::new).collect());
+        let ring: &'static RecordRing<'static> = Box::leak(Box::new(RecordRing::new(slots)));
+        ring.publish(record(0))
+            .expect("room for the waiting record");
+        let producers: Vec<_> = (1..=2_u8)
+            .map(|id| thread::spawn(move || ring.publish(record(id))))
+            .collect();
+        let results: Vec<Result<u64, Full>> = producers
+            .into_iter()
+            .map(|producer| producer.join().unwrap())
+            .collect();
+        assert_eq!(numbers_spent(&results), [2, 3], "one number each, in turn");
+        assert_eq!(results.iter().filter(|result| result.is_err()).count(), 1);
+        assert_eq!((ring.dropped(), ring.sequences_spent()), (1, 3));
     });
 }
