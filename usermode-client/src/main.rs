@@ -12,7 +12,7 @@ use std::{
 };
 
 use clap::{Args, Parser, Subcommand};
-use kstack_abi::{CaptureConfig, Source, SourceSet};
+use kstack_abi::{CaptureConfig, RecordView, Source, SourceSet};
 
 use kstack_client::{
     capture_file::{CaptureError, CaptureView, CaptureWriter},
@@ -477,21 +477,15 @@ impl FollowArgs {
 
 fn read(args: &ReadArgs) -> Result<(), ClientError> {
     if let Some(path) = &args.input {
-        let bytes = read_file(path)?;
-        let mut capture = parse_capture(path, &bytes)?;
-        let symbolizer = args
-            .format
-            .symbols
-            .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
         let mut batch = Vec::new();
-        for record in capture.records() {
-            let record = record.map_err(|error| capture_error(path, error))?;
-            batch.push(TraceRecord::from(&record));
-            if batch.len() == 4096 {
-                print_records(&batch, &symbolizer, &args.format);
-                batch.clear();
-            }
-        }
+        let symbolizer =
+            for_each_saved_record(path, &args.format.symbols, |record, symbolizer| {
+                batch.push(TraceRecord::from(record));
+                if batch.len() == 4096 {
+                    print_records(&batch, symbolizer, &args.format);
+                    batch.clear();
+                }
+            })?;
         print_records(&batch, &symbolizer, &args.format);
         return Ok(());
     }
@@ -585,6 +579,28 @@ fn save(args: &SaveArgs) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// Reads the capture file at `path` and hands each of its records, in
+/// order, to `each` with the symbolizer for the file's module list and
+/// `symbols`; returns that symbolizer. A damaged record ends it with the
+/// file's error.
+fn for_each_saved_record(
+    path: &Path,
+    symbols: &SymbolsArg,
+    mut each: impl FnMut(&RecordView<'_>, &Symbolizer),
+) -> Result<Symbolizer, ClientError> {
+    let bytes = read_file(path)?;
+    let mut capture = parse_capture(path, &bytes)?;
+    let symbolizer =
+        symbols.symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
+    for record in capture.records() {
+        each(
+            &record.map_err(|error| capture_error(path, error))?,
+            &symbolizer,
+        );
+    }
+    Ok(symbolizer)
+}
+
 /// Groups records from a capture file or from the driver by stack; names
 /// their frames after its module list and `symbols`.
 fn stack_table(
@@ -593,14 +609,9 @@ fn stack_table(
 ) -> Result<(StackTable, Symbolizer), ClientError> {
     let mut table = StackTable::default();
     if let Some(path) = &input.input {
-        let bytes = read_file(path)?;
-        let mut capture = parse_capture(path, &bytes)?;
-        let symbolizer =
-            symbols.symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
-        for record in capture.records() {
-            let record = record.map_err(|error| capture_error(path, error))?;
+        let symbolizer = for_each_saved_record(path, symbols, |record, _| {
             table.add(&record.header, || record.frames());
-        }
+        })?;
         return Ok((table, symbolizer));
     }
     let mut device = open_device()?;
