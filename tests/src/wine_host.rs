@@ -141,28 +141,24 @@ impl WineHost {
         }
     }
 
-    fn checked(command: &mut Command) -> WineResult<Output> {
-        let output = capture(command)?;
-        if output.status.success() {
-            Ok(output)
-        } else {
-            Err(describe(command, &output))
-        }
-    }
-
     /// `sc.exe` with these arguments.
     ///
     /// # Errors
     /// When sc fails.
     pub fn sc(&self, args: &[&str]) -> WineResult<String> {
-        // Wine's sc reports the Win32 error code only on its err channel.
-        let output = Self::checked(
-            self.command("wine")
-                .env("WINEDEBUG", "-all,err+sc")
-                .arg("sc")
-                .args(args),
-        )?;
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        let command = || {
+            let mut command = self.command("wine");
+            // Wine's sc reports the Win32 error code only on its err
+            // channel, so a real failure is never silent.
+            command.env("WINEDEBUG", "-all,err+sc").arg("sc").args(args);
+            command
+        };
+        let output = Self::started("sc", args, command)?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(describe(&command(), &output))
+        }
     }
 
     /// `sc create kstack type= kernel binPath= ...`.
@@ -282,8 +278,9 @@ impl WineHost {
 
     /// Runs a program with one more environment variable. Seen once in a
     /// loaded CI run: `wine` exited 1 and printed nothing (its own errors
-    /// are off), so the program never ran; none of ours exits 1 without
-    /// saying why. Then it runs once more, with Wine's errors shown.
+    /// are off), so the program never ran; none of ours, nor Wine's `sc`
+    /// with its err channel on, exits 1 without saying why. Then it runs
+    /// once more, with Wine's errors shown.
     fn run_program(
         &self,
         name: &str,
@@ -297,6 +294,12 @@ impl WineHost {
             }
             command
         };
+        Self::started(name, args, command)
+    }
+
+    /// Runs `command()`, and once more, with Wine's errors shown, when Wine
+    /// did not start the program (see [`Self::run_program`]).
+    fn started(name: &str, args: &[&str], command: impl Fn() -> Command) -> WineResult<Output> {
         let output = capture(&mut command())?;
         if !Self::not_started(&output) {
             return Ok(output);
