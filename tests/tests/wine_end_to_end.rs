@@ -775,26 +775,7 @@ fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult
 /// object-handle events, whose object is the driver's current process or
 /// thread, so their target is the record's own process.
 fn expected_facts_json(facts: &SourceFacts, record: &Value) -> Value {
-    let mut expected = kstack_client::trace::TraceRecord {
-        header: kstack_abi::RecordHeader {
-            sequence: 0,
-            timestamp: 0,
-            process_id: 0,
-            thread_id: 0,
-            processor: 0,
-            shard: 0,
-            irql: 0,
-            flags: kstack_abi::RecordFlags::NONE,
-            os_hash: 0,
-            stack_id: 0,
-            facts: *facts,
-        },
-        frames: vec![],
-    }
-    .to_json(&kstack_client::symbolizer::Symbolizer::new(
-        kstack_client::modules::ModuleMap::default(),
-    ))["facts"]
-        .clone();
+    let mut expected = kstack_client::trace::facts_json(facts);
     if matches!(facts, SourceFacts::ObjectHandle { .. }) {
         expected["target_process_id"] = record["process_id"].clone();
     }
@@ -864,10 +845,11 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
     wine.set_disable_paging_executive(Some(1))?;
     wine.set_ring_capacity(Some(16))?;
     wine.start_driver()?;
-    let shards = status(wine)?["ring"]["shards"]
+    let applied = status(wine)?;
+    let shards = applied["ring"]["shards"]
         .as_u64()
         .ok_or("status without ring/shards")?;
-    ensure(status(wine)?["ring"]["capacity"] == 16, || {
+    ensure(applied["ring"]["capacity"] == 16, || {
         "RingCapacity=16 not applied".to_owned()
     })?;
     wine.client_ok(&["config", "--enable", "timer", "--timer-period", "1"])?;

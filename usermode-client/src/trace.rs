@@ -202,7 +202,9 @@ const fn object_word(object: ObjectKind) -> &'static str {
     }
 }
 
-fn facts_json(facts: &SourceFacts) -> Value {
+/// A record's source facts as its JSON form shows them.
+#[must_use]
+pub fn facts_json(facts: &SourceFacts) -> Value {
     match *facts {
         SourceFacts::Process {
             event,
