@@ -171,8 +171,6 @@ impl Reader {
 /// received, dropped (shard full) or cleared.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SequenceTracker {
-    /// Records received (not counting those kept out of the ring).
-    pub received: u64,
     shards: BTreeMap<u16, ShardSpan>,
 }
 
@@ -192,7 +190,6 @@ impl SequenceTracker {
         if sequence == 0 {
             return;
         }
-        self.received += 1;
         let span = self.shards.entry(shard).or_insert(ShardSpan {
             lowest: sequence,
             highest: sequence,
@@ -201,6 +198,13 @@ impl SequenceTracker {
         span.lowest = span.lowest.min(sequence);
         span.highest = span.highest.max(sequence);
         span.received += 1;
+    }
+
+    /// Records received, over all shards (not counting those kept out of
+    /// the ring).
+    #[must_use]
+    pub fn received(&self) -> u64 {
+        self.shards.values().map(|span| span.received).sum()
     }
 
     /// Sequence numbers that never arrived between the lowest and highest
@@ -276,7 +280,7 @@ pub fn follow(
         }
     }
     Ok(FollowSummary {
-        received: tracker.received,
+        received: tracker.received(),
         gaps: tracker.gaps(),
         dropped: dropped - dropped_at_start.unwrap_or(dropped),
     })
@@ -655,7 +659,7 @@ pub(crate) mod tests {
         for sequence in [3, 5, 4, 9, 0] {
             tracker.note(0, sequence);
         }
-        assert_eq!(tracker.received, 4);
+        assert_eq!(tracker.received(), 4);
         assert_eq!(tracker.gaps(), 3, "6, 7 and 8 never arrived");
     }
 
@@ -666,7 +670,7 @@ pub(crate) mod tests {
         for (shard, sequence) in [(0, 1), (1, 2), (0, 3), (1, 1), (1, 3)] {
             tracker.note(shard, sequence);
         }
-        assert_eq!(tracker.received, 5);
+        assert_eq!(tracker.received(), 5);
         assert_eq!(tracker.gaps(), 1);
         tracker.note(1, 6);
         assert_eq!(tracker.gaps(), 3, "and shard 1's 4 and 5");

@@ -59,12 +59,6 @@ impl Symbolizer {
         }
     }
 
-    /// The module list frames are named after.
-    #[must_use]
-    pub const fn modules(&self) -> &ModuleMap {
-        &self.modules
-    }
-
     /// `module!function+0xoffset`, or `module+0xoffset` when no function is
     /// known there; `None` when no module holds `address`.
     #[must_use]
