@@ -31,13 +31,25 @@ pub const CAPTURE_CONFIG_SIZE: usize = 16;
 /// `timer_period_ms` u32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CaptureConfig {
-    /// Sources that capture.
+    /// Sources whose records enter the ring. A disabled source's events are
+    /// not looked at (and not counted). Capture-now is a request, not an
+    /// event: it always answers its caller with the caller's stack, and
+    /// keeps the record in the ring only when [`crate::Source::OnDemand`] is
+    /// enabled (otherwise the record is flagged `NOT_IN_RING` and counted
+    /// as `not_kept`).
     pub sources: SourceSet,
     /// `RtlCaptureStackBackTrace`'s FramesToSkip.
     pub frames_to_skip: u16,
     /// `RtlCaptureStackBackTrace`'s FramesToCapture, 1 to [`MAX_FRAMES`].
     pub frames_to_capture: u16,
-    /// Only capture in this process; 0 captures in every process.
+    /// Only records of this process id enter the ring; 0 admits every
+    /// process. It applies to every source, capture-now included, and is
+    /// checked against the process the callback runs in (the record's
+    /// `process_id`), which for process, thread and image events need not
+    /// be the process the event's facts name. An event
+    /// left out is counted as `filtered` for its source; a capture-now
+    /// from another process still answers its caller, flagged
+    /// `NOT_IN_RING`.
     pub process_filter: u32,
     /// The timer source's period in milliseconds.
     pub timer_period_ms: u32,
@@ -53,6 +65,15 @@ impl Default for CaptureConfig {
             process_filter: 0,
             timer_period_ms: DEFAULT_TIMER_PERIOD_MS,
         }
+    }
+}
+
+impl CaptureConfig {
+    /// Whether a record of `process_id` may enter the ring under
+    /// [`CaptureConfig::process_filter`].
+    #[must_use]
+    pub const fn admits_process(&self, process_id: u32) -> bool {
+        self.process_filter == 0 || self.process_filter == process_id
     }
 }
 

@@ -63,7 +63,17 @@ pub enum Ioctl {
     Status,
     /// Replace the capture configuration.
     Configure,
-    /// Drain as many whole records as fit.
+    /// Drain as many whole records as fit, oldest timestamp first. A read
+    /// returns only records stamped before it began, so no record a later
+    /// read returns is older than one this read returned, across all
+    /// shards. It first waits, boundedly, for publish sections under way
+    /// in any shard (on Windows a section is one record's copy at
+    /// `DISPATCH_LEVEL`, never descheduled, so this wait is below a
+    /// microsecond plus interrupts); where one does not end within that
+    /// bound (a preempted section, possible only where IRQL is not
+    /// modelled, as under Wine), the read returns only records older than
+    /// the previous read's limit. Records held back wait for a later read;
+    /// `more_pending` reports only records that did not fit the buffer.
     Read,
     /// Discard every record in the ring.
     Clear,

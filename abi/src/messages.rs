@@ -18,7 +18,7 @@ pub const CAPTURE_NOW_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
 /// Read response header.
 pub const READ_HEADER_SIZE: usize = 24;
 /// Bytes per source in the status response.
-const SOURCE_STATUS_SIZE: usize = 24;
+const SOURCE_STATUS_SIZE: usize = 40;
 /// Offset of the per-source part of the status response.
 const SOURCES_OFFSET: usize = 72;
 /// Offset of the driver's image range, after the per-source part.
@@ -26,8 +26,10 @@ const DRIVER_IMAGE_OFFSET: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source:
 /// Offset of the ring's shard count (u32, then 4 reserved zero bytes),
 /// after the image range (a u64 base, a u32 size and 4 reserved zero bytes).
 const RING_SHARDS_OFFSET: usize = DRIVER_IMAGE_OFFSET + 16;
+/// Offset of the records read so far (u64), after the shard count.
+const READ_OFFSET: usize = RING_SHARDS_OFFSET + 8;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = RING_SHARDS_OFFSET + 8;
+pub const STATUS_RESPONSE_SIZE: usize = READ_OFFSET + 8;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -162,7 +164,25 @@ impl PagingExecutive {
     }
 }
 
-/// One source's part of the status response.
+/// One source's part of the status response. Layout (40 bytes):
+/// `registration` i32, state u32 (bit 0: available), then the counters
+/// `captured`, `skipped_irql`, `filtered`, `not_kept`, u64 each.
+///
+/// The counters count events of an enabled source (a disabled source's
+/// events are not looked at), each event under exactly one of them, from
+/// load on (a clear resets none):
+///
+/// - `captured`: records that entered the ring, kept or dropped because
+///   their shard was full. Summed over sources, it equals
+///   [`StatusResponse::sequences_spent`]: every sequence number is one
+///   captured record.
+/// - `skipped_irql`: no walk, the IRQL too high for the paging policy.
+/// - `filtered`: walked or not, left out by the process filter (for
+///   capture-now: walked and answered, not kept).
+/// - `not_kept`: capture-now only: answered to its caller, not kept,
+///   because the on-demand source is disabled. Capture-now walks whether
+///   or not the source is enabled, so this is the one counter of a
+///   disabled source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SourceStatus {
     /// The NTSTATUS of registering the source's callback at load
@@ -170,11 +190,16 @@ pub struct SourceStatus {
     pub registration: NtStatus,
     /// Whether the source can be enabled.
     pub available: bool,
-    /// Stacks walked (records published or dropped).
+    /// Records that entered the ring (published or dropped).
     pub captured: u64,
     /// Events where no walk was made because the IRQL was too high for the
     /// paging policy.
     pub skipped_irql: u64,
+    /// Events left out by the process filter.
+    pub filtered: u64,
+    /// Capture-now records answered to the caller only (the on-demand
+    /// source disabled).
+    pub not_kept: u64,
 }
 
 /// Where the driver's own image is loaded, from its `DRIVER_OBJECT`
@@ -211,8 +236,14 @@ pub struct StatusResponse {
     pub dropped: u64,
     /// Records discarded by clear requests.
     pub cleared: u64,
-    /// Sequence numbers spent, over all shards: every one is a record read,
-    /// waiting in the ring, dropped or cleared.
+    /// Records copied out by read requests.
+    pub read: u64,
+    /// Sequence numbers spent, over all shards. The identities, exact
+    /// whenever no capture and no read or clear is under way (otherwise
+    /// off by those in flight):
+    /// `sequences_spent = read + ring_used + dropped + cleared`, and
+    /// `sequences_spent` = the sum of every source's
+    /// [`SourceStatus::captured`].
     pub sequences_spent: u64,
     /// Per source, in [`Source::ALL`] order.
     pub sources: [SourceStatus; Source::COUNT],
@@ -271,12 +302,15 @@ impl StatusResponse {
             );
             w.u64(at + 8, source.captured);
             w.u64(at + 16, source.skipped_irql);
+            w.u64(at + 24, source.filtered);
+            w.u64(at + 32, source.not_kept);
         }
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
         w.u32(DRIVER_IMAGE_OFFSET + 12, 0);
         w.u32(RING_SHARDS_OFFSET, self.ring_shards);
         w.u32(RING_SHARDS_OFFSET + 4, 0);
+        w.u64(READ_OFFSET, self.read);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -300,6 +334,8 @@ impl StatusResponse {
             available: false,
             captured: 0,
             skipped_irql: 0,
+            filtered: 0,
+            not_kept: 0,
         }; Source::COUNT];
         for (index, source) in sources.iter_mut().enumerate() {
             let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
@@ -312,6 +348,8 @@ impl StatusResponse {
                 available: state == SOURCE_AVAILABLE,
                 captured: r.u64(at + 8)?,
                 skipped_irql: r.u64(at + 16)?,
+                filtered: r.u64(at + 24)?,
+                not_kept: r.u64(at + 32)?,
             };
         }
         Ok(Self {
@@ -329,6 +367,7 @@ impl StatusResponse {
             config: CaptureConfig::decode(r, 32)?,
             dropped: r.u64(48)?,
             cleared: r.u64(56)?,
+            read: r.u64(READ_OFFSET)?,
             sequences_spent: r.u64(64)?,
             sources,
             driver_image: DriverImage {
@@ -429,14 +468,20 @@ mod tests {
             available: true,
             captured: 3,
             skipped_irql: 0,
+            filtered: 0,
+            not_kept: 0,
         }; Source::COUNT];
         sources[Source::Registry.index()] = SourceStatus {
             registration: STATUS_NOT_SUPPORTED,
             available: false,
             captured: 0,
             skipped_irql: 0,
+            filtered: 0,
+            not_kept: 0,
         };
         sources[Source::Timer.index()].skipped_irql = 7;
+        sources[Source::Process.index()].filtered = 11;
+        sources[Source::OnDemand.index()].not_kept = 13;
         StatusResponse {
             driver_version: (0, 1, 0),
             paging_executive: PagingExecutive::Value(1),
@@ -454,6 +499,7 @@ mod tests {
             },
             dropped: 5,
             cleared: 6,
+            read: 67,
             sequences_spent: 100,
             sources,
             driver_image: DriverImage {
@@ -486,7 +532,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 264);
+        assert_eq!(STATUS_RESPONSE_SIZE, 384);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -501,7 +547,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &264_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &384_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

@@ -10,7 +10,7 @@
 //! | 4  | 2 | `frame_count` |
 //! | 6  | 2 | `flags` ([`RecordFlags`]) |
 //! | 8  | 8 | `sequence`: per shard and driver load, from 1; a gap is a record dropped or cleared |
-//! | 16 | 8 | `timestamp`: system time, 100 ns units since 1601-01-01 UTC |
+//! | 16 | 8 | `timestamp`: 100 ns units since 1601-01-01 UTC: the system time at driver load plus the time elapsed since on the performance counter, taken inside the publish section (see below) |
 //! | 24 | 4 | `process_id` of the current process |
 //! | 28 | 4 | `thread_id` of the current thread |
 //! | 32 | 2 | `processor` the capture ran on |
@@ -24,9 +24,20 @@
 //! records: `(shard, sequence)` names a record, and each shard's numbers
 //! have gaps only where that shard dropped or cleared records. A record
 //! returned to a capture-now caller without being kept (flag
-//! [`RecordFlags::NOT_IN_RING`]) has sequence 0. Processor numbers fit 16
+//! [`RecordFlags::NOT_IN_RING`]) has sequence 0 and shard 0. Processor numbers fit 16
 //! bits (Windows supports at most 2048 logical processors); a larger one
 //! would be written as 65535.
+//!
+//! The timestamp is monotonic: a change of the system clock after the
+//! driver loaded does not move it (it then differs from the system clock
+//! by that change), and it never goes backwards on any processor. A kept
+//! record takes it inside its shard's publish section, after claiming its
+//! slot, at `DISPATCH_LEVEL` on the processor its `processor` names; the
+//! record's `irql` is the callback's IRQL, where the stack was walked,
+//! before the section. Reads return records in timestamp order: within a
+//! read, across shards, and from one read to the next (a read returns only
+//! records stamped before it began, and every such record that is still in
+//! the ring; see `kstack_abi::ioctl::Ioctl::Read`).
 //!
 //! Bytes 64.. are shaped like ETW's `EVENT_EXTENDED_ITEM_STACK_TRACE64`
 //! (`MatchId`, then `Address[]`). ETW's `MatchId` pairs a kernel stack with

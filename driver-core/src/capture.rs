@@ -1,12 +1,19 @@
 //! From a callback's facts to a record in the ring: the enabled check, the
-//! process filter, the paging policy, the walk, both hashes, and publishing
-//! into the shard of the processor the capture runs on. A capture writes
-//! only that shard's memory (its ring, sequence and counters): nothing on
-//! this path is shared by all processors.
+//! process filter, the paging policy and the walk, at the callback's own
+//! IRQL; then the publish section: raised to `DISPATCH_LEVEL`, the shard of
+//! the processor it then runs on, the timestamp, claim, copy and commit. A
+//! capture writes only that shard's memory (its ring, sequence and
+//! counters): nothing on this path is shared by all processors.
+//!
+//! Why the walk comes first: a walk at `PASSIVE_LEVEL` may take page faults
+//! and be preempted, which is harmless into a local buffer. The section
+//! after it cannot be descheduled on Windows, so no suspended or preempted
+//! thread ever holds a claimed slot: a reader waits on a claimed slot at
+//! most for one copy of a record by a running processor.
 
 use kstack_abi::{
-    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source,
-    SourceFacts, SourceSet, encode_record,
+    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags,
+    RecordHeader, Source, SourceFacts, SourceSet, encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
     stack_id,
 };
@@ -14,7 +21,7 @@ use kstack_abi::{
 use crate::{
     paging_policy::{WalkDecision, walk_decision},
     ring::Full,
-    sharded_ring::{Shard, ShardedRing},
+    sharded_ring::{ShardedRing, Uncaptured},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
 };
 
@@ -25,10 +32,17 @@ pub trait Platform {
     fn irql(&self) -> u8;
     /// The current process and thread ids.
     fn current_ids(&self) -> (u32, u32);
-    /// The current processor number.
+    /// The current processor number. Below `DISPATCH_LEVEL` the thread may
+    /// run elsewhere by the time it is used: good only for picking the
+    /// shard of a counter bumped atomically.
     fn processor(&self) -> u32;
-    /// System time, 100 ns units since 1601-01-01 UTC.
-    fn system_time(&self) -> u64;
+    /// Runs `section` at `DISPATCH_LEVEL` or above, passing it the
+    /// processor it runs on (read after raising): raises first when below
+    /// `DISPATCH_LEVEL` and lowers back after, else runs it as it is.
+    fn at_dispatch<R>(&self, section: impl FnOnce(u32) -> R) -> R;
+    /// The record clock: 100 ns units since 1601-01-01 UTC, monotonic (see
+    /// `kstack_abi::RecordHeader::timestamp`).
+    fn timestamp(&self) -> u64;
     /// `RtlCaptureStackBackTrace(frames_to_skip, frames.len(), frames, &hash)`:
     /// returns the frames written and the OS BackTraceHash.
     fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32);
@@ -54,7 +68,7 @@ impl SourceRegistration {
 pub enum CaptureOutcome {
     /// The source is disabled.
     Disabled,
-    /// The current process is not the one filtered for.
+    /// The current process is not the one filtered for; counted.
     Filtered,
     /// The IRQL was too high for the paging policy; counted.
     SkippedIrql,
@@ -125,44 +139,51 @@ pub struct DriverCore<'a> {
     pub(crate) configuring: AtomicBool,
 }
 
-/// A walked stack and its record header, before it has a sequence number,
-/// and the shard it goes to.
-pub(crate) struct Walked<'s, 'a> {
-    pub(crate) header: RecordHeader,
-    pub(crate) frames: [u64; MAX_FRAMES as usize],
-    pub(crate) frame_count: usize,
-    pub(crate) shard: &'s Shard<'a>,
+/// A walked stack, before it is a record.
+pub(crate) struct Stack {
+    frames: [u64; MAX_FRAMES as usize],
+    count: usize,
+    os_hash: u32,
+    /// The IRQL the walk ran at (the callback's).
+    irql: u8,
+    flags: RecordFlags,
 }
 
-impl Walked<'_, '_> {
-    pub(crate) fn frames(&self) -> &[u64] {
-        &self.frames[..self.frame_count]
+impl Stack {
+    fn frames(&self) -> &[u64] {
+        &self.frames[..self.count]
     }
 
-    /// Encodes the record into a slot-sized buffer; returns its size.
-    pub(crate) fn encode(&self, out: &mut [u8]) -> usize {
+    /// The record header for this stack; `sequence` and `timestamp` are
+    /// the caller's to fill in.
+    fn header(
+        &self,
+        facts: SourceFacts,
+        (process_id, thread_id): (u32, u32),
+        processor: u32,
+        shard: u16,
+    ) -> RecordHeader {
+        RecordHeader {
+            sequence: 0,
+            timestamp: 0,
+            process_id,
+            thread_id,
+            processor: u16::try_from(processor).unwrap_or(u16::MAX),
+            shard,
+            irql: self.irql,
+            flags: self.flags,
+            os_hash: self.os_hash,
+            stack_id: stack_id(self.frames().iter().copied()),
+            facts,
+        }
+    }
+
+    /// Encodes `header` and the frames into a slot-sized buffer; returns
+    /// the record's size.
+    pub(crate) fn encode(&self, header: &RecordHeader, out: &mut [u8]) -> usize {
         // Cannot fail: at most MAX_FRAMES frames, and callers pass at least
         // MAX_RECORD_SIZE bytes.
-        encode_record(&self.header, self.frames(), out).unwrap_or(0)
-    }
-
-    /// Publishes the record into its shard under the shard's next sequence
-    /// number, which the header then carries too (also when the shard was
-    /// full and the record dropped).
-    ///
-    /// # Errors
-    /// [`Full`]: the shard dropped it (and counted the drop).
-    ///
-    /// Max IRQL: `DISPATCH_LEVEL`.
-    pub(crate) fn publish(&mut self) -> Result<u64, Full> {
-        let result = self.shard.publish(|sequence, slot| {
-            self.header.sequence = sequence;
-            self.encode(slot);
-        });
-        self.header.sequence = match result {
-            Ok(sequence) | Err(Full { sequence }) => sequence,
-        };
-        result
+        encode_record(header, self.frames(), out).unwrap_or(0)
     }
 }
 
@@ -224,69 +245,105 @@ impl<'a> DriverCore<'a> {
             return CaptureOutcome::Disabled;
         }
         let ids = platform.current_ids();
-        if config.process_filter != 0 && ids.0 != config.process_filter {
+        if !config.admits_process(ids.0) {
+            self.count(platform, source, Uncaptured::Filtered);
             return CaptureOutcome::Filtered;
         }
-        let Some(mut walked) = self.walk(platform, &config, facts, ids) else {
+        let Some(stack) = self.walk(platform, &config, source) else {
             return CaptureOutcome::SkippedIrql;
         };
-        match walked.publish() {
+        match self.publish(platform, &stack, facts, ids).0 {
             Ok(sequence) => CaptureOutcome::Published(sequence),
             Err(Full { sequence }) => CaptureOutcome::Dropped(sequence),
         }
     }
 
-    /// Walks the stack and fills in every header field but the sequence
-    /// (`ids`: the current process and thread), or counts a skip when the
-    /// paging policy forbids a walk here; both are counted in the shard of
-    /// the current processor, which the record goes to.
+    /// Counts an event of `source` that does not enter the ring, in the
+    /// shard of the processor it runs on now.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub(crate) fn count(&self, platform: &impl Platform, source: Source, why: Uncaptured) {
+        self.ring
+            .shard_for(platform.processor())
+            .count(source, why);
+    }
+
+    /// Walks the stack at the current IRQL into a local buffer, or counts
+    /// a skip when the paging policy forbids a walk here.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn walk(
         &self,
         platform: &impl Platform,
         config: &CaptureConfig,
-        facts: SourceFacts,
-        (process_id, thread_id): (u32, u32),
-    ) -> Option<Walked<'_, 'a>> {
-        let source = facts.source();
-        let processor = platform.processor();
-        let shard = self.ring.shard_for(processor);
+        source: Source,
+    ) -> Option<Stack> {
         let irql = platform.irql();
         if walk_decision(irql, self.paging) == WalkDecision::SkipIrql {
-            shard.count_skipped_irql(source);
+            self.count(platform, source, Uncaptured::SkippedIrql);
             return None;
         }
         let mut frames = [0_u64; MAX_FRAMES as usize];
         let wanted = usize::from(config.frames_to_capture.min(MAX_FRAMES));
-        let (frame_count, os_hash) =
+        let (count, os_hash) =
             platform.walk_stack(u32::from(config.frames_to_skip), &mut frames[..wanted]);
-        let frame_count = frame_count.min(wanted);
-        shard.count_captured(source);
-        let flags = if frame_count == wanted {
-            RecordFlags::TRUNCATED
-        } else {
-            RecordFlags::NONE
-        };
-        let header = RecordHeader {
-            sequence: 0,
-            timestamp: platform.system_time(),
-            process_id,
-            thread_id,
-            processor: u16::try_from(processor).unwrap_or(u16::MAX),
-            shard: shard.index(),
-            irql,
-            flags,
-            os_hash,
-            stack_id: stack_id(frames[..frame_count].iter().copied()),
-            facts,
-        };
-        Some(Walked {
-            header,
+        let count = count.min(wanted);
+        Some(Stack {
             frames,
-            frame_count,
-            shard,
+            count,
+            os_hash,
+            irql,
+            flags: if count == wanted {
+                RecordFlags::TRUNCATED
+            } else {
+                RecordFlags::NONE
+            },
         })
+    }
+
+    /// The publish section: at `DISPATCH_LEVEL`, into the shard of the
+    /// processor it runs on, with the timestamp taken inside the ring's
+    /// section. Returns the outcome and the record's header (with the
+    /// sequence number spent, also for a drop).
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub(crate) fn publish(
+        &self,
+        platform: &impl Platform,
+        stack: &Stack,
+        facts: SourceFacts,
+        ids: (u32, u32),
+    ) -> (Result<u64, Full>, RecordHeader) {
+        platform.at_dispatch(|processor| {
+            let shard = self.ring.shard_for(processor);
+            let mut header = stack.header(facts, ids, processor, shard.index());
+            let result = shard.publish(facts.source(), |sequence, slot| {
+                header.sequence = sequence;
+                header.timestamp = platform.timestamp();
+                stack.encode(&header, slot);
+            });
+            if let Err(Full { sequence }) = result {
+                header.sequence = sequence;
+                header.timestamp = platform.timestamp();
+            }
+            (result, header)
+        })
+    }
+
+    /// A record for `stack` that no ring keeps (a capture-now answered to
+    /// its caller only), stamped now.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub(crate) fn unkept(
+        platform: &impl Platform,
+        stack: &Stack,
+        facts: SourceFacts,
+        ids: (u32, u32),
+    ) -> RecordHeader {
+        let mut header = stack.header(facts, ids, platform.processor(), 0);
+        header.flags = header.flags.union(RecordFlags::NOT_IN_RING);
+        header.timestamp = platform.timestamp();
+        header
     }
 }
 
@@ -303,16 +360,28 @@ pub(crate) mod tests {
     use super::*;
     pub(crate) use crate::sharded_ring::tests::leaked_ring;
 
+    /// The machine's clock for every fake platform: it moves on by one tick
+    /// per reading, so whatever a test does later is stamped later.
+    static CLOCK: std::sync::atomic::AtomicU64 =
+        std::sync::atomic::AtomicU64::new(133_000_000_000_000_000);
+
     /// A scripted kernel: fixed ids, a settable IRQL, processor and time,
-    /// frames 0x1000, 0x2000, ...
+    /// frames 0x1000, 0x2000, ... It notes what ran inside a publish
+    /// section, and can move the thread to another processor when it
+    /// raises (`processor_after_raise`), as a scheduler may before it.
     pub struct FakePlatform {
         pub irql: Cell<u8>,
         pub processor: Cell<u32>,
-        pub time: Cell<u64>,
+        pub processor_after_raise: Cell<Option<u32>>,
         pub process_id: Cell<u32>,
         pub stack_depth: usize,
         pub walks: Cell<u32>,
         pub last_skip: Cell<u32>,
+        pub in_section: Cell<bool>,
+        /// Sections that raised the IRQL (entered below `DISPATCH_LEVEL`).
+        pub raises: Cell<u32>,
+        pub walks_in_section: Cell<u32>,
+        pub stamps_in_section: Cell<u32>,
     }
 
     impl Default for FakePlatform {
@@ -320,11 +389,15 @@ pub(crate) mod tests {
             Self {
                 irql: Cell::new(0),
                 processor: Cell::new(1),
-                time: Cell::new(133_000_000_000_000_000),
+                processor_after_raise: Cell::new(None),
                 process_id: Cell::new(4),
                 stack_depth: 5,
                 walks: Cell::new(0),
                 last_skip: Cell::new(0),
+                in_section: Cell::new(false),
+                raises: Cell::new(0),
+                walks_in_section: Cell::new(0),
+                stamps_in_section: Cell::new(0),
             }
         }
     }
@@ -342,11 +415,34 @@ pub(crate) mod tests {
             self.processor.get()
         }
 
-        fn system_time(&self) -> u64 {
-            self.time.get()
+        fn at_dispatch<R>(&self, section: impl FnOnce(u32) -> R) -> R {
+            assert!(!self.in_section.get(), "sections do not nest");
+            let irql = self.irql.get();
+            if irql < 2 {
+                self.raises.set(self.raises.get() + 1);
+                self.irql.set(2);
+                if let Some(processor) = self.processor_after_raise.get() {
+                    self.processor.set(processor);
+                }
+            }
+            self.in_section.set(true);
+            let result = section(self.processor.get());
+            self.in_section.set(false);
+            self.irql.set(irql);
+            result
+        }
+
+        fn timestamp(&self) -> u64 {
+            if self.in_section.get() {
+                self.stamps_in_section.set(self.stamps_in_section.get() + 1);
+            }
+            CLOCK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         }
 
         fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
+            if self.in_section.get() {
+                self.walks_in_section.set(self.walks_in_section.get() + 1);
+            }
             self.walks.set(self.walks.get() + 1);
             self.last_skip.set(frames_to_skip);
             let count = self.stack_depth.min(frames.len());
@@ -382,7 +478,7 @@ pub(crate) mod tests {
             .ring
             .consumer()
             .unwrap()
-            .drain(&mut out, kstack_abi::record_timestamp);
+            .drain(&mut out, kstack_abi::record_timestamp, u64::MAX);
         Records::new(&out[..drained.bytes])
             .map(|record: Result<RecordView<'_>, DecodeError>| {
                 let record = record.unwrap();
@@ -479,10 +575,10 @@ pub(crate) mod tests {
             .iter()
             .map(|(header, _)| (header.shard, header.sequence, header.processor))
             .collect();
-        // One timestamp for all: the merge takes the lower shard first.
+        // In time order, which is capture order, across the shards.
         assert_eq!(
             named,
-            [(0, 1, 0), (0, 2, 0), (0, 3, 2), (1, 1, 1), (1, 2, 1)]
+            [(0, 1, 0), (1, 1, 1), (0, 2, 0), (0, 3, 2), (1, 2, 1)]
         );
         assert_eq!(core.ring.captured(Source::Process), 5);
     }
@@ -543,7 +639,7 @@ pub(crate) mod tests {
                 expected,
                 "{paging:?}"
             );
-            let skipped = core.ring.skipped_irql(Source::Timer);
+            let skipped = core.ring.uncaptured(Source::Timer, Uncaptured::SkippedIrql);
             assert_eq!(skipped, u64::from(expected == CaptureOutcome::SkippedIrql));
             if expected == CaptureOutcome::SkippedIrql {
                 assert_eq!(platform.walks.get(), 0, "no walk when skipped");

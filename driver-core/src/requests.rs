@@ -2,7 +2,7 @@
 //! kstack-abi before it is used; a refused request changes nothing.
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, KSTACK_VERSION, ReadHeader, RecordFlags, RequestError, Source,
+    CaptureConfig, Ioctl, KSTACK_VERSION, ReadHeader, RequestError, Source,
     SourceFacts, SourceStatus, StatusResponse,
     messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
     ntstatus::{
@@ -15,6 +15,7 @@ use kstack_abi::{
 use crate::{
     capture::{DriverCore, Platform},
     paging_policy,
+    sharded_ring::Uncaptured,
     sync::Ordering,
 };
 
@@ -73,7 +74,7 @@ impl DriverCore<'_> {
                 )
             }
             Ioctl::Configure => (self.configure(input, control), 0),
-            Ioctl::Read => self.read(output),
+            Ioctl::Read => self.read(output, platform),
             Ioctl::Clear => (self.clear(), 0),
             Ioctl::CaptureNow => self.capture_now(input, output, platform),
         }
@@ -88,7 +89,9 @@ impl DriverCore<'_> {
             registration: self.registration(source).status,
             available: self.registration(source).available(),
             captured: self.ring.captured(source),
-            skipped_irql: self.ring.skipped_irql(source),
+            skipped_irql: self.ring.uncaptured(source, Uncaptured::SkippedIrql),
+            filtered: self.ring.uncaptured(source, Uncaptured::Filtered),
+            not_kept: self.ring.uncaptured(source, Uncaptured::NotKept),
         });
         StatusResponse {
             driver_version: KSTACK_VERSION,
@@ -101,6 +104,7 @@ impl DriverCore<'_> {
             config: self.config(),
             dropped: self.ring.dropped(),
             cleared: self.cleared.load(Ordering::Relaxed),
+            read: self.ring.read(),
             sequences_spent: self.ring.sequences_spent(),
             sources,
             driver_image: self.image,
@@ -141,14 +145,15 @@ impl DriverCore<'_> {
         STATUS_SUCCESS
     }
 
-    /// Drains whole records of every shard, oldest first by timestamp,
-    /// after a read header.
-    fn read(&self, output: &mut [u8]) -> Served {
+    /// Drains whole records of every shard stamped before the read began,
+    /// oldest first by timestamp, after a read header.
+    fn read(&self, output: &mut [u8], platform: &impl Platform) -> Served {
         let Some(mut consumer) = self.ring.consumer() else {
             return (STATUS_DEVICE_BUSY, 0);
         };
+        let cut = consumer.cut(platform.timestamp());
         let (header, payload) = output.split_at_mut(READ_HEADER_SIZE);
-        let drained = consumer.drain(payload, record_timestamp);
+        let drained = consumer.drain(payload, record_timestamp, cut);
         ReadHeader {
             record_count: drained.records,
             payload_bytes: u32::try_from(drained.bytes).unwrap_or(u32::MAX),
@@ -170,30 +175,36 @@ impl DriverCore<'_> {
     }
 
     /// Walks the caller's stack and returns the record; keeps it in the ring
-    /// too when the on-demand source is enabled.
+    /// too when the on-demand source is enabled and the process filter
+    /// admits the caller, else counts it as not kept or filtered.
     fn capture_now(&self, input: &[u8], output: &mut [u8], platform: &impl Platform) -> Served {
         let tag = match decode_capture_now_request(input) {
             Ok(tag) => tag,
             Err(error) => return (error.ntstatus(), 0),
         };
         let config = self.config();
-        // The caller asked for this stack: no process filter applies.
-        let Some(mut walked) = self.walk(
-            platform,
-            &config,
-            SourceFacts::OnDemand { tag },
-            platform.current_ids(),
-        ) else {
+        let facts = SourceFacts::OnDemand { tag };
+        let ids = platform.current_ids();
+        let Some(stack) = self.walk(platform, &config, Source::OnDemand) else {
             return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0);
         };
-        if config.sources.contains(Source::OnDemand) {
-            // A full shard drops this copy (counted); the caller still gets
-            // it, with the sequence number it spent.
-            let _ = walked.publish();
+        let left_out = if !config.sources.contains(Source::OnDemand) {
+            Some(Uncaptured::NotKept)
+        } else if !config.admits_process(ids.0) {
+            Some(Uncaptured::Filtered)
         } else {
-            walked.header.flags = walked.header.flags.union(RecordFlags::NOT_IN_RING);
-        }
-        (STATUS_SUCCESS, walked.encode(output))
+            None
+        };
+        let header = match left_out {
+            // A full shard drops the ring's copy (counted); the caller
+            // still gets it, with the sequence number it spent.
+            None => self.publish(platform, &stack, facts, ids).1,
+            Some(why) => {
+                self.count(platform, Source::OnDemand, why);
+                Self::unkept(platform, &stack, facts, ids)
+            }
+        };
+        (STATUS_SUCCESS, stack.encode(&header, output))
     }
 }
 
@@ -229,7 +240,7 @@ mod tests {
     use std::{cell::RefCell, vec::Vec};
 
     use kstack_abi::{
-        MAX_RECORD_SIZE, PagingExecutive, SourceSet, decode_record,
+        MAX_RECORD_SIZE, PagingExecutive, RecordFlags, SourceSet, decode_record,
         ioctl::MIN_READ_BUFFER,
         messages::{
             CAPTURE_NOW_REQUEST_SIZE, STATUS_RESPONSE_SIZE, encode_capture_now_request,
@@ -491,7 +502,6 @@ mod tests {
         let capture_on = |processors: &[u32]| {
             for &processor in processors {
                 platform.processor.set(processor);
-                platform.time.set(platform.time.get() + 1);
                 core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
             }
         };
@@ -589,7 +599,25 @@ mod tests {
         assert_eq!(record.header.sequence, 1);
         assert!(!record.header.flags.contains(RecordFlags::NOT_IN_RING));
         assert_eq!(core.ring.len(), 1);
-        assert_eq!(status(&core).sources[Source::OnDemand.index()].captured, 2);
+        let counted = status(&core).sources[Source::OnDemand.index()];
+        assert_eq!((counted.captured, counted.not_kept, counted.filtered), (1, 1, 0));
+
+        configure(
+            &core,
+            &CaptureConfig {
+                sources: SourceSet::EMPTY.with(Source::OnDemand),
+                process_filter: 5,
+                ..CaptureConfig::default()
+            },
+            &timer,
+        );
+        let (result, written) = request(&core, Ioctl::CaptureNow.code(), &input, &mut out, &timer);
+        assert_eq!(result, STATUS_SUCCESS, "the caller is answered");
+        let (record, _) = decode_record(&out[..written]).unwrap();
+        assert!(record.header.flags.contains(RecordFlags::NOT_IN_RING));
+        assert_eq!(core.ring.len(), 1, "process 4 is not 5: not kept");
+        let counted = status(&core).sources[Source::OnDemand.index()];
+        assert_eq!((counted.captured, counted.not_kept, counted.filtered), (1, 1, 1));
     }
 
     #[test]

@@ -12,12 +12,12 @@
 //!
 //! - **Shards.** [`shard_count`]: one per active processor, at most
 //!   [`MAX_SHARDS`], and no more than leaves each shard [`MIN_CAPACITY`]
-//!   slots. Each shard is the proven multi-producer [`RecordRing`]: a thread
-//!   at `PASSIVE_LEVEL` may be preempted or moved to another processor
-//!   between reading its processor number and publishing, and processors
-//!   past [`MAX_SHARDS`] share shards, so two producers can still meet on
-//!   one shard. Publishing takes no lock and never waits; a full shard drops
-//!   the newest record and counts it.
+//!   slots. A capture publishes at `DISPATCH_LEVEL`, into the shard of the
+//!   processor it reads after raising, so on Windows a shard is written by
+//!   its own processor only, one section at a time, and a section is never
+//!   descheduled ([`RecordRing`]). Processors past the shard count share
+//!   shards; the ring's writer word then makes the second wait for the
+//!   first's section. A full shard drops the newest record and counts it.
 //! - **Capacity.** `Parameters\RingCapacity` stays the total over all
 //!   shards: shard `i` of `n` gets `capacity / n` slots, and the first
 //!   `capacity % n` shards one more ([`shard_capacity`]). Status reports the
@@ -30,9 +30,12 @@
 //!   already own): there is no counter shared by all processors. A record carries its shard and its number, so `(shard,
 //!   sequence)` names it, and per shard every number spent is a record read,
 //!   dropped (shard full) or cleared.
-//! - **Counters.** The per-source counts a capture bumps (stacks walked,
-//!   walks skipped for the IRQL) are kept per shard as well, and summed for
-//!   status, so a capture writes nothing but its own shard.
+//! - **Counters.** The per-source counts a capture bumps are kept per shard
+//!   as well, and summed for status, so a capture writes nothing but its
+//!   own shard: `captured` (records that entered the shard: published or
+//!   dropped, counted inside the publish section, so per shard the sum over
+//!   sources is the sequence numbers spent), `skipped_irql`, `filtered`
+//!   and `not_kept` (see `kstack_abi::SourceStatus`).
 //! - **Reading.** One consumer for all shards: [`ShardedRing::consumer`]
 //!   takes every shard's try-lock in shard order and gives up if one is
 //!   held, so a second concurrent reader is told the device is busy and
@@ -41,6 +44,18 @@
 //!   only, until the buffer is full or no shard has a written record
 //!   ([`ShardedConsumer::drain`]). Each shard's own order is kept, ties go
 //!   to the lower shard. A clear discards every shard.
+//! - **Order across reads.** A read returns only records stamped before
+//!   the read's *cut*, so no record it leaves can be older than one it
+//!   returned. The cut is the clock read at the read's start, once every
+//!   shard is seen *settled* ([`RecordRing::settle`]): no publish section
+//!   that began before that clock read is still inside. A section that
+//!   begins later stamps its record later (its timestamp is taken inside
+//!   the section), so everything older than the cut is written. If a shard
+//!   does not settle within [`crate::ring::SETTLE_SPINS`] looks (a
+//!   preempted section: never on Windows, where sections run at
+//!   `DISPATCH_LEVEL`), the read keeps the previous read's cut, for which
+//!   this was already proven ([`ShardedConsumer::cut`]). Records stamped at
+//!   or after the cut wait for a later read.
 //!
 //! A [`Shard`] is 128-byte aligned (its ring's producer and consumer sides
 //! are), so shards side by side in memory share no cache line.
@@ -49,7 +64,7 @@ use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source};
 
 use crate::{
     ring::{Consumer, Drained, Full, MIN_CAPACITY, RecordRing, Slot},
-    sync::{AtomicU64, Ordering},
+    sync::{AtomicU64, Ordering, fence},
 };
 
 /// [`MAX_SHARDS`] as an array length.
@@ -105,6 +120,8 @@ pub fn shards_over(slots: &[Slot], shards: usize) -> impl Iterator<Item = Shard<
                 .expect("at most MAX_SHARDS shards"),
             captured: core::array::from_fn(|_| AtomicU64::new(0)),
             skipped_irql: core::array::from_fn(|_| AtomicU64::new(0)),
+            filtered: core::array::from_fn(|_| AtomicU64::new(0)),
+            not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
         }
     })
 }
@@ -115,10 +132,28 @@ pub struct Shard<'a> {
     ring: RecordRing<'a>,
     /// Its place among the shards, written into its records.
     index: u16,
-    /// Stacks walked, per source ([`Source::index`]).
+    /// Records that entered this shard (published or dropped), per source
+    /// ([`Source::index`]); written inside the publish section only.
     captured: [AtomicU64; Source::COUNT],
     /// Walks skipped because the IRQL was too high, per source.
     skipped_irql: [AtomicU64; Source::COUNT],
+    /// Events left out by the process filter, per source.
+    filtered: [AtomicU64; Source::COUNT],
+    /// Capture-now records answered to their caller only, the on-demand
+    /// source being disabled, per source.
+    not_kept: [AtomicU64; Source::COUNT],
+}
+
+/// A per-source counter of a shard, bumped where any processor may be
+/// running (outside the publish section).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uncaptured {
+    /// A walk skipped because the IRQL was too high.
+    SkippedIrql,
+    /// An event left out by the process filter.
+    Filtered,
+    /// A capture-now record answered to its caller only.
+    NotKept,
 }
 
 impl Shard<'_> {
@@ -130,32 +165,38 @@ impl Shard<'_> {
         self.index
     }
 
-    /// Publishes one record under this shard's next sequence number (see
-    /// [`RecordRing::publish`]).
+    /// Publishes one record of `source` under this shard's next sequence
+    /// number (see [`RecordRing::publish`]), and counts it as captured for
+    /// `source`, kept or dropped, inside the same section.
     ///
     /// # Errors
     /// [`Full`] when the shard has no free slot; the drop is counted.
     ///
-    /// Max IRQL: `DISPATCH_LEVEL`.
+    /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `DISPATCH_LEVEL`).
     pub fn publish(
         &self,
+        source: Source,
         write: impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]),
     ) -> Result<u64, Full> {
-        self.ring.publish(write)
+        let captured = &self.captured[source.index()];
+        self.ring.publish_counted(write, || {
+            // Inside the section: only this producer writes the counter,
+            // so a plain load and store count exactly, without a second
+            // locked instruction.
+            captured.store(captured.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        })
     }
 
-    /// Counts a stack walked for `source`.
+    /// Counts an event of `source` that did not enter the ring, and why.
     ///
     /// Max IRQL: any.
-    pub fn count_captured(&self, source: Source) {
-        self.captured[source.index()].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a walk skipped for `source` because the IRQL was too high.
-    ///
-    /// Max IRQL: any.
-    pub fn count_skipped_irql(&self, source: Source) {
-        self.skipped_irql[source.index()].fetch_add(1, Ordering::Relaxed);
+    pub fn count(&self, source: Source, why: Uncaptured) {
+        let counters = match why {
+            Uncaptured::SkippedIrql => &self.skipped_irql,
+            Uncaptured::Filtered => &self.filtered,
+            Uncaptured::NotKept => &self.not_kept,
+        };
+        counters[source.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// This shard's ring.
@@ -170,6 +211,11 @@ impl Shard<'_> {
 /// The shards, as one ring to the rest of the driver.
 pub struct ShardedRing<'a> {
     shards: &'a [Shard<'a>],
+    /// The last read's cut: every record stamped before it was written
+    /// when that read looked. Written by the consumer only.
+    cut: AtomicU64,
+    /// Records copied out by reads. Written by the consumer only.
+    read: AtomicU64,
 }
 
 impl<'a> ShardedRing<'a> {
@@ -187,7 +233,11 @@ impl<'a> ShardedRing<'a> {
                 .all(|(shard, index)| shard.index == index),
             "shards must be numbered in order"
         );
-        Self { shards }
+        Self {
+            shards,
+            cut: AtomicU64::new(0),
+            read: AtomicU64::new(0),
+        }
     }
 
     /// The shards, in order.
@@ -251,7 +301,8 @@ impl<'a> ShardedRing<'a> {
             .sum()
     }
 
-    /// Stacks walked for `source`, over all shards.
+    /// Records of `source` that entered the ring (published or dropped),
+    /// over all shards.
     ///
     /// Max IRQL: any.
     #[must_use]
@@ -262,16 +313,31 @@ impl<'a> ShardedRing<'a> {
             .sum()
     }
 
-    /// Walks skipped for `source` because the IRQL was too high, over all
+    /// Events of `source` that did not enter the ring for `why`, over all
     /// shards.
     ///
     /// Max IRQL: any.
     #[must_use]
-    pub fn skipped_irql(&self, source: Source) -> u64 {
+    pub fn uncaptured(&self, source: Source, why: Uncaptured) -> u64 {
         self.shards
             .iter()
-            .map(|shard| shard.skipped_irql[source.index()].load(Ordering::Relaxed))
+            .map(|shard| {
+                let counters = match why {
+                    Uncaptured::SkippedIrql => &shard.skipped_irql,
+                    Uncaptured::Filtered => &shard.filtered,
+                    Uncaptured::NotKept => &shard.not_kept,
+                };
+                counters[source.index()].load(Ordering::Relaxed)
+            })
             .sum()
+    }
+
+    /// Records copied out by reads.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
     }
 
     /// The consumer side of every shard, unless another caller holds any of
@@ -289,6 +355,7 @@ impl<'a> ShardedRing<'a> {
         Some(ShardedConsumer {
             consumers,
             count: self.shards.len(),
+            ring: self,
         })
     }
 }
@@ -299,22 +366,48 @@ pub struct ShardedConsumer<'r, 'a> {
     consumers: [Option<Consumer<'r, 'a>>; SHARDS],
     /// How many shards there are.
     count: usize,
+    ring: &'r ShardedRing<'a>,
 }
 
 impl ShardedConsumer<'_, '_> {
-    /// Copies whole records into `out` while they fit, merging the shards:
-    /// each time the written record with the lowest `order` (the timestamp)
-    /// among the shards' oldest, the lower shard first on a tie. A record
-    /// still being written ends its shard's part of this drain.
+    /// The cut for a read that began at `now` (a timestamp taken just
+    /// before this call): `now` when every shard settles, else the
+    /// previous read's cut. Every record stamped before the returned cut
+    /// is written (see the module's "Order across reads"), and cuts never
+    /// go backwards.
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
-    pub fn drain(&mut self, out: &mut [u8], order: impl Fn(&[u8]) -> u64) -> Drained {
+    pub fn cut(&mut self, now: u64) -> u64 {
+        // The clock read before this fence; the writer words after it.
+        fence(Ordering::SeqCst);
+        let previous = self.ring.cut.load(Ordering::Relaxed);
+        let settled = self
+            .consumers
+            .iter()
+            .flatten()
+            .all(|consumer| consumer.ring().settle());
+        let cut = if settled { now.max(previous) } else { previous };
+        self.ring.cut.store(cut, Ordering::Relaxed);
+        cut
+    }
+
+    /// Copies whole records stamped before `cut` into `out` while they
+    /// fit, merging the shards: each time the written record with the
+    /// lowest `order` (the timestamp) among the shards' oldest, the lower
+    /// shard first on a tie. A record still being written, or stamped at
+    /// or after `cut`, ends its shard's part of this drain. Counts the
+    /// records copied as read.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
+    pub fn drain(&mut self, out: &mut [u8], order: impl Fn(&[u8]) -> u64, cut: u64) -> Drained {
         let mut drained = Drained::default();
         let mut keys: [Option<u64>; SHARDS] = [None; SHARDS];
-        // Each shard's oldest written record's key (`None`: nothing written).
+        let before_cut = |record: &[u8]| Some(order(record)).filter(|&key| key < cut);
+        // Each shard's oldest written record's key (`None`: nothing
+        // written before the cut).
         let oldest = &mut keys[..self.count];
         for (key, consumer) in oldest.iter_mut().zip(self.consumers.iter().flatten()) {
-            *key = consumer.peek(&order);
+            *key = consumer.peek(&before_cut).flatten();
         }
         while let Some((_, index)) = oldest
             .iter()
@@ -328,8 +421,13 @@ impl ShardedConsumer<'_, '_> {
             if consumer.take_front(|record| drained.copy(record, out)) != Some(true) {
                 break;
             }
-            oldest[index] = consumer.peek(&order);
+            oldest[index] = consumer.peek(&before_cut).flatten();
         }
+        let read = &self.ring.read;
+        read.store(
+            read.load(Ordering::Relaxed) + u64::from(drained.records),
+            Ordering::Relaxed,
+        );
         drained
     }
 
@@ -420,16 +518,16 @@ pub(crate) mod tests {
     fn sequences_and_drops_are_per_shard() {
         let ring = leaked_ring(4, 2);
         let (first, second) = (ring.shard_for(0), ring.shard_for(1));
-        assert_eq!(first.publish(record(18, 1, 0)), Ok(1));
-        assert_eq!(second.publish(record(18, 2, 0)), Ok(1));
-        assert_eq!(first.publish(record(18, 3, 0)), Ok(2));
-        assert_eq!(first.publish(record(18, 4, 0)), Err(Full { sequence: 3 }));
+        assert_eq!(first.publish(Source::Timer, record(18, 1, 0)), Ok(1));
+        assert_eq!(second.publish(Source::Timer, record(18, 2, 0)), Ok(1));
+        assert_eq!(first.publish(Source::Timer, record(18, 3, 0)), Ok(2));
+        assert_eq!(first.publish(Source::Timer, record(18, 4, 0)), Err(Full { sequence: 3 }));
         assert_eq!(
             (ring.len(), ring.dropped(), ring.sequences_spent()),
             (3, 1, 4)
         );
         let mut out = [0_u8; 256];
-        let drained = ring.consumer().unwrap().drain(&mut out, key);
+        let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
         let keys: Vec<_> = out[..drained.bytes].chunks_exact(18).map(key).collect();
         assert_eq!(keys, [1, 2, 3], "merged by key");
     }
@@ -437,11 +535,11 @@ pub(crate) mod tests {
     #[test]
     fn a_drain_stops_at_a_record_that_does_not_fit() {
         let ring = leaked_ring(4, 2);
-        ring.shard_for(0).publish(record(18, 1, 0)).unwrap();
-        ring.shard_for(1).publish(record(40, 2, 0)).unwrap();
-        ring.shard_for(0).publish(record(18, 3, 0)).unwrap();
+        ring.shard_for(0).publish(Source::Timer, record(18, 1, 0)).unwrap();
+        ring.shard_for(1).publish(Source::Timer, record(40, 2, 0)).unwrap();
+        ring.shard_for(0).publish(Source::Timer, record(18, 3, 0)).unwrap();
         let mut out = [0_u8; 50];
-        let drained = ring.consumer().unwrap().drain(&mut out, key);
+        let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
         assert_eq!(
             drained,
             Drained {
@@ -470,14 +568,64 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn counters_are_summed_over_shards() {
-        let ring = leaked_ring(8, 2);
-        ring.shard_for(0).count_captured(Source::Timer);
-        ring.shard_for(1).count_captured(Source::Timer);
-        ring.shard_for(1).count_skipped_irql(Source::Process);
-        assert_eq!(ring.captured(Source::Timer), 2);
-        assert_eq!(ring.skipped_irql(Source::Process), 1);
+    fn counters_are_summed_over_shards_and_captured_counts_drops_too() {
+        let ring = leaked_ring(4, 2);
+        for processor in [0, 1, 0, 0] {
+            let _ = ring.shard_for(processor).publish(Source::Timer, record(18, 1, 0));
+        }
+        ring.shard_for(1).count(Source::Process, Uncaptured::SkippedIrql);
+        ring.shard_for(0).count(Source::Process, Uncaptured::Filtered);
+        ring.shard_for(1).count(Source::OnDemand, Uncaptured::NotKept);
+        assert_eq!(ring.dropped(), 1, "shard 0 holds two");
+        assert_eq!(ring.captured(Source::Timer), 4, "kept or dropped");
+        assert_eq!(ring.captured(Source::Timer), ring.sequences_spent());
+        assert_eq!(ring.uncaptured(Source::Process, Uncaptured::SkippedIrql), 1);
+        assert_eq!(ring.uncaptured(Source::Process, Uncaptured::Filtered), 1);
+        assert_eq!(ring.uncaptured(Source::OnDemand, Uncaptured::NotKept), 1);
+        assert_eq!(ring.uncaptured(Source::Timer, Uncaptured::Filtered), 0);
         assert_eq!(ring.captured(Source::Process), 0);
+    }
+
+    #[test]
+    fn a_read_takes_only_records_stamped_before_its_cut_and_counts_them() {
+        let ring = leaked_ring(8, 2);
+        for (processor, key) in [(0, 10), (1, 20), (0, 30), (1, 40)] {
+            ring.shard_for(processor)
+                .publish(Source::Timer, record(18, key, 0))
+                .unwrap();
+        }
+        let mut out = [0_u8; 256];
+        let mut consumer = ring.consumer().unwrap();
+        let cut = consumer.cut(30);
+        assert_eq!(cut, 30, "every shard settled");
+        let drained = consumer.drain(&mut out, key, cut);
+        let keys: Vec<_> = out[..drained.bytes].chunks_exact(18).map(key).collect();
+        assert_eq!(keys, [10, 20], "30 is not before the cut");
+        assert!(!drained.more_pending, "held back is not more pending");
+        assert_eq!(consumer.cut(25), 30, "a cut never goes backwards");
+        drop(consumer);
+        assert_eq!(ring.read(), 2);
+        let drained = ring.consumer().unwrap().drain(&mut out, key, 41);
+        assert_eq!(drained.records, 2);
+        assert_eq!(ring.read(), 4);
+    }
+
+    #[test]
+    fn a_shard_that_does_not_settle_keeps_the_previous_cut() {
+        let ring = leaked_ring(8, 2);
+        assert_eq!(ring.consumer().unwrap().cut(100), 100);
+        // A producer inside shard 1's publish section, as a preempted one
+        // would stay.
+        let published = ring.shards()[1].ring().publish(|sequence, slot| {
+            assert_eq!(
+                ring.consumer().unwrap().cut(200),
+                100,
+                "shard 1 busy: the previous cut"
+            );
+            record(18, 150, 0)(sequence, slot);
+        });
+        assert_eq!(published, Ok(1));
+        assert_eq!(ring.consumer().unwrap().cut(300), 300, "settled again");
     }
 
     #[test]
@@ -541,7 +689,7 @@ pub(crate) mod tests {
                         let shard = ring.shard_for(processor);
                         let index = usize::from(shard.index());
                         prop_assert_eq!(index, usize::try_from(processor).unwrap() % shards);
-                        let result = shard.publish(record(size, key, fill));
+                        let result = shard.publish(Source::Timer, record(size, key, fill));
                         let expected = &mut model[index];
                         expected.spent += 1;
                         if expected.records.len() < expected.capacity {
@@ -554,7 +702,7 @@ pub(crate) mod tests {
                     }
                     Op::Drain(room) => {
                         let mut out = vec![0_u8; room];
-                        let drained = ring.consumer().unwrap().drain(&mut out, key);
+                        let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
                         let mut bytes = Vec::new();
                         let mut more_pending = false;
                         while let Some((_, index)) = model

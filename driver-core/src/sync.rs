@@ -5,7 +5,22 @@
 pub use loom::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
-pub use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+pub use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, fence};
+#[cfg(loom)]
+pub use loom::sync::atomic::fence;
+
+/// One turn of a wait for another thread: the processor's spin hint, and a
+/// yield under loom so the model lets the other thread run.
+#[cfg(not(loom))]
+pub fn spin_loop() {
+    core::hint::spin_loop();
+}
+
+/// One turn of a wait for another thread (loom: a yield).
+#[cfg(loom)]
+pub fn spin_loop() {
+    loom::thread::yield_now();
+}
 
 /// An `UnsafeCell` with loom's closure-based access, so the same code runs
 /// under the model checker.
