@@ -12,8 +12,8 @@
 //! most for one copy of a record by a running processor.
 
 use kstack_abi::{
-    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags,
-    RecordHeader, Source, SourceFacts, SourceSet, encode_record,
+    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source,
+    SourceFacts, SourceSet, encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
     stack_id,
 };
@@ -263,9 +263,7 @@ impl<'a> DriverCore<'a> {
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn count(&self, platform: &impl Platform, source: Source, why: Uncaptured) {
-        self.ring
-            .shard_for(platform.processor())
-            .count(source, why);
+        self.ring.shard_for(platform.processor()).count(source, why);
     }
 
     /// Walks the stack at the current IRQL into a local buffer, or counts
@@ -474,11 +472,11 @@ pub(crate) mod tests {
 
     pub fn drain_all(core: &DriverCore<'_>) -> Vec<(RecordHeader, Vec<u64>)> {
         let mut out = vec![0_u8; 64 * kstack_abi::MAX_RECORD_SIZE];
-        let drained = core
-            .ring
-            .consumer()
-            .unwrap()
-            .drain(&mut out, kstack_abi::record_timestamp, u64::MAX);
+        let drained =
+            core.ring
+                .consumer()
+                .unwrap()
+                .drain(&mut out, kstack_abi::record_timestamp, u64::MAX);
         Records::new(&out[..drained.bytes])
             .map(|record: Result<RecordView<'_>, DecodeError>| {
                 let record = record.unwrap();
@@ -620,6 +618,60 @@ pub(crate) mod tests {
             core.capture(&platform, PROCESS_EXIT),
             CaptureOutcome::Published(1)
         );
+        assert_eq!(
+            core.ring.uncaptured(Source::Process, Uncaptured::Filtered),
+            1
+        );
+        assert_eq!(platform.walks.get(), 1, "a filtered event is not walked");
+    }
+
+    #[test]
+    fn the_walk_comes_first_then_a_raised_section_on_the_processor_it_then_runs_on() {
+        let core = registered_core(leaked_ring(8, 2), PagingExecutive::NotSet, all_registered());
+        enable(&core, SourceSet::ALL);
+        let platform = FakePlatform::default();
+        // Walked on processor 0 at PASSIVE_LEVEL, then moved to 1 before
+        // the raise took effect.
+        platform.processor.set(0);
+        platform.processor_after_raise.set(Some(1));
+        assert_eq!(
+            core.capture(&platform, PROCESS_EXIT),
+            CaptureOutcome::Published(1)
+        );
+        assert_eq!(platform.walks.get(), 1);
+        assert_eq!(
+            platform.walks_in_section.get(),
+            0,
+            "walked before the section"
+        );
+        assert_eq!(platform.raises.get(), 1, "raised for the section");
+        assert_eq!(platform.stamps_in_section.get(), 1, "stamped inside it");
+        assert_eq!(platform.irql.get(), 0, "lowered back after");
+        let (header, _) = &drain_all(&core)[0];
+        assert_eq!(
+            (header.processor, header.shard, header.irql),
+            (1, 1, 0),
+            "the processor after raising picks the shard; irql is the walk's"
+        );
+    }
+
+    #[test]
+    fn a_capture_at_dispatch_level_does_not_raise_again() {
+        let core = registered_core(
+            leaked_ring(8, 2),
+            PagingExecutive::Value(1),
+            all_registered(),
+        );
+        enable(&core, SourceSet::ALL);
+        let platform = FakePlatform::default();
+        platform.irql.set(2);
+        assert_eq!(
+            core.capture(&platform, SourceFacts::Timer),
+            CaptureOutcome::Published(1)
+        );
+        assert_eq!(platform.raises.get(), 0);
+        assert_eq!(platform.stamps_in_section.get(), 1);
+        assert_eq!(platform.irql.get(), 2);
     }
 
     #[test]

@@ -521,7 +521,10 @@ pub(crate) mod tests {
         assert_eq!(first.publish(Source::Timer, record(18, 1, 0)), Ok(1));
         assert_eq!(second.publish(Source::Timer, record(18, 2, 0)), Ok(1));
         assert_eq!(first.publish(Source::Timer, record(18, 3, 0)), Ok(2));
-        assert_eq!(first.publish(Source::Timer, record(18, 4, 0)), Err(Full { sequence: 3 }));
+        assert_eq!(
+            first.publish(Source::Timer, record(18, 4, 0)),
+            Err(Full { sequence: 3 })
+        );
         assert_eq!(
             (ring.len(), ring.dropped(), ring.sequences_spent()),
             (3, 1, 4)
@@ -535,9 +538,15 @@ pub(crate) mod tests {
     #[test]
     fn a_drain_stops_at_a_record_that_does_not_fit() {
         let ring = leaked_ring(4, 2);
-        ring.shard_for(0).publish(Source::Timer, record(18, 1, 0)).unwrap();
-        ring.shard_for(1).publish(Source::Timer, record(40, 2, 0)).unwrap();
-        ring.shard_for(0).publish(Source::Timer, record(18, 3, 0)).unwrap();
+        ring.shard_for(0)
+            .publish(Source::Timer, record(18, 1, 0))
+            .unwrap();
+        ring.shard_for(1)
+            .publish(Source::Timer, record(40, 2, 0))
+            .unwrap();
+        ring.shard_for(0)
+            .publish(Source::Timer, record(18, 3, 0))
+            .unwrap();
         let mut out = [0_u8; 50];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
         assert_eq!(
@@ -571,11 +580,16 @@ pub(crate) mod tests {
     fn counters_are_summed_over_shards_and_captured_counts_drops_too() {
         let ring = leaked_ring(4, 2);
         for processor in [0, 1, 0, 0] {
-            let _ = ring.shard_for(processor).publish(Source::Timer, record(18, 1, 0));
+            let _ = ring
+                .shard_for(processor)
+                .publish(Source::Timer, record(18, 1, 0));
         }
-        ring.shard_for(1).count(Source::Process, Uncaptured::SkippedIrql);
-        ring.shard_for(0).count(Source::Process, Uncaptured::Filtered);
-        ring.shard_for(1).count(Source::OnDemand, Uncaptured::NotKept);
+        ring.shard_for(1)
+            .count(Source::Process, Uncaptured::SkippedIrql);
+        ring.shard_for(0)
+            .count(Source::Process, Uncaptured::Filtered);
+        ring.shard_for(1)
+            .count(Source::OnDemand, Uncaptured::NotKept);
         assert_eq!(ring.dropped(), 1, "shard 0 holds two");
         assert_eq!(ring.captured(Source::Timer), 4, "kept or dropped");
         assert_eq!(ring.captured(Source::Timer), ring.sequences_spent());

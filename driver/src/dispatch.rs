@@ -10,7 +10,7 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{self, DeviceControl, KernelPlatform},
+    kernel::{self, DeviceControl},
     loaded, pool,
 };
 
@@ -68,12 +68,14 @@ fn device_control(request: &DeviceControl) -> (NtStatus, usize) {
         &mut []
     };
     loaded::with_loaded(|driver| {
-        let platform = KernelPlatform {
-            routines: &driver.routines,
-        };
-        driver
-            .core
-            .serve(ioctl, input, output, &platform, driver, pool::outstanding())
+        driver.core.serve(
+            ioctl,
+            input,
+            output,
+            &driver.platform(),
+            driver,
+            pool::outstanding(),
+        )
     })
     .unwrap_or((STATUS_DEVICE_NOT_READY, 0))
 }

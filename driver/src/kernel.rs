@@ -128,9 +128,106 @@ pub fn driver_image(driver: &DRIVER_OBJECT) -> DriverImage {
     }
 }
 
+/// `DISPATCH_LEVEL`.
+const DISPATCH_LEVEL: u8 = 2;
+const _: () = assert!(wdk_sys::DISPATCH_LEVEL == 2);
+
+/// Sets the IRQL: on x64 it is CR8, which is what the WDK's inline
+/// `KeRaiseIrql` and `KeLowerIrql` write (ntoskrnl exports neither there).
+///
+/// # Safety
+/// Raising: the caller lowers back to what it read before returning.
+/// Lowering: only to the IRQL the caller raised from.
+///
+/// Max IRQL: any.
+unsafe fn set_irql(irql: u8) {
+    // SAFETY: at CPL 0 writing CR8 sets the task priority; the caller keeps
+    // raise and lower paired. It touches no memory.
+    unsafe {
+        core::arch::asm!("mov cr8, {}", in(reg) u64::from(irql), options(nomem, nostack, preserves_flags));
+    }
+}
+
+/// The processor the caller runs on (its number across all groups).
+///
+/// Max IRQL: any.
+fn current_processor() -> u32 {
+    // SAFETY: a null PROCESSOR_NUMBER pointer is allowed; any IRQL.
+    unsafe { KeGetCurrentProcessorNumberEx(core::ptr::null_mut()) }
+}
+
+/// The system time, or 0 when no routine was found.
+///
+/// Max IRQL: any.
+fn system_time(routines: &Routines) -> u64 {
+    let Some(query) = routines.query_system_time else {
+        return 0;
+    };
+    let mut time = LARGE_INTEGER::default();
+    // SAFETY: the routine writes one LARGE_INTEGER; callable at any IRQL.
+    unsafe { query(&raw mut time) };
+    // SAFETY: QuadPart is the whole value of the union.
+    u64::try_from(unsafe { time.QuadPart }).unwrap_or(0)
+}
+
+/// The record clock (`kstack_abi::RecordHeader::timestamp`): the system
+/// time at load plus the performance counter's time since, in 100 ns
+/// units. Monotonic where the system time is not: a clock change after
+/// load does not move it.
+#[derive(Clone, Copy)]
+pub struct Clock {
+    system_at_start: u64,
+    counter_at_start: i64,
+    /// Counts per second (0: no performance counter; the system time is
+    /// used as it is).
+    frequency: i64,
+}
+
+impl Clock {
+    /// Starts the clock now.
+    ///
+    /// Max IRQL: any (called in `DriverEntry`).
+    pub fn start(routines: &Routines) -> Self {
+        let mut frequency = LARGE_INTEGER::default();
+        let counter_at_start = routines.query_performance_counter.map_or(0, |query| {
+            // SAFETY: the routine writes the frequency; any IRQL.
+            unsafe { query(&raw mut frequency) }
+        });
+        Self {
+            system_at_start: system_time(routines),
+            counter_at_start,
+            // SAFETY: QuadPart is the whole value of the union.
+            frequency: unsafe { frequency.QuadPart }.max(0),
+        }
+    }
+
+    /// The time now.
+    ///
+    /// Max IRQL: any.
+    fn now(&self, routines: &Routines) -> u64 {
+        let Some(query) = routines
+            .query_performance_counter
+            .filter(|_| self.frequency > 0)
+        else {
+            return system_time(routines);
+        };
+        // SAFETY: a null frequency pointer is allowed; any IRQL.
+        let counter = unsafe { query(core::ptr::null_mut()) };
+        let ticks = u128::try_from(counter.saturating_sub(self.counter_at_start)).unwrap_or(0);
+        let elapsed = if self.frequency == 10_000_000 {
+            ticks
+        } else {
+            ticks * 10_000_000 / self.frequency.unsigned_abs() as u128
+        };
+        self.system_at_start
+            .saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
+    }
+}
+
 /// The kernel as kstack-driver-core's capture sees it.
 pub struct KernelPlatform<'a> {
     pub routines: &'a Routines,
+    pub clock: &'a Clock,
 }
 
 impl Platform for KernelPlatform<'_> {
@@ -147,19 +244,26 @@ impl Platform for KernelPlatform<'_> {
     }
 
     fn processor(&self) -> u32 {
-        // SAFETY: a null PROCESSOR_NUMBER pointer is allowed; any IRQL.
-        unsafe { KeGetCurrentProcessorNumberEx(core::ptr::null_mut()) }
+        current_processor()
     }
 
-    fn system_time(&self) -> u64 {
-        let Some(query) = self.routines.query_system_time else {
-            return 0;
-        };
-        let mut time = LARGE_INTEGER::default();
-        // SAFETY: the routine writes one LARGE_INTEGER; callable at any IRQL.
-        unsafe { query(&raw mut time) };
-        // SAFETY: QuadPart is the whole value of the union.
-        u64::try_from(unsafe { time.QuadPart }).unwrap_or(0)
+    fn at_dispatch<R>(&self, section: impl FnOnce(u32) -> R) -> R {
+        let irql = current_irql();
+        if irql >= DISPATCH_LEVEL {
+            return section(current_processor());
+        }
+        // SAFETY: lowered back to `irql` below, before returning; panics
+        // abort, so nothing returns in between.
+        unsafe { set_irql(DISPATCH_LEVEL) };
+        // Read after raising: the thread cannot move any more.
+        let result = section(current_processor());
+        // SAFETY: back to the IRQL read above, which this function raised from.
+        unsafe { set_irql(irql) };
+        result
+    }
+
+    fn timestamp(&self) -> u64 {
+        self.clock.now(self.routines)
     }
 
     #[inline(never)]

@@ -20,7 +20,7 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{KERNEL_MODE, KernelPlatform, utf16},
+    kernel::{Clock, KERNEL_MODE, KernelPlatform, utf16},
     pool,
     registry::ParametersKey,
     routines::Routines,
@@ -33,6 +33,8 @@ use crate::{
 pub struct LoadedDriver {
     pub core: DriverCore<'static>,
     pub routines: Routines,
+    /// The record clock, started at load.
+    pub clock: Clock,
     pub timer: TimerSource,
     pub registry: RegistryCallback,
     pub objects: ObjectCallbacks,
@@ -66,14 +68,21 @@ pub fn with_loaded<R>(use_driver: impl FnOnce(&LoadedDriver) -> R) -> Option<R> 
 pub fn record(facts: impl FnOnce(&LoadedDriver) -> Option<SourceFacts>) -> Option<CaptureOutcome> {
     with_loaded(|driver| {
         let facts = facts(driver)?;
-        Some(driver.core.capture(
-            &KernelPlatform {
-                routines: &driver.routines,
-            },
-            facts,
-        ))
+        Some(driver.core.capture(&driver.platform(), facts))
     })
     .flatten()
+}
+
+impl LoadedDriver {
+    /// The kernel, as the core's capture and requests use it.
+    ///
+    /// Max IRQL: any.
+    pub fn platform(&self) -> KernelPlatform<'_> {
+        KernelPlatform {
+            routines: &self.routines,
+            clock: &self.clock,
+        }
+    }
 }
 
 impl SourceControl for LoadedDriver {
@@ -175,6 +184,7 @@ pub fn create(
     unsafe {
         state.as_ptr().write(LoadedDriver {
             core: DriverCore::new(ring, paging, image),
+            clock: Clock::start(&routines),
             routines,
             timer: TimerSource::new(),
             registry: RegistryCallback::new(),

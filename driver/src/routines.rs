@@ -3,6 +3,8 @@
 //! the driver (a static import of a missing export fails the whole load on
 //! Windows). Windows before 2004 lacks `ExAllocatePool2`; Windows 7 lacks
 //! `KeQuerySystemTimePrecise`; Wine 8 lacks both, and `CmRegisterCallbackEx`.
+//! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
+//! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
 
 use core::{ffi::c_void, ptr};
 
@@ -17,6 +19,9 @@ use crate::kernel::{unicode_string, utf16};
 pub type AllocatePool2 = unsafe extern "system" fn(u64, usize, u32) -> *mut c_void;
 /// `KeQuerySystemTimePrecise(CurrentTime)` / `KeQuerySystemTime(CurrentTime)`.
 pub type QuerySystemTime = unsafe extern "system" fn(*mut LARGE_INTEGER);
+/// `KeQueryPerformanceCounter(PerformanceFrequency)`: the counter (a
+/// `LARGE_INTEGER`, returned in RAX like an `i64`).
+pub type QueryPerformanceCounter = unsafe extern "system" fn(*mut LARGE_INTEGER) -> i64;
 /// `CmRegisterCallbackEx(Function, Altitude, Driver, Context, Cookie, Reserved)`.
 pub type RegisterRegistryCallback = unsafe extern "system" fn(
     PEX_CALLBACK_FUNCTION,
@@ -33,6 +38,7 @@ pub type UnregisterRegistryCallback = unsafe extern "system" fn(LARGE_INTEGER) -
 pub struct Routines {
     pub allocate_pool2: Option<AllocatePool2>,
     pub query_system_time: Option<QuerySystemTime>,
+    pub query_performance_counter: Option<QueryPerformanceCounter>,
     pub register_registry_callback: Option<RegisterRegistryCallback>,
     pub unregister_registry_callback: Option<UnregisterRegistryCallback>,
     /// `&PsProcessType` (the exported variable), or null.
@@ -82,12 +88,16 @@ impl Routines {
         // SAFETY: as above.
         let query_system_time = unsafe { routine(time) };
         // SAFETY: as above.
+        let query_performance_counter =
+            unsafe { routine(find(utf16!("KeQueryPerformanceCounter"))) };
+        // SAFETY: as above.
         let register_registry_callback = unsafe { routine(find(utf16!("CmRegisterCallbackEx"))) };
         // SAFETY: as above.
         let unregister_registry_callback = unsafe { routine(find(utf16!("CmUnRegisterCallback"))) };
         Self {
             allocate_pool2,
             query_system_time,
+            query_performance_counter,
             register_registry_callback,
             unregister_registry_callback,
             process_type: find(utf16!("PsProcessType")).cast(),

@@ -107,7 +107,9 @@ enum ModuleOrigin {
 
 #[derive(Args)]
 struct ConfigArgs {
-    /// Sources to enable (comma-separated names, or `all`).
+    /// Sources to enable (comma-separated names, or `all`). Capture-now
+    /// (`selftest`) always answers; `ondemand` decides whether its record
+    /// is also kept in the ring.
     #[arg(long, value_parser = parse_sources)]
     enable: Option<SourceSet>,
     /// Sources to disable (comma-separated names, or `all`).
@@ -119,7 +121,12 @@ struct ConfigArgs {
     /// RtlCaptureStackBackTrace's FramesToCapture (1 to 62).
     #[arg(long)]
     frames: Option<u16>,
-    /// Capture only in this process id (0: every process).
+    /// Keep only records of this process id (0: every process). Applies to
+    /// every source, capture-now included: the process is the one the
+    /// callback runs in (the record's pid), which for process, thread and
+    /// image events need not be the one the event names. Events left out
+    /// are counted as `filtered` in `kstack status`; a capture-now from
+    /// another process is still answered, not kept.
     #[arg(long)]
     pid: Option<u32>,
     /// The timer source's period in milliseconds (1 to 10000).

@@ -39,17 +39,27 @@ pub fn status(status: &StatusResponse) -> String {
     } else {
         let _ = writeln!(out, "ring: not allocated (capture is off)");
     }
-    let captured: u64 = status.sources.iter().map(|source| source.captured).sum();
-    let skipped: u64 = status
-        .sources
-        .iter()
-        .map(|source| source.skipped_irql)
-        .sum();
+    let sum = |count: fn(&kstack_abi::SourceStatus) -> u64| -> u64 {
+        status.sources.iter().map(count).sum()
+    };
     let _ = writeln!(
         out,
-        "records: {captured} captured, {} dropped (ring full), {} cleared, {skipped} skipped (IRQL too high \
-         for the paging policy), {} sequence numbers spent",
-        status.dropped, status.cleared, status.sequences_spent
+        "records: {} captured = {} read + {} waiting + {} dropped (ring full) + {} cleared \
+         ({} sequence numbers spent)",
+        sum(|source| source.captured),
+        status.read,
+        status.ring_used,
+        status.dropped,
+        status.cleared,
+        status.sequences_spent
+    );
+    let _ = writeln!(
+        out,
+        "not captured: {} skipped (IRQL too high for the paging policy), {} filtered \
+         (process filter), {} capture-now answered only (on-demand disabled)",
+        sum(|source| source.skipped_irql),
+        sum(|source| source.filtered),
+        sum(|source| source.not_kept)
     );
     let config = &status.config;
     let filter = match config.process_filter {
@@ -63,14 +73,14 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<10} {:<11} {:<8} {:>10} {:>13}  registration",
-        "source", "available", "enabled", "captured", "skipped-irql"
+        "{:<10} {:<11} {:<8} {:>10} {:>13} {:>10} {:>9}  registration",
+        "source", "available", "enabled", "captured", "skipped-irql", "filtered", "not-kept"
     );
     for source in Source::ALL {
         let state = &status.sources[source.index()];
         let _ = writeln!(
             out,
-            "{:<10} {:<11} {:<8} {:>10} {:>13}  {:#010x}",
+            "{:<10} {:<11} {:<8} {:>10} {:>13} {:>10} {:>9}  {:#010x}",
             source.name(),
             if state.available { "yes" } else { "no" },
             if config.sources.contains(source) {
@@ -80,6 +90,8 @@ pub fn status(status: &StatusResponse) -> String {
             },
             state.captured,
             state.skipped_irql,
+            state.filtered,
+            state.not_kept,
             state.registration,
         );
     }
@@ -102,6 +114,8 @@ pub fn status_json(status: &StatusResponse) -> Value {
                 "registration": format!("{:#010x}", state.registration),
                 "captured": state.captured,
                 "skipped_irql": state.skipped_irql,
+                "filtered": state.filtered,
+                "not_kept": state.not_kept,
             })
         })
         .collect();
@@ -125,6 +139,7 @@ pub fn status_json(status: &StatusResponse) -> Value {
         },
         "dropped": status.dropped,
         "cleared": status.cleared,
+        "read": status.read,
         "sequences_spent": status.sequences_spent,
         "pool_allocations": status.outstanding_allocations,
         "config": {
@@ -171,7 +186,10 @@ mod tests {
             text.contains("3 of 8192 records in use, in 2 shards"),
             "{text}"
         );
-        assert!(text.contains("3 sequence numbers spent"), "{text}");
+        assert!(
+            text.contains("7 captured = 4 read + 3 waiting + 0 dropped (ring full) + 0 cleared (7 sequence numbers spent)"),
+            "{text}"
+        );
         assert!(
             text.contains("kstack.sys loaded at 0x140000000, 0x30000 bytes"),
             "{text}"
@@ -194,7 +212,9 @@ mod tests {
         assert_eq!(value["disable_paging_executive"], Value::Null);
         assert_eq!(value["ring"]["capacity"], 8192);
         assert_eq!(value["ring"]["shards"], 2);
-        assert_eq!(value["sequences_spent"], 3);
+        assert_eq!(value["sequences_spent"], 7);
+        assert_eq!(value["read"], 4);
+        assert_eq!(value["sources"][6]["not_kept"], 0);
         assert_eq!(value["driver_image"]["base"], "0x140000000");
         assert_eq!(value["driver_image"]["size"], 0x3_0000);
     }

@@ -335,12 +335,15 @@ pub(crate) mod tests {
             config: CaptureConfig::default(),
             dropped: 0,
             cleared: 0,
-            sequences_spent: 3,
+            read: 4,
+            sequences_spent: 7,
             sources: [SourceStatus {
                 registration: 0,
                 available: true,
                 captured: 1,
                 skipped_irql: 0,
+                filtered: 0,
+                not_kept: 0,
             }; Source::COUNT],
             driver_image: DriverImage {
                 base: 0x1_4000_0000,

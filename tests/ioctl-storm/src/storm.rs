@@ -30,7 +30,11 @@ impl Platform for UserPlatform {
         0
     }
 
-    fn system_time(&self) -> u64 {
+    fn at_dispatch<R>(&self, section: impl FnOnce(u32) -> R) -> R {
+        section(0)
+    }
+
+    fn timestamp(&self) -> u64 {
         0
     }
 
