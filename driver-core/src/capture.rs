@@ -363,6 +363,11 @@ pub(crate) mod tests {
     static CLOCK: std::sync::atomic::AtomicU64 =
         std::sync::atomic::AtomicU64::new(133_000_000_000_000_000);
 
+    /// Reads the fake machine's clock.
+    pub(crate) fn tick() -> u64 {
+        CLOCK.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// A scripted kernel: fixed ids, a settable IRQL, processor and time,
     /// frames 0x1000, 0x2000, ... It notes what ran inside a publish
     /// section, and can move the thread to another processor when it
@@ -434,7 +439,7 @@ pub(crate) mod tests {
             if self.in_section.get() {
                 self.stamps_in_section.set(self.stamps_in_section.get() + 1);
             }
-            CLOCK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            tick()
         }
 
         fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {

@@ -64,7 +64,12 @@ pub const CAPACITY_RANGE: core::ops::RangeInclusive<u32> = 16..=262_144;
 /// one record (well under a microsecond, plus interrupts), far below this;
 /// a section that outlasts it was preempted (possible only where IRQL is
 /// not modelled, such as Wine).
+#[cfg(not(loom))]
 pub const SETTLE_SPINS: u32 = 4096;
+/// Under loom every look is a yield the model explores: two suffice to see
+/// both outcomes.
+#[cfg(loom)]
+pub const SETTLE_SPINS: u32 = 2;
 
 /// The capacity for a `RingCapacity` setting: the default when there is
 /// none, else the setting brought into [`CAPACITY_RANGE`] (status shows the

@@ -17,10 +17,11 @@ use std::{
 pub const SERVICE: &str = kstack_abi::SERVICE_NAME;
 /// The test programs in the Wine support folder, installed beside the
 /// client (built from `tests/ioctl-storm/`).
-pub const TEST_PROGRAMS: [&str; 3] = [
+pub const TEST_PROGRAMS: [&str; 4] = [
     "kstack-ioctl-storm.exe",
     "kstack-inject.exe",
     "kstack-drain-bench.exe",
+    "kstack-order-check.exe",
 ];
 /// The folder, inside the Wine support folder, of the kstack.sys built with
 /// the `test-injection` feature (never packaged).

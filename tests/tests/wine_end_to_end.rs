@@ -97,7 +97,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 13] {
+fn cases() -> [(&'static str, Case); 14] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -142,6 +142,10 @@ fn cases() -> [(&'static str, Case); 13] {
         (
             "tiny ring: every sequence number is received or counted as dropped",
             overflow_loses_nothing_silently,
+        ),
+        (
+            "reads in time order under load: two processes capturing and draining, the timer sampling; counters add up",
+            order_under_load,
         ),
         (
             "10,000 bad requests answered exactly as kstack-driver-core answers; still serving",
@@ -526,7 +530,8 @@ fn read_and_clear(context: &Context) -> WineResult<()> {
     )?;
     ensure(wine.client_ok(&["read"])?.is_empty(), || {
         "records survived clear".to_owned()
-    })
+    })?;
+    counters_add_up(&status)
 }
 
 /// Restarts the driver with `DisablePagingExecutive`=1, so the timer
@@ -894,7 +899,98 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
              drops counted",
             received.len()
         )
+    })?;
+    counters_add_up(&status)
+}
+
+/// The status identities of `kstack_abi::StatusResponse`, for a driver
+/// where nothing is being captured, read or cleared.
+fn counters_add_up(status: &Value) -> WineResult<()> {
+    let number = |value: &Value| {
+        value
+            .as_u64()
+            .ok_or_else(|| format!("not a count: {value}"))
+    };
+    let spent = number(&status["sequences_spent"])?;
+    let parts = number(&status["read"])?
+        + number(&status["ring"]["used"])?
+        + number(&status["dropped"])?
+        + number(&status["cleared"])?;
+    let captured = status["sources"]
+        .as_array()
+        .ok_or("status without sources")?
+        .iter()
+        .map(|source| number(&source["captured"]))
+        .sum::<WineResult<u64>>()?;
+    ensure(spent == parts && spent == captured, || {
+        format!(
+            "spent {spent}, read + used + dropped + cleared {parts}, captured over sources {captured}: {status}"
+        )
     })
+}
+
+fn order_under_load(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    allow_elevated_walks(wine)?;
+    wine.client_ok(&[
+        "config",
+        "--enable",
+        "ondemand,timer",
+        "--timer-period",
+        "1",
+    ])?;
+    let outputs = thread::scope(|scope| {
+        let checkers: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| wine.program("kstack-order-check.exe", &["3", "1500"])))
+            .collect();
+        checkers
+            .into_iter()
+            .map(|checker| {
+                checker
+                    .join()
+                    .map_err(|_| "a checker thread panicked".to_owned())?
+            })
+            .collect::<WineResult<Vec<_>>>()
+    })?;
+    let mut read = 0;
+    for output in &outputs {
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        ensure(
+            output.status.success() && stdout.contains(", 0 out of order"),
+            || {
+                format!(
+                    "order check failed ({:?}):\n{stdout}\n{stderr}",
+                    output.status
+                )
+            },
+        )?;
+        read += stdout
+            .split_whitespace()
+            .nth(1)
+            .and_then(|count| count.parse::<u64>().ok())
+            .ok_or_else(|| format!("no record count in {stdout}"))?;
+    }
+    wine.client_ok(&["config", "--disable", "all"])?;
+    wine.client_ok(&["read"])?;
+    let status = status(wine)?;
+    let sources = &status["sources"];
+    let captured = |name: &str| {
+        sources
+            .as_array()
+            .and_then(|all| all.iter().find(|source| source["name"] == name))
+            .and_then(|source| source["captured"].as_u64())
+            .unwrap_or(0)
+    };
+    ensure(
+        read > 1000 && captured("ondemand") > 1000 && captured("timer") > 100,
+        || {
+            format!(
+                "{read} records read by the checkers: too little load to mean anything: {status}"
+            )
+        },
+    )?;
+    counters_add_up(&status)
 }
 
 fn start_stop_cycles(context: &Context) -> WineResult<()> {
