@@ -22,7 +22,7 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
-    MAX_RECORD_SIZE, RecordFlags, RecordHeader, Records, SourceFacts, encode_record,
+    MAX_RECORD_SIZE, RecordFlags, RecordHeader, Records, Source, SourceFacts, encode_record,
     record_timestamp, stack_id,
 };
 use kstack_driver_core::{
@@ -111,13 +111,15 @@ fn publish_records(
 ) -> u64 {
     let mut full = 0;
     for _ in 0..count {
-        let published = ring.shard_for(processor).publish(|sequence, slot| {
-            let header = RecordHeader {
-                sequence,
-                ..*header
-            };
-            encode_record(&header, frames, slot).expect("32 frames fit a slot");
-        });
+        let published = ring
+            .shard_for(processor)
+            .publish(Source::Timer, |sequence, slot| {
+                let header = RecordHeader {
+                    sequence,
+                    ..*header
+                };
+                encode_record(&header, frames, slot).expect("32 frames fit a slot");
+            });
         if published.is_err() {
             full += 1;
         }
@@ -126,22 +128,26 @@ fn publish_records(
 }
 
 /// Encodes `count` records with sequence numbers from `first` into
-/// `buffer`, each over the last: `publish_records` without the ring.
+/// `buffer`, one slot-sized place after the other: `publish_records`
+/// without the ring, into as much memory as a shard, so it meets the same
+/// cache misses.
 fn copy_records(
-    buffer: &mut [u8; MAX_RECORD_SIZE],
+    buffer: &mut [[u8; MAX_RECORD_SIZE]],
     header: &RecordHeader,
     frames: &[u64; FRAMES],
     first: u64,
     count: u64,
 ) {
+    let places = buffer.len() as u64;
     for sequence in first..first + count {
         let header = RecordHeader {
             sequence,
             ..*header
         };
-        encode_record(&header, frames, buffer).expect("32 frames fit a slot");
+        let place = &mut buffer[usize::try_from(sequence % places).expect("below the length")];
+        encode_record(&header, frames, place).expect("32 frames fit a slot");
         // As the ring's Release store does, make every record's bytes count.
-        black_box(&mut *buffer);
+        black_box(&mut *place);
     }
 }
 
@@ -253,23 +259,80 @@ fn publish_32_frames(c: &mut Criterion) {
     });
     assert_eq!(ring.dropped(), 0);
 
-    // The baseline: the same loop and encode into a plain slot-sized buffer,
-    // no ring.
-    let mut buffer = Box::new([0_u8; MAX_RECORD_SIZE]);
-    group.bench_function("plain_copy", |b| {
+    copy_floors(&mut group, &header, &frames);
+    group.finish();
+}
+
+/// The floors the publishes are measured against, in the same group (so
+/// the same run): the publish's encode without the ring, by one thread and
+/// by two; and the writer word's cost alone.
+fn copy_floors(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    header: &RecordHeader,
+    frames: &[u64; FRAMES],
+) {
+    // The floor: the same loop and encode into plain memory as large as a
+    // shard (RING_CAPACITY slot-sized places, written in turn), no ring.
+    let mut buffer = vec![[0_u8; MAX_RECORD_SIZE]; usize::try_from(RING_CAPACITY).expect("fits")];
+    group.bench_function("plain_copy_shard_sized", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
-            copy_records(
-                &mut buffer,
-                black_box(&header),
-                black_box(&frames),
-                0,
-                iters,
-            );
+            copy_records(&mut buffer, black_box(header), black_box(frames), 0, iters);
             start.elapsed()
         });
     });
-    group.finish();
+
+    // Two threads doing that floor at once, each into its own memory: the
+    // 2-producer floor.
+    let mut buffers =
+        vec![vec![[0_u8; MAX_RECORD_SIZE]; usize::try_from(RING_CAPACITY).expect("fits")]; 2];
+    group.bench_function("plain_copy_shard_sized_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let halves = [iters / 2, iters - iters / 2];
+            let go = Barrier::new(2);
+            let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+                let workers: Vec<_> = buffers
+                    .iter_mut()
+                    .zip(halves)
+                    .map(|(buffer, half)| {
+                        let go = &go;
+                        scope.spawn(move || {
+                            go.wait();
+                            let start = Instant::now();
+                            copy_records(buffer, black_box(header), black_box(frames), 0, half);
+                            (start, Instant::now())
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|worker| worker.join().expect("copier panicked"))
+                    .collect()
+            });
+            let first_start = spans.iter().map(|span| span.0).min().expect("2 copiers");
+            let last_end = spans.iter().map(|span| span.1).max().expect("2 copiers");
+            last_end - first_start
+        });
+    });
+
+    // What the writer word costs a publish: its compare-and-swap and
+    // release store alone, on a line the thread owns (a shard's own
+    // processor's case). A publish without it would save about this much,
+    // but would be sound only where no two producers ever meet on a shard.
+    let word = std::sync::atomic::AtomicU64::new(0);
+    group.bench_function("writer_word_alone", |b| {
+        b.iter(|| {
+            let held = word.load(std::sync::atomic::Ordering::Relaxed);
+            let taken = word.compare_exchange_weak(
+                held,
+                held + 1,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            black_box(taken).ok();
+            word.store(held + 2, std::sync::atomic::Ordering::Release);
+        });
+    });
 }
 
 /// Fills both shards with `count` records between them, alternating, each
@@ -309,7 +372,7 @@ fn drain_and_decode(c: &mut Criterion) {
                 let mut consumer = ring.consumer().expect("the only consumer");
                 let (mut drained, mut decoded, mut sum) = (0_u64, 0_u64, 0_u64);
                 loop {
-                    let batch = consumer.drain(&mut buffer, record_timestamp);
+                    let batch = consumer.drain(&mut buffer, record_timestamp, u64::MAX);
                     if batch.records == 0 {
                         break;
                     }

@@ -802,7 +802,7 @@ mod tests {
             // Preempted right after reading the clock now and then, as a
             // host that does not model IRQL can be: a stamp must still
             // not be overtaken.
-            if now % 4 == 0 {
+            if now.is_multiple_of(4) {
                 std::thread::yield_now();
             }
             now

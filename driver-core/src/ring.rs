@@ -10,7 +10,7 @@
 //! number, writes the record, releases the slot by advancing its stamp, and
 //! gives the writer word back (odd to even). The writer word is what keeps
 //! the ring sound where a shard is not one processor's alone: processors
-//! past [`crate::sharded_ring::MAX_SHARDS`] share shards, and a host that
+//! past [`kstack_abi::MAX_SHARDS`] share shards, and a host that
 //! does not model IRQL (Wine, the host tests) can preempt a section. A
 //! second producer then waits for the first to leave: on Windows at most
 //! one section of another processor (a copy of at most
@@ -226,7 +226,7 @@ impl<'a> RecordRing<'a> {
         let writer = &self.producers.writer;
         let mut word = writer.load(Ordering::Relaxed);
         loop {
-            if word % 2 == 0 {
+            if word.is_multiple_of(2) {
                 // SeqCst: a reader that saw the word even before this
                 // section began knows the section's timestamp, taken
                 // after this swap, is no earlier than the reader's clock
@@ -317,7 +317,7 @@ impl<'a> RecordRing<'a> {
     pub fn settle(&self) -> bool {
         let writer = &self.producers.writer;
         let word = writer.load(Ordering::SeqCst);
-        if word % 2 == 0 {
+        if word.is_multiple_of(2) {
             return true;
         }
         for _ in 0..SETTLE_SPINS {

@@ -407,7 +407,7 @@ impl ShardedConsumer<'_, '_> {
         // written before the cut).
         let oldest = &mut keys[..self.count];
         for (key, consumer) in oldest.iter_mut().zip(self.consumers.iter().flatten()) {
-            *key = consumer.peek(&before_cut).flatten();
+            *key = consumer.peek(before_cut).flatten();
         }
         while let Some((_, index)) = oldest
             .iter()
@@ -421,7 +421,7 @@ impl ShardedConsumer<'_, '_> {
             if consumer.take_front(|record| drained.copy(record, out)) != Some(true) {
                 break;
             }
-            oldest[index] = consumer.peek(&before_cut).flatten();
+            oldest[index] = consumer.peek(before_cut).flatten();
         }
         let read = &self.ring.read;
         read.store(
