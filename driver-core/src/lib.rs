@@ -1,7 +1,8 @@
 //! kstack.sys's logic, without kernel bindings, so it builds and is tested
 //! on any host (with proptest, and loom under `--cfg loom`).
 //!
-//! - [`ring`]: the lock-free record ring, one per shard.
+//! - [`ring`]: the record ring, one per shard: one publish section at a
+//!   time, a consumer that never blocks it.
 //! - [`sharded_ring`]: the per-processor shards the driver keeps.
 //! - [`rundown`]: the gate unload closes before freeing what callbacks use.
 //! - [`paging_policy`]: when a stack walk is allowed.

@@ -25,11 +25,12 @@
 //! - **Which shard.** The processor's index modulo the shard count
 //!   ([`ShardedRing::shard_for`]); with one shard per processor that is the
 //!   processor's own.
-//! - **Sequence numbers.** Per shard, from 1, taken with the slot in the
-//!   ring's one compare-and-swap (its claim word, on the line its producers
-//!   already own): there is no counter shared by all processors. A record carries its shard and its number, so `(shard,
-//!   sequence)` names it, and per shard every number spent is a record read,
-//!   dropped (shard full) or cleared.
+//! - **Sequence numbers.** Per shard, from 1, taken with the slot inside
+//!   the shard's publish section (on the line its producers already own):
+//!   there is no counter shared by all processors. A record carries its
+//!   shard and its number, so `(shard, sequence)` names it, and per shard
+//!   every number spent is a record read, waiting, dropped (shard full) or
+//!   cleared.
 //! - **Counters.** The per-source counts a capture bumps are kept per shard
 //!   as well, and summed for status, so a capture writes nothing but its
 //!   own shard: `captured` (records that entered the shard: published or
