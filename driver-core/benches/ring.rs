@@ -163,6 +163,54 @@ fn rounds(iters: u64) -> impl Iterator<Item = u64> {
     .chain((rest > 0).then_some(rest))
 }
 
+/// Runs `iters` records on two threads started once, in rounds of at
+/// most `RING_CAPACITY` records: before each round `prepare` runs (not
+/// timed) while both threads wait, then each thread runs `work(its index,
+/// its half of the round)`. A round's time is from the first thread's
+/// start to the last one's end; returns the rounds' sum.
+fn two_threads_in_rounds(
+    iters: u64,
+    mut prepare: impl FnMut(),
+    work: impl Fn(u16, u64) + Sync,
+) -> Duration {
+    let counts: Vec<u64> = rounds(iters).collect();
+    let go = Barrier::new(3);
+    let done = Barrier::new(3);
+    let spans = std::sync::Mutex::new(Vec::with_capacity(2 * counts.len()));
+    thread::scope(|scope| {
+        for index in 0..2_u16 {
+            let (go, done, spans, work, counts) = (&go, &done, &spans, &work, &counts);
+            scope.spawn(move || {
+                for &count in counts {
+                    let half = if index == 0 {
+                        count / 2
+                    } else {
+                        count - count / 2
+                    };
+                    go.wait();
+                    let start = Instant::now();
+                    work(index, half);
+                    let end = Instant::now();
+                    spans.lock().expect("no thread panicked").push((start, end));
+                    done.wait();
+                }
+            });
+        }
+        let mut elapsed = Duration::ZERO;
+        for _ in &counts {
+            prepare();
+            go.wait();
+            done.wait();
+            let mut spans = spans.lock().expect("no thread panicked");
+            let first_start = spans.iter().map(|span| span.0).min().expect("2 threads");
+            let last_end = spans.iter().map(|span| span.1).max().expect("2 threads");
+            elapsed += last_end - first_start;
+            spans.clear();
+        }
+        elapsed
+    })
+}
+
 /// A group timing one record per iteration, kept short (the whole bench runs
 /// in well under two minutes on two cores).
 fn record_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallTime> {
@@ -217,44 +265,21 @@ fn publish_32_frames(c: &mut Criterion) {
     let ring = ShardedRing::new(&shards);
     group.bench_function("ring_2_producers", |b| {
         b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            for count in rounds(iters) {
-                empty(&ring);
-                let halves = [count / 2, count - count / 2];
-                let go = Barrier::new(halves.len());
-                let spans: Vec<(Instant, Instant, u64)> = thread::scope(|scope| {
-                    let workers: Vec<_> = halves
-                        .iter()
-                        .zip(0_u16..)
-                        .map(|(&half, processor)| {
-                            let (ring, go, frames) = (&ring, &go, &frames);
-                            scope.spawn(move || {
-                                let header = timer_header(frames, processor);
-                                go.wait();
-                                let start = Instant::now();
-                                let full = publish_records(
-                                    ring,
-                                    u32::from(processor),
-                                    black_box(&header),
-                                    black_box(frames),
-                                    half,
-                                );
-                                (start, Instant::now(), full)
-                            })
-                        })
-                        .collect();
-                    workers
-                        .into_iter()
-                        .map(|worker| worker.join().expect("producer panicked"))
-                        .collect()
-                });
-                let first_start = spans.iter().map(|span| span.0).min().expect("2 producers");
-                let last_end = spans.iter().map(|span| span.1).max().expect("2 producers");
-                elapsed += last_end - first_start;
-                let full: u64 = spans.iter().map(|span| span.2).sum();
-                assert_eq!(full, 0, "a timed publish met a full shard");
-            }
-            elapsed
+            two_threads_in_rounds(
+                iters,
+                || empty(&ring),
+                |processor, half| {
+                    let header = timer_header(&frames, processor);
+                    let full = publish_records(
+                        &ring,
+                        u32::from(processor),
+                        black_box(&header),
+                        black_box(&frames),
+                        half,
+                    );
+                    assert_eq!(full, 0, "a timed publish met a full shard");
+                },
+            )
         });
     });
     assert_eq!(ring.dropped(), 0);
@@ -283,35 +308,27 @@ fn copy_floors(
     });
 
     // Two threads doing that floor at once, each into its own memory: the
-    // 2-producer floor.
-    let mut buffers =
-        vec![vec![[0_u8; MAX_RECORD_SIZE]; usize::try_from(RING_CAPACITY).expect("fits")]; 2];
+    // 2-producer floor, run in the same rounds as the 2-producer publish.
+    let buffers: Vec<std::sync::Mutex<Vec<[u8; MAX_RECORD_SIZE]>>> = (0..2)
+        .map(|_| {
+            std::sync::Mutex::new(vec![
+                [0_u8; MAX_RECORD_SIZE];
+                usize::try_from(RING_CAPACITY).expect("fits")
+            ])
+        })
+        .collect();
     group.bench_function("plain_copy_shard_sized_2_threads", |b| {
         b.iter_custom(|iters| {
-            let halves = [iters / 2, iters - iters / 2];
-            let go = Barrier::new(2);
-            let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
-                let workers: Vec<_> = buffers
-                    .iter_mut()
-                    .zip(halves)
-                    .map(|(buffer, half)| {
-                        let go = &go;
-                        scope.spawn(move || {
-                            go.wait();
-                            let start = Instant::now();
-                            copy_records(buffer, black_box(header), black_box(frames), 0, half);
-                            (start, Instant::now())
-                        })
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|worker| worker.join().expect("copier panicked"))
-                    .collect()
-            });
-            let first_start = spans.iter().map(|span| span.0).min().expect("2 copiers");
-            let last_end = spans.iter().map(|span| span.1).max().expect("2 copiers");
-            last_end - first_start
+            two_threads_in_rounds(
+                iters,
+                || {},
+                |thread, half| {
+                    let mut buffer = buffers[usize::from(thread)]
+                        .lock()
+                        .expect("one thread per buffer");
+                    copy_records(&mut buffer, black_box(header), black_box(frames), 0, half);
+                },
+            )
         });
     });
 
