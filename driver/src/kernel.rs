@@ -217,7 +217,7 @@ impl Clock {
         let elapsed = if self.frequency == 10_000_000 {
             ticks
         } else {
-            ticks * 10_000_000 / self.frequency.unsigned_abs() as u128
+            ticks * 10_000_000 / u128::from(self.frequency.unsigned_abs())
         };
         self.system_at_start
             .saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
