@@ -18,7 +18,7 @@ pub const CAPTURE_NOW_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
 /// Read response header.
 pub const READ_HEADER_SIZE: usize = 24;
 /// Bytes per source in the status response.
-const SOURCE_STATUS_SIZE: usize = 40;
+const SOURCE_STATUS_SIZE: usize = 48;
 /// Offset of the per-source part of the status response.
 const SOURCES_OFFSET: usize = 72;
 /// Offset of the driver's image range, after the per-source part.
@@ -164,9 +164,10 @@ impl PagingExecutive {
     }
 }
 
-/// One source's part of the status response. Layout (40 bytes):
+/// One source's part of the status response. Layout (48 bytes):
 /// `registration` i32, state u32 (bit 0: available), then the counters
-/// `captured`, `skipped_irql`, `filtered`, `not_kept`, u64 each.
+/// `captured`, `skipped_irql`, `skipped_stack`, `filtered`, `not_kept`,
+/// u64 each.
 ///
 /// The counters count events of an enabled source (a disabled source's
 /// events are not looked at), each event under exactly one of them, from
@@ -177,6 +178,9 @@ impl PagingExecutive {
 ///   [`StatusResponse::sequences_spent`]: every sequence number is one
 ///   captured record.
 /// - `skipped_irql`: no walk, the IRQL too high for the paging policy.
+/// - `skipped_stack`: no walk, less kernel stack left than a walk needs
+///   (8 KiB, checked before walking; for capture-now the request fails
+///   with `KSTACK_STATUS_STACK_TOO_LOW`).
 /// - `filtered`: walked or not, left out by the process filter (for
 ///   capture-now: walked and answered, not kept).
 /// - `not_kept`: capture-now only: answered to its caller, not kept,
@@ -195,6 +199,9 @@ pub struct SourceStatus {
     /// Events where no walk was made because the IRQL was too high for the
     /// paging policy.
     pub skipped_irql: u64,
+    /// Events where no walk was made because too little kernel stack was
+    /// left.
+    pub skipped_stack: u64,
     /// Events left out by the process filter.
     pub filtered: u64,
     /// Capture-now records answered to the caller only (the on-demand
@@ -220,8 +227,6 @@ pub struct StatusResponse {
     pub driver_version: (u16, u16, u16),
     /// `DisablePagingExecutive` as read at load.
     pub paging_executive: PagingExecutive,
-    /// Whether the ring was allocated at load.
-    pub ring_ready: bool,
     /// Ring capacity in records, over all shards.
     pub ring_capacity: u32,
     /// Records in the ring now, over all shards.
@@ -252,8 +257,7 @@ pub struct StatusResponse {
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
-const FLAG_RING_READY: u16 = 2;
-const FLAGS_KNOWN: u16 = FLAG_PAGING_EXECUTIVE_SET | FLAG_RING_READY;
+const FLAGS_KNOWN: u16 = FLAG_PAGING_EXECUTIVE_SET;
 const SOURCE_AVAILABLE: u32 = 1;
 
 impl StatusResponse {
@@ -277,10 +281,7 @@ impl StatusResponse {
             PagingExecutive::NotSet => (0, 0),
             PagingExecutive::Value(value) => (FLAG_PAGING_EXECUTIVE_SET, value),
         };
-        w.u16(
-            14,
-            paging_flag | if self.ring_ready { FLAG_RING_READY } else { 0 },
-        );
+        w.u16(14, paging_flag);
         w.u32(16, paging_value);
         w.u32(20, self.ring_capacity);
         w.u32(24, self.ring_used);
@@ -302,8 +303,9 @@ impl StatusResponse {
             );
             w.u64(at + 8, source.captured);
             w.u64(at + 16, source.skipped_irql);
-            w.u64(at + 24, source.filtered);
-            w.u64(at + 32, source.not_kept);
+            w.u64(at + 24, source.skipped_stack);
+            w.u64(at + 32, source.filtered);
+            w.u64(at + 40, source.not_kept);
         }
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
@@ -334,6 +336,7 @@ impl StatusResponse {
             available: false,
             captured: 0,
             skipped_irql: 0,
+            skipped_stack: 0,
             filtered: 0,
             not_kept: 0,
         }; Source::COUNT];
@@ -348,8 +351,9 @@ impl StatusResponse {
                 available: state == SOURCE_AVAILABLE,
                 captured: r.u64(at + 8)?,
                 skipped_irql: r.u64(at + 16)?,
-                filtered: r.u64(at + 24)?,
-                not_kept: r.u64(at + 32)?,
+                skipped_stack: r.u64(at + 24)?,
+                filtered: r.u64(at + 32)?,
+                not_kept: r.u64(at + 40)?,
             };
         }
         Ok(Self {
@@ -359,7 +363,6 @@ impl StatusResponse {
             } else {
                 PagingExecutive::Value(r.u32(16)?)
             },
-            ring_ready: flags & FLAG_RING_READY != 0,
             ring_capacity: r.u32(20)?,
             ring_used: r.u32(24)?,
             ring_shards: r.u32(RING_SHARDS_OFFSET)?,
@@ -468,6 +471,7 @@ mod tests {
             available: true,
             captured: 3,
             skipped_irql: 0,
+            skipped_stack: 0,
             filtered: 0,
             not_kept: 0,
         }; Source::COUNT];
@@ -476,16 +480,17 @@ mod tests {
             available: false,
             captured: 0,
             skipped_irql: 0,
+            skipped_stack: 0,
             filtered: 0,
             not_kept: 0,
         };
         sources[Source::Timer.index()].skipped_irql = 7;
+        sources[Source::Registry.index()].skipped_stack = 9;
         sources[Source::Process.index()].filtered = 11;
         sources[Source::OnDemand.index()].not_kept = 13;
         StatusResponse {
             driver_version: (0, 1, 0),
             paging_executive: PagingExecutive::Value(1),
-            ring_ready: true,
             ring_capacity: 4096,
             ring_used: 12,
             ring_shards: 2,
@@ -532,7 +537,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 384);
+        assert_eq!(STATUS_RESPONSE_SIZE, 440);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -547,7 +552,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &384_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &440_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

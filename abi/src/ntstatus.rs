@@ -55,8 +55,10 @@ const KSTACK_FACILITY_ERROR: u32 = 0xE0B5_0000;
 /// fault where none is allowed. Fix: `DisablePagingExecutive`=1 and reboot.
 pub const KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED: NtStatus = nt(KSTACK_FACILITY_ERROR | 1);
 
-/// The ring buffer was not allocated at load (the driver serves status only).
-pub const KSTACK_STATUS_NO_RING: NtStatus = nt(KSTACK_FACILITY_ERROR | 2);
+/// A capture-now request arrived with less kernel stack left than kstack
+/// needs for a walk (`MIN_REMAINING_STACK` in kstack-driver-core, 8 KiB):
+/// nothing was walked, and the skip is counted as `skipped_stack`.
+pub const KSTACK_STATUS_STACK_TOO_LOW: NtStatus = nt(KSTACK_FACILITY_ERROR | 3);
 
 /// A registration status, in a driver built with the `test-injection`
 /// feature only: the kernel has no routine for this source (Wine 8 lacks
@@ -81,7 +83,7 @@ const _: () = {
         STATUS_INVALID_PARAMETER_3,
         STATUS_INVALID_PARAMETER_4,
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
-        KSTACK_STATUS_NO_RING,
+        KSTACK_STATUS_STACK_TOO_LOW,
     ];
     let mut i = 0;
     while i < failures.len() {
@@ -89,7 +91,7 @@ const _: () = {
         i += 1;
     }
     assert!(KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED.cast_unsigned() & 0x2000_0000 != 0);
-    assert!(KSTACK_STATUS_NO_RING.cast_unsigned() & 0x2000_0000 != 0);
+    assert!(KSTACK_STATUS_STACK_TOO_LOW.cast_unsigned() & 0x2000_0000 != 0);
     assert!(KSTACK_STATUS_INJECTION_ONLY >= 0);
     assert!(KSTACK_STATUS_INJECTION_ONLY.cast_unsigned() & 0x2000_0000 != 0);
 };

@@ -43,9 +43,35 @@ pub trait Platform {
     /// The record clock: 100 ns units since 1601-01-01 UTC, monotonic (see
     /// `kstack_abi::RecordHeader::timestamp`).
     fn timestamp(&self) -> u64;
+    /// Bytes of kernel stack left below the caller's frame, as the WDK's
+    /// inline `IoGetRemainingStackSize` computes them.
+    fn remaining_stack(&self) -> usize;
     /// `RtlCaptureStackBackTrace(frames_to_skip, frames.len(), frames, &hash)`:
     /// returns the frames written and the OS BackTraceHash.
     fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32);
+}
+
+/// The least kernel stack a capture needs left before it walks, in bytes.
+///
+/// Why this much: kstack's own frames on the deepest capture path add up to
+/// about 1.5 KiB from a callback (the source callback, `DriverCore::capture`
+/// with the walked frames, then the publish section), and about 3 KiB from
+/// a capture-now request (the dispatch routine's frame is the largest);
+/// `docs/kernel-stack.md` has the figures, read from the release image.
+/// `RtlCaptureStackBackTrace` then unwinds with a `CONTEXT` record (1,232
+/// bytes) and its own frames, which cannot be measured here (Windows only).
+/// 8 KiB of the 24 KiB x64 kernel stack covers both with room for an
+/// interrupt arriving during the walk; below it the event is skipped and
+/// counted (`skipped_stack`), never walked.
+pub const MIN_REMAINING_STACK: usize = 8 * 1024;
+
+/// Why a capture did not walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoWalk {
+    /// The IRQL is too high for the paging policy.
+    Irql,
+    /// Too little kernel stack is left.
+    Stack,
 }
 
 /// How a source's registration at load went.
@@ -72,6 +98,8 @@ pub enum CaptureOutcome {
     Filtered,
     /// The IRQL was too high for the paging policy; counted.
     SkippedIrql,
+    /// Less kernel stack was left than [`MIN_REMAINING_STACK`]; counted.
+    SkippedStack,
     /// Walked and published with this sequence number (of its shard).
     Published(u64),
     /// Walked, but the shard was full; the sequence number was spent, so
@@ -249,8 +277,10 @@ impl<'a> DriverCore<'a> {
             self.count(platform, source, Uncaptured::Filtered);
             return CaptureOutcome::Filtered;
         }
-        let Some(stack) = self.walk(platform, &config, source) else {
-            return CaptureOutcome::SkippedIrql;
+        let stack = match self.walk(platform, &config, source) {
+            Ok(stack) => stack,
+            Err(NoWalk::Irql) => return CaptureOutcome::SkippedIrql,
+            Err(NoWalk::Stack) => return CaptureOutcome::SkippedStack,
         };
         match self.publish(platform, &stack, facts, ids).0 {
             Ok(sequence) => CaptureOutcome::Published(sequence),
@@ -267,7 +297,11 @@ impl<'a> DriverCore<'a> {
     }
 
     /// Walks the stack at the current IRQL into a local buffer, or counts
-    /// a skip when the paging policy forbids a walk here.
+    /// a skip when the paging policy forbids a walk here or too little
+    /// kernel stack is left for one.
+    ///
+    /// # Errors
+    /// Why it did not walk (counted for `source`).
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn walk(
@@ -275,18 +309,22 @@ impl<'a> DriverCore<'a> {
         platform: &impl Platform,
         config: &CaptureConfig,
         source: Source,
-    ) -> Option<Stack> {
+    ) -> Result<Stack, NoWalk> {
         let irql = platform.irql();
         if walk_decision(irql, self.paging) == WalkDecision::SkipIrql {
             self.count(platform, source, Uncaptured::SkippedIrql);
-            return None;
+            return Err(NoWalk::Irql);
+        }
+        if platform.remaining_stack() < MIN_REMAINING_STACK {
+            self.count(platform, source, Uncaptured::SkippedStack);
+            return Err(NoWalk::Stack);
         }
         let mut frames = [0_u64; MAX_FRAMES as usize];
         let wanted = usize::from(config.frames_to_capture.min(MAX_FRAMES));
         let (count, os_hash) =
             platform.walk_stack(u32::from(config.frames_to_skip), &mut frames[..wanted]);
         let count = count.min(wanted);
-        Some(Stack {
+        Ok(Stack {
             frames,
             count,
             os_hash,
@@ -378,6 +416,7 @@ pub(crate) mod tests {
         pub processor_after_raise: Cell<Option<u32>>,
         pub process_id: Cell<u32>,
         pub stack_depth: usize,
+        pub remaining_stack: Cell<usize>,
         pub walks: Cell<u32>,
         pub last_skip: Cell<u32>,
         pub in_section: Cell<bool>,
@@ -395,6 +434,7 @@ pub(crate) mod tests {
                 processor_after_raise: Cell::new(None),
                 process_id: Cell::new(4),
                 stack_depth: 5,
+                remaining_stack: Cell::new(MIN_REMAINING_STACK),
                 walks: Cell::new(0),
                 last_skip: Cell::new(0),
                 in_section: Cell::new(false),
@@ -440,6 +480,10 @@ pub(crate) mod tests {
                 self.stamps_in_section.set(self.stamps_in_section.get() + 1);
             }
             tick()
+        }
+
+        fn remaining_stack(&self) -> usize {
+            self.remaining_stack.get()
         }
 
         fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
@@ -657,6 +701,31 @@ pub(crate) mod tests {
             (header.processor, header.shard, header.irql),
             (1, 1, 0),
             "the processor after raising picks the shard; irql is the walk's"
+        );
+    }
+
+    #[test]
+    fn too_little_kernel_stack_skips_the_walk_and_counts_it() {
+        let core = registered_core(leaked_ring(8, 1), PagingExecutive::NotSet, all_registered());
+        enable(&core, SourceSet::ALL);
+        let platform = FakePlatform::default();
+        platform.remaining_stack.set(MIN_REMAINING_STACK - 1);
+        assert_eq!(
+            core.capture(&platform, PROCESS_EXIT),
+            CaptureOutcome::SkippedStack
+        );
+        assert_eq!(platform.walks.get(), 0, "nothing walked");
+        assert_eq!(core.ring.sequences_spent(), 0, "no number spent");
+        assert_eq!(
+            core.ring
+                .uncaptured(Source::Process, Uncaptured::SkippedStack),
+            1
+        );
+        platform.remaining_stack.set(MIN_REMAINING_STACK);
+        assert_eq!(
+            core.capture(&platform, PROCESS_EXIT),
+            CaptureOutcome::Published(1),
+            "exactly the minimum is enough"
         );
     }
 

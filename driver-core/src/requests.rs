@@ -6,14 +6,14 @@ use kstack_abi::{
     SourceStatus, StatusResponse,
     messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
     ntstatus::{
-        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus, STATUS_BUFFER_OVERFLOW,
-        STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
+        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
+        STATUS_BUFFER_OVERFLOW, STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
     },
     record_timestamp,
 };
 
 use crate::{
-    capture::{DriverCore, Platform},
+    capture::{DriverCore, NoWalk, Platform},
     paging_policy,
     sharded_ring::Uncaptured,
     sync::Ordering,
@@ -90,13 +90,13 @@ impl DriverCore<'_> {
             available: self.registration(source).available(),
             captured: self.ring.captured(source),
             skipped_irql: self.ring.uncaptured(source, Uncaptured::SkippedIrql),
+            skipped_stack: self.ring.uncaptured(source, Uncaptured::SkippedStack),
             filtered: self.ring.uncaptured(source, Uncaptured::Filtered),
             not_kept: self.ring.uncaptured(source, Uncaptured::NotKept),
         });
         StatusResponse {
             driver_version: KSTACK_VERSION,
             paging_executive: self.paging,
-            ring_ready: true,
             ring_capacity: u32::try_from(self.ring.capacity()).unwrap_or(u32::MAX),
             ring_used: u32::try_from(self.ring.len()).unwrap_or(u32::MAX),
             ring_shards: u32::try_from(self.ring.shards().len()).unwrap_or(u32::MAX),
@@ -185,8 +185,10 @@ impl DriverCore<'_> {
         let config = self.config();
         let facts = SourceFacts::OnDemand { tag };
         let ids = platform.current_ids();
-        let Some(stack) = self.walk(platform, &config, Source::OnDemand) else {
-            return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0);
+        let stack = match self.walk(platform, &config, Source::OnDemand) {
+            Ok(stack) => stack,
+            Err(NoWalk::Irql) => return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0),
+            Err(NoWalk::Stack) => return (KSTACK_STATUS_STACK_TOO_LOW, 0),
         };
         let left_out = if !config.sources.contains(Source::OnDemand) {
             Some(Uncaptured::NotKept)
@@ -365,7 +367,6 @@ mod tests {
         let core = registered_core(ring, PagingExecutive::Value(1), registrations);
         let status = status(&core);
         assert_eq!((status.ring_capacity, status.ring_shards), (8, 1));
-        assert!(status.ring_ready);
         assert_eq!(status.paging_executive, PagingExecutive::Value(1));
         assert_eq!(status.outstanding_allocations, 3);
         assert_eq!(status.sequences_spent, 0);
@@ -580,6 +581,27 @@ mod tests {
     }
 
     #[test]
+    fn capture_now_with_too_little_stack_is_refused_and_counted() {
+        let core = registered_core(leaked_ring(8, 1), PagingExecutive::NotSet, all_registered());
+        let timer = TimerLog::default();
+        enable(&core, SourceSet::EMPTY.with(Source::OnDemand), &timer);
+        let platform = FakePlatform::default();
+        platform
+            .remaining_stack
+            .set(crate::capture::MIN_REMAINING_STACK - 8);
+        let input = encode_capture_now_request(3);
+        let mut out = [0_u8; MAX_RECORD_SIZE];
+        let admitted = DriverCore::admit(Ioctl::CaptureNow.code(), input.len(), out.len()).unwrap();
+        assert_eq!(
+            core.serve(admitted, &input, &mut out, &platform, &timer, 0),
+            (KSTACK_STATUS_STACK_TOO_LOW, 0)
+        );
+        assert_eq!(platform.walks.get(), 0);
+        let counted = status(&core).sources[Source::OnDemand.index()];
+        assert_eq!((counted.skipped_stack, counted.captured), (1, 0));
+    }
+
+    #[test]
     fn capture_now_returns_the_record_and_keeps_it_only_when_enabled() {
         let ring = leaked_ring(8, 1);
         let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
@@ -665,6 +687,7 @@ mod tests {
             processor: u32,
             irql: u8,
             process_id: u32,
+            low_stack: bool,
         },
         CaptureNow {
             processor: u32,
@@ -680,8 +703,8 @@ mod tests {
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            6 => (0_usize..Source::COUNT - 1, 0_u32..3, prop_oneof![Just(0_u8), Just(2_u8)], prop_oneof![Just(4_u32), Just(9_u32)])
-                .prop_map(|(source, processor, irql, process_id)| Step::Event { source, processor, irql, process_id }),
+            6 => (0_usize..Source::COUNT - 1, 0_u32..3, prop_oneof![Just(0_u8), Just(2_u8)], prop_oneof![Just(4_u32), Just(9_u32)], proptest::bool::weighted(0.2))
+                .prop_map(|(source, processor, irql, process_id, low_stack)| Step::Event { source, processor, irql, process_id, low_stack }),
             2 => (0_u32..3, prop_oneof![Just(4_u32), Just(9_u32)])
                 .prop_map(|(processor, process_id)| Step::CaptureNow { processor, process_id }),
             1 => (0_u32..0x80, prop_oneof![Just(0_u32), Just(4_u32)])
@@ -708,15 +731,17 @@ mod tests {
             let mut last_read = 0;
             for step in steps {
                 match step {
-                    Step::Event { source, processor, irql, process_id } => {
+                    Step::Event { source, processor, irql, process_id, low_stack } => {
                         let source = Source::ALL[source];
                         platform.processor.set(processor);
                         platform.irql.set(irql);
                         platform.process_id.set(process_id);
+                        platform.remaining_stack.set(if low_stack { 4096 } else { 1 << 20 });
                         if core.capture(&platform, facts_of(source)) != CaptureOutcome::Disabled {
                             events[source.index()] += 1;
                         }
                         platform.irql.set(0);
+                        platform.remaining_stack.set(1 << 20);
                     }
                     Step::CaptureNow { processor, process_id } => {
                         platform.processor.set(processor);
@@ -765,7 +790,11 @@ mod tests {
                 for source in Source::ALL {
                     let counted = now.sources[source.index()];
                     prop_assert_eq!(
-                        counted.captured + counted.skipped_irql + counted.filtered + counted.not_kept,
+                        counted.captured
+                            + counted.skipped_irql
+                            + counted.skipped_stack
+                            + counted.filtered
+                            + counted.not_kept,
                         events[source.index()],
                         "{:?}: every event under exactly one counter", source
                     );
@@ -806,6 +835,10 @@ mod tests {
                 std::thread::yield_now();
             }
             now
+        }
+
+        fn remaining_stack(&self) -> usize {
+            crate::capture::MIN_REMAINING_STACK
         }
 
         fn walk_stack(&self, _frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {

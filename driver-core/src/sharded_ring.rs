@@ -35,7 +35,7 @@
 //!   as well, and summed for status, so a capture writes nothing but its
 //!   own shard: `captured` (records that entered the shard: published or
 //!   dropped, counted inside the publish section, so per shard the sum over
-//!   sources is the sequence numbers spent), `skipped_irql`, `filtered`
+//!   sources is the sequence numbers spent), `skipped_irql`, `skipped_stack`, `filtered`
 //!   and `not_kept` (see `kstack_abi::SourceStatus`).
 //! - **Reading.** One consumer for all shards: [`ShardedRing::consumer`]
 //!   takes every shard's try-lock in shard order and gives up if one is
@@ -121,6 +121,7 @@ pub fn shards_over(slots: &[Slot], shards: usize) -> impl Iterator<Item = Shard<
                 .expect("at most MAX_SHARDS shards"),
             captured: core::array::from_fn(|_| AtomicU64::new(0)),
             skipped_irql: core::array::from_fn(|_| AtomicU64::new(0)),
+            skipped_stack: core::array::from_fn(|_| AtomicU64::new(0)),
             filtered: core::array::from_fn(|_| AtomicU64::new(0)),
             not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -138,6 +139,8 @@ pub struct Shard<'a> {
     captured: [AtomicU64; Source::COUNT],
     /// Walks skipped because the IRQL was too high, per source.
     skipped_irql: [AtomicU64; Source::COUNT],
+    /// Walks skipped because too little kernel stack was left, per source.
+    skipped_stack: [AtomicU64; Source::COUNT],
     /// Events left out by the process filter, per source.
     filtered: [AtomicU64; Source::COUNT],
     /// Capture-now records answered to their caller only, the on-demand
@@ -151,6 +154,8 @@ pub struct Shard<'a> {
 pub enum Uncaptured {
     /// A walk skipped because the IRQL was too high.
     SkippedIrql,
+    /// A walk skipped because too little kernel stack was left.
+    SkippedStack,
     /// An event left out by the process filter.
     Filtered,
     /// A capture-now record answered to its caller only.
@@ -194,6 +199,7 @@ impl Shard<'_> {
     pub fn count(&self, source: Source, why: Uncaptured) {
         let counters = match why {
             Uncaptured::SkippedIrql => &self.skipped_irql,
+            Uncaptured::SkippedStack => &self.skipped_stack,
             Uncaptured::Filtered => &self.filtered,
             Uncaptured::NotKept => &self.not_kept,
         };
@@ -325,6 +331,7 @@ impl<'a> ShardedRing<'a> {
             .map(|shard| {
                 let counters = match why {
                     Uncaptured::SkippedIrql => &shard.skipped_irql,
+                    Uncaptured::SkippedStack => &shard.skipped_stack,
                     Uncaptured::Filtered => &shard.filtered,
                     Uncaptured::NotKept => &shard.not_kept,
                 };

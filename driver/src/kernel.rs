@@ -15,8 +15,9 @@ use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
     NTSTATUS, OB_PRE_OPERATION_INFORMATION, PS_CREATE_NOTIFY_INFO, UNICODE_STRING,
     ntddk::{
-        IofCompleteRequest, KeGetCurrentProcessorNumberEx, KeQueryActiveProcessorCountEx,
-        PsGetCurrentProcessId, PsGetCurrentThreadId, RtlCaptureStackBackTrace,
+        IoGetStackLimits, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
+        KeQueryActiveProcessorCountEx, PsGetCurrentProcessId, PsGetCurrentThreadId,
+        RtlCaptureStackBackTrace,
     },
 };
 
@@ -264,6 +265,20 @@ impl Platform for KernelPlatform<'_> {
 
     fn timestamp(&self) -> u64 {
         self.clock.now(self.routines)
+    }
+
+    #[inline(never)]
+    fn remaining_stack(&self) -> usize {
+        // What the WDK's inline IoGetRemainingStackSize computes (Wine 8
+        // does not export that name): from a local of this frame down to
+        // the current stack's low limit.
+        let mut low = 0_u64;
+        let mut high = 0_u64;
+        // SAFETY: writes the two limits; callable at any IRQL since
+        // Windows Server 2003 SP1.
+        unsafe { IoGetStackLimits(&raw mut low, &raw mut high) };
+        let here = (&raw const low).addr();
+        here.saturating_sub(usize::try_from(low).unwrap_or(usize::MAX))
     }
 
     #[inline(never)]

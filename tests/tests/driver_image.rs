@@ -423,3 +423,148 @@ fn the_release_image_has_no_test_injection_code() {
         "the test-injection build's PDB should have injection::serve: {test_build:?}"
     );
 }
+
+/// Each procedure of `dir`'s kstack.pdb: its name and its RVA.
+fn pdb_procedures(dir: &Path) -> Vec<(String, u32)> {
+    let mut pdb = open_pdb(dir);
+    let address_map = pdb.address_map().expect("kstack.pdb has an address map");
+    let info = pdb
+        .debug_information()
+        .expect("kstack.pdb has debug information");
+    let mut modules = info.modules().expect("kstack.pdb lists its modules");
+    let mut procedures = Vec::new();
+    while let Some(module) = modules.next().expect("a module entry parses") {
+        let Some(module_info) = pdb.module_info(&module).expect("a module stream reads") else {
+            continue;
+        };
+        let mut symbols = module_info.symbols().expect("a module's symbols read");
+        while let Some(symbol) = symbols.next().expect("a module symbol parses") {
+            if let Ok(pdb::SymbolData::Procedure(procedure)) = symbol.parse()
+                && let Some(rva) = procedure.offset.to_rva(&address_map)
+            {
+                procedures.push((procedure.name.to_string().into_owned(), rva.0));
+            }
+        }
+    }
+    procedures
+}
+
+/// The bytes of `image` at `rva`, to the end of its section.
+fn at_rva<'i>(pe: &PeFile64<'i>, rva: u32) -> &'i [u8] {
+    pe.section_table()
+        .pe_data_at(pe.data(), rva)
+        .unwrap_or_else(|| panic!("RVA {rva:#x} is in no section of kstack.sys"))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The stack a function's prologue takes, from its x64 unwind codes (what
+/// `RtlVirtualUnwind` reads): pushed registers and allocations, plus the
+/// return address its caller pushed. Chained unwind info is followed.
+fn frame_size(pe: &PeFile64<'_>, unwind_rva: u32) -> usize {
+    let info = at_rva(pe, unwind_rva);
+    let (flags, codes) = (info[0] >> 3, usize::from(info[2]));
+    let slot = |index: usize| u16::from_le_bytes([info[4 + 2 * index], info[5 + 2 * index]]);
+    let mut size = 0;
+    let mut index = 0;
+    while index < codes {
+        let code = slot(index);
+        let (operation, operation_info) = ((code >> 8) & 0xF, code >> 12);
+        index += 1;
+        match operation {
+            0 => size += 8,                                        // UWOP_PUSH_NONVOL
+            1 if operation_info == 0 => {
+                size += usize::from(slot(index)) * 8; // UWOP_ALLOC_LARGE, 16-bit
+                index += 1;
+            }
+            1 => {
+                size += usize::from(slot(index)) | usize::from(slot(index + 1)) << 16;
+                index += 2;
+            }
+            2 => size += usize::from(operation_info) * 8 + 8, // UWOP_ALLOC_SMALL
+            3 => {}                                           // UWOP_SET_FPREG
+            4 | 8 => index += 1, // SAVE_NONVOL, SAVE_XMM128: into allocated space
+            5 | 9 => index += 2, // their _FAR forms
+            other => panic!("unwind code {other} at RVA {unwind_rva:#x} is not expected in kstack.sys"),
+        }
+    }
+    const UNW_FLAG_CHAININFO: u8 = 4;
+    if flags & UNW_FLAG_CHAININFO != 0 {
+        let chained = 4 + 2 * (codes + codes % 2);
+        // A chained entry continues the same frame: its allocations add up.
+        size += frame_size(pe, u32_at(info, chained + 8)) - 8;
+    }
+    size + 8
+}
+
+/// The frame of every kstack procedure that has unwind info, by name.
+fn frame_sizes() -> Vec<(String, usize)> {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let directory = pe
+        .data_directories()
+        .get(object::pe::IMAGE_DIRECTORY_ENTRY_EXCEPTION)
+        .expect("kstack.sys has an exception directory");
+    let table = at_rva(&pe, directory.virtual_address.get(LE));
+    let entries = &table[..directory.size.get(LE) as usize];
+    let unwind_of = |rva: u32| {
+        entries
+            .chunks_exact(12)
+            .find(|entry| u32_at(entry, 0) == rva)
+            .map(|entry| u32_at(entry, 8))
+    };
+    pdb_procedures(&package_dir())
+        .into_iter()
+        .filter_map(|(name, rva)| Some((name, frame_size(&pe, unwind_of(rva)?))))
+        .collect()
+}
+
+/// The figures docs/kernel-stack.md quotes; the bound kstack-driver-core's
+/// `MIN_REMAINING_STACK` (8 KiB) is chosen over. A change that grows the
+/// capture path past them fails here.
+const CALLBACK_PATH_BOUND: usize = 2048;
+const CAPTURE_NOW_PATH_BOUND: usize = 4096;
+
+#[test]
+fn the_capture_path_fits_the_kernel_stack_guard() {
+    let frames = frame_sizes();
+    let largest = |pattern: &str| {
+        frames
+            .iter()
+            .filter(|(name, _)| name.contains(pattern))
+            .map(|&(_, size)| size)
+            .max()
+            .unwrap_or(0)
+    };
+    for (name, size) in &frames {
+        eprintln!("{size:6}  {name}");
+    }
+    let callbacks = ["on_tick", "on_process", "on_thread", "on_image", "on_registry", "on_handle"]
+        .map(largest)
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let capture = largest("DriverCore::capture");
+    // The deepest of the walk (then RtlCaptureStackBackTrace's own frames)
+    // and the publish section.
+    let walk = largest("walk_stack");
+    let section = largest("at_dispatch")
+        + largest("DriverCore::publish")
+        + largest("Stack::encode").max(largest("Stack::header"));
+    assert!(
+        callbacks > 0 && capture > 0 && walk > 0,
+        "the capture path's procedures must be found in kstack.pdb"
+    );
+    let callback_path = callbacks + capture + walk.max(section);
+    let capture_now_path = largest("dispatch::dispatch") + walk.max(section);
+    eprintln!(
+        "callback path {callback_path} bytes (callback {callbacks}, capture {capture}, walk {walk}, section {section}); capture-now path {capture_now_path} bytes"
+    );
+    assert!(
+        callback_path <= CALLBACK_PATH_BOUND && capture_now_path <= CAPTURE_NOW_PATH_BOUND,
+        "kstack's capture path grew: {callback_path} bytes from a callback (bound {CALLBACK_PATH_BOUND}), \
+         {capture_now_path} from capture-now (bound {CAPTURE_NOW_PATH_BOUND}); see docs/kernel-stack.md"
+    );
+}

@@ -6,7 +6,7 @@ use std::fmt;
 use kstack_abi::{
     ABI_VERSION, DecodeError, Ioctl,
     ntstatus::{
-        KSTACK_STATUS_NO_RING, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, NtStatus,
+        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
         STATUS_BUFFER_TOO_SMALL, STATUS_DEVICE_BUSY, STATUS_INVALID_BUFFER_SIZE,
         STATUS_INVALID_DEVICE_REQUEST, STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1,
         STATUS_INVALID_PARAMETER_2, STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4,
@@ -259,8 +259,11 @@ pub fn explain(status: NtStatus) -> &'static str {
              reg add \"HKLM\\SYSTEM\\CurrentControlSet\\Control\\Session Manager\\Memory Management\" \
              /v DisablePagingExecutive /t REG_DWORD /d 1 /f\nthen reboot, and remove the value when done"
         }
-        KSTACK_STATUS_NO_RING => {
-            "the driver could not allocate its ring buffer at load (see status)"
+        KSTACK_STATUS_STACK_TOO_LOW => {
+            "the request reached the driver with less than 8 KiB of kernel stack left, too little for a \
+             safe stack walk; nothing was walked (counted as skipped-stack in `kstack status`). Another \
+             driver between this program and kstack (a filter) uses much of the stack: try again, or \
+             capture from a callback source instead"
         }
         _ => "unexpected status",
     }

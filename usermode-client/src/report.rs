@@ -28,17 +28,13 @@ pub fn status(status: &StatusResponse) -> String {
         "DisablePagingExecutive: {}",
         paging_executive(status.paging_executive)
     );
-    if status.ring_ready {
-        let _ = writeln!(
-            out,
-            "ring: {} of {} records in use, in {} (one per processor)",
-            status.ring_used,
-            status.ring_capacity,
-            counted(u64::from(status.ring_shards), "shard")
-        );
-    } else {
-        let _ = writeln!(out, "ring: not allocated (capture is off)");
-    }
+    let _ = writeln!(
+        out,
+        "ring: {} of {} records in use, in {} (one per processor)",
+        status.ring_used,
+        status.ring_capacity,
+        counted(u64::from(status.ring_shards), "shard")
+    );
     let sum = |count: fn(&kstack_abi::SourceStatus) -> u64| -> u64 {
         status.sources.iter().map(count).sum()
     };
@@ -55,9 +51,11 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(
         out,
-        "not captured: {} skipped (IRQL too high for the paging policy), {} filtered \
+        "not captured: {} skipped (IRQL too high for the paging policy), {} skipped (kernel stack \
+         below 8 KiB), {} filtered \
          (process filter), {} capture-now answered only (on-demand disabled)",
         sum(|source| source.skipped_irql),
+        sum(|source| source.skipped_stack),
         sum(|source| source.filtered),
         sum(|source| source.not_kept)
     );
@@ -73,14 +71,21 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<10} {:<11} {:<8} {:>10} {:>13} {:>10} {:>9}  registration",
-        "source", "available", "enabled", "captured", "skipped-irql", "filtered", "not-kept"
+        "{:<10} {:<11} {:<8} {:>10} {:>13} {:>14} {:>10} {:>9}  registration",
+        "source",
+        "available",
+        "enabled",
+        "captured",
+        "skipped-irql",
+        "skipped-stack",
+        "filtered",
+        "not-kept"
     );
     for source in Source::ALL {
         let state = &status.sources[source.index()];
         let _ = writeln!(
             out,
-            "{:<10} {:<11} {:<8} {:>10} {:>13} {:>10} {:>9}  {:#010x}",
+            "{:<10} {:<11} {:<8} {:>10} {:>13} {:>14} {:>10} {:>9}  {:#010x}",
             source.name(),
             if state.available { "yes" } else { "no" },
             if config.sources.contains(source) {
@@ -90,6 +95,7 @@ pub fn status(status: &StatusResponse) -> String {
             },
             state.captured,
             state.skipped_irql,
+            state.skipped_stack,
             state.filtered,
             state.not_kept,
             state.registration,
@@ -114,6 +120,7 @@ pub fn status_json(status: &StatusResponse) -> Value {
                 "registration": format!("{:#010x}", state.registration),
                 "captured": state.captured,
                 "skipped_irql": state.skipped_irql,
+                "skipped_stack": state.skipped_stack,
                 "filtered": state.filtered,
                 "not_kept": state.not_kept,
             })
@@ -132,7 +139,6 @@ pub fn status_json(status: &StatusResponse) -> Value {
         },
         "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
         "ring": {
-            "ready": status.ring_ready,
             "capacity": status.ring_capacity,
             "used": status.ring_used,
             "shards": status.ring_shards,

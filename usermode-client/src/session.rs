@@ -327,7 +327,6 @@ pub(crate) mod tests {
         StatusResponse {
             driver_version: (0, 1, 0),
             paging_executive: PagingExecutive::NotSet,
-            ring_ready: true,
             ring_capacity: 8192,
             ring_used: 3,
             ring_shards: 2,
@@ -342,6 +341,7 @@ pub(crate) mod tests {
                 available: true,
                 captured: 1,
                 skipped_irql: 0,
+                skipped_stack: 0,
                 filtered: 0,
                 not_kept: 0,
             }; Source::COUNT],

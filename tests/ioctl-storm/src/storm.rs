@@ -38,6 +38,10 @@ impl Platform for UserPlatform {
         0
     }
 
+    fn remaining_stack(&self) -> usize {
+        usize::MAX
+    }
+
     fn walk_stack(&self, _frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
         frames.fill(0x1000);
         (frames.len(), 0)
