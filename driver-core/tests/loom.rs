@@ -20,6 +20,20 @@ use loom::{
     thread,
 };
 
+/// Runs `body` under loom, exploring every interleaving.
+fn model(body: impl Fn() + Sync + Send + 'static) {
+    loom::model(body);
+}
+
+/// Runs `body` under loom, exploring every interleaving with up to
+/// `preemptions` preemptions: for a model too large to explore whole on
+/// this machine (the read-cut model, unbounded, needs more than 10 GiB).
+fn bounded_model(preemptions: usize, body: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(preemptions);
+    builder.check(body);
+}
+
 /// Writes an 8-byte record: size, producer id, then a check pattern and
 /// the low byte of the sequence number the ring gave it.
 fn record(producer: u8) -> impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]) {
@@ -64,39 +78,26 @@ fn numbers_spent(results: &[Result<u64, Full>]) -> Vec<u64> {
 /// `capacity` that already holds `waiting` records: every record published
 /// is read exactly once and whole, every failure is counted as a drop, the
 /// numbers spent run on without a hole or a repeat, and nothing else
-/// happens. The consumer yields between drains so the model interleaves it
-/// with the producers.
+/// happens. The consumer drains once while they run and once after.
 fn producers_and_consumer(capacity: u64, waiting: u8) {
-    loom::model(move || {
+    model(move || {
         let slots: &'static [Slot] = Box::leak((0..capacity).map(Slot::new).collect());
         let ring: &'static RecordRing<'static> = Box::leak(Box::new(RecordRing::new(slots)));
         for _ in 0..waiting {
             ring.publish(record(0))
                 .expect("room for the waiting records");
         }
-        let finished: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
         let producers: Vec<_> = (1..=2_u8)
-            .map(|id| {
-                thread::spawn(move || {
-                    let result = ring.publish(record(id));
-                    finished.fetch_add(1, Ordering::Release);
-                    result
-                })
-            })
+            .map(|id| thread::spawn(move || ring.publish(record(id))))
             .collect();
         let mut seen = Vec::new();
-        loop {
-            let done = finished.load(Ordering::Acquire) == 2;
-            drain(ring, &mut seen);
-            if done {
-                break;
-            }
-            thread::yield_now();
-        }
+        // A drain while the producers run, and one after.
+        drain(ring, &mut seen);
         let results: Vec<Result<u64, Full>> = producers
             .into_iter()
             .map(|producer| producer.join().unwrap())
             .collect();
+        drain(ring, &mut seen);
         let published: Vec<u8> = (0..waiting)
             .map(|_| 0)
             .chain(
@@ -155,7 +156,7 @@ fn ring_of_two_holding_one_with_two_producers_and_a_consumer() {
 /// order, and nothing is dropped.
 #[test]
 fn two_shards_with_a_producer_each_and_a_consumer() {
-    loom::model(|| {
+    model(|| {
         let slots: &'static [Slot] = Box::leak(fresh_slots(4, 2).collect());
         let shards: &'static [Shard<'static>] = Box::leak(shards_over(slots, 2).collect());
         let ring: &'static ShardedRing<'static> = Box::leak(Box::new(ShardedRing::new(shards)));
@@ -208,7 +209,7 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
 /// is never still inside once unload sees the gate drained.
 #[test]
 fn rundown_never_frees_under_a_callback() {
-    loom::model(|| {
+    model(|| {
         let rundown = Arc::new(Rundown::new());
         let inside = Arc::new(AtomicBool::new(false));
         let callback = {
@@ -238,7 +239,7 @@ fn rundown_never_frees_under_a_callback() {
 /// each takes its own number in turn.
 #[test]
 fn a_publish_and_a_drop_take_numbers_in_turn() {
-    loom::model(|| {
+    model(|| {
         let slots: &'static [Slot] = Box::leak((0..2).map(Slot::new).collect());
         let ring: &'static RecordRing<'static> = Box::leak(Box::new(RecordRing::new(slots)));
         ring.publish(record(0))
@@ -263,9 +264,12 @@ fn a_publish_and_a_drop_take_numbers_in_turn() {
 /// earlier read returned, and both records arrive. (A cut taken without
 /// waiting for the sections, or a stamp taken before the section, breaks
 /// this.)
+/// Preemptions the read-cut model explores up to.
+const READ_CUT_PREEMPTIONS: usize = 5;
+
 #[test]
 fn reads_come_out_in_time_order_across_reads() {
-    loom::model(|| {
+    bounded_model(READ_CUT_PREEMPTIONS, || {
         let slots: &'static [Slot] = Box::leak(fresh_slots(4, 2).collect());
         let shards: &'static [Shard<'static>] = Box::leak(shards_over(slots, 2).collect());
         let ring: &'static ShardedRing<'static> = Box::leak(Box::new(ShardedRing::new(shards)));
