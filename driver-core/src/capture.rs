@@ -178,6 +178,15 @@ pub(crate) struct Stack {
 }
 
 impl Stack {
+    /// No frames yet.
+    pub(crate) const EMPTY: Self = Self {
+        frames: [0; MAX_FRAMES as usize],
+        count: 0,
+        os_hash: 0,
+        irql: 0,
+        flags: RecordFlags::NONE,
+    };
+
     fn frames(&self) -> &[u64] {
         &self.frames[..self.count]
     }
@@ -277,11 +286,12 @@ impl<'a> DriverCore<'a> {
             self.count(platform, source, Uncaptured::Filtered);
             return CaptureOutcome::Filtered;
         }
-        let stack = match self.walk(platform, &config, source) {
-            Ok(stack) => stack,
+        let mut stack = Stack::EMPTY;
+        match self.walk(platform, &config, source, &mut stack) {
+            Ok(()) => {}
             Err(NoWalk::Irql) => return CaptureOutcome::SkippedIrql,
             Err(NoWalk::Stack) => return CaptureOutcome::SkippedStack,
-        };
+        }
         match self.publish(platform, &stack, facts, ids).0 {
             Ok(sequence) => CaptureOutcome::Published(sequence),
             Err(Full { sequence }) => CaptureOutcome::Dropped(sequence),
@@ -296,9 +306,10 @@ impl<'a> DriverCore<'a> {
         self.ring.shard_for(platform.processor()).count(source, why);
     }
 
-    /// Walks the stack at the current IRQL into a local buffer, or counts
-    /// a skip when the paging policy forbids a walk here or too little
-    /// kernel stack is left for one.
+    /// Walks the stack at the current IRQL into `stack` (the caller's, so
+    /// the frames are on the kernel stack once, not copied out of this
+    /// frame), or counts a skip when the paging policy forbids a walk here
+    /// or too little kernel stack is left for one.
     ///
     /// # Errors
     /// Why it did not walk (counted for `source`).
@@ -309,7 +320,8 @@ impl<'a> DriverCore<'a> {
         platform: &impl Platform,
         config: &CaptureConfig,
         source: Source,
-    ) -> Result<Stack, NoWalk> {
+        stack: &mut Stack,
+    ) -> Result<(), NoWalk> {
         let irql = platform.irql();
         if walk_decision(irql, self.paging) == WalkDecision::SkipIrql {
             self.count(platform, source, Uncaptured::SkippedIrql);
@@ -319,22 +331,20 @@ impl<'a> DriverCore<'a> {
             self.count(platform, source, Uncaptured::SkippedStack);
             return Err(NoWalk::Stack);
         }
-        let mut frames = [0_u64; MAX_FRAMES as usize];
+        stack.irql = irql;
         let wanted = usize::from(config.frames_to_capture.min(MAX_FRAMES));
-        let (count, os_hash) =
-            platform.walk_stack(u32::from(config.frames_to_skip), &mut frames[..wanted]);
-        let count = count.min(wanted);
-        Ok(Stack {
-            frames,
-            count,
-            os_hash,
-            irql,
-            flags: if count == wanted {
-                RecordFlags::TRUNCATED
-            } else {
-                RecordFlags::NONE
-            },
-        })
+        let (count, os_hash) = platform.walk_stack(
+            u32::from(config.frames_to_skip),
+            &mut stack.frames[..wanted],
+        );
+        stack.count = count.min(wanted);
+        stack.os_hash = os_hash;
+        stack.flags = if stack.count == wanted {
+            RecordFlags::TRUNCATED
+        } else {
+            RecordFlags::NONE
+        };
+        Ok(())
     }
 
     /// The publish section: at `DISPATCH_LEVEL`, into the shard of the

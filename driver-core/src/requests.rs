@@ -13,7 +13,7 @@ use kstack_abi::{
 };
 
 use crate::{
-    capture::{DriverCore, NoWalk, Platform},
+    capture::{DriverCore, NoWalk, Platform, Stack},
     paging_policy,
     sharded_ring::Uncaptured,
     sync::Ordering,
@@ -177,6 +177,11 @@ impl DriverCore<'_> {
     /// Walks the caller's stack and returns the record; keeps it in the ring
     /// too when the on-demand source is enabled and the process filter
     /// admits the caller, else counts it as not kept or filtered.
+    ///
+    /// Never inlined: its frames stay out of the dispatch routine's frame,
+    /// so the other requests' frames do not add to the walk's stack
+    /// (`docs/kernel-stack.md`).
+    #[inline(never)]
     fn capture_now(&self, input: &[u8], output: &mut [u8], platform: &impl Platform) -> Served {
         let tag = match decode_capture_now_request(input) {
             Ok(tag) => tag,
@@ -185,11 +190,12 @@ impl DriverCore<'_> {
         let config = self.config();
         let facts = SourceFacts::OnDemand { tag };
         let ids = platform.current_ids();
-        let stack = match self.walk(platform, &config, Source::OnDemand) {
-            Ok(stack) => stack,
+        let mut stack = Stack::EMPTY;
+        match self.walk(platform, &config, Source::OnDemand, &mut stack) {
+            Ok(()) => {}
             Err(NoWalk::Irql) => return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0),
             Err(NoWalk::Stack) => return (KSTACK_STATUS_STACK_TOO_LOW, 0),
-        };
+        }
         let left_out = if !config.sources.contains(Source::OnDemand) {
             Some(Uncaptured::NotKept)
         } else if !config.admits_process(ids.0) {
