@@ -154,6 +154,49 @@ function Wait-KStackState {
     throw ('kstack did not reach state {0} within {1} s.' -f $State, $TimeoutSeconds)
 }
 
+function Close-KStackClients {
+    <#
+    .SYNOPSIS
+        Ends every kstack.exe still running, so no handle to \\.\KStack stays
+        open: Windows runs DriverUnload only after the last handle to the
+        driver's device is closed, and until then sc.exe stop leaves the
+        service STOP_PENDING.
+    #>
+    [CmdletBinding()]
+    param()
+    foreach ($client in @(Get-Process -Name 'kstack' -ErrorAction SilentlyContinue)) {
+        Write-Host ('  closing kstack.exe (pid {0}) and its device handle before the stop' -f $client.Id)
+        Stop-Process -Id $client.Id -Force
+        $client.WaitForExit()
+    }
+}
+
+function Stop-KStackDriver {
+    <#
+    .SYNOPSIS
+        Stops the kstack service (DriverUnload runs) and waits until it is
+        stopped; a stop that stays STOP_PENDING is an error that says why.
+        Returns sc.exe's exit code (1062: it was not running).
+    #>
+    [CmdletBinding()]
+    param([int] $TimeoutSeconds = 15)
+    Close-KStackClients
+    $code = Invoke-Sc -Arguments @('stop', 'kstack') -Allow @(1062)
+    $deadline = (Get-Date).AddSeconds($TimeoutSeconds)
+    while ((Get-Date) -lt $deadline) {
+        $driver = Get-KStackDriver
+        if ($driver -and $driver.State -eq 'Stopped') {
+            return $code
+        }
+        Start-Sleep -Milliseconds 200
+    }
+    $state = (Get-KStackDriver).State
+    if ($state -eq 'Stop Pending') {
+        throw ('kstack stayed STOP_PENDING for {0} s: DriverUnload has not run. Some program still holds a handle to \\.\KStack (kstack.exe clients were closed first), or the unload is waiting for a callback that does not return.' -f $TimeoutSeconds)
+    }
+    throw ('kstack did not stop within {0} s (state {1}).' -f $TimeoutSeconds, $state)
+}
+
 function Get-RegistryDword {
     <#
     .SYNOPSIS
@@ -233,4 +276,4 @@ function Get-KStackParameter {
     return Get-RegistryDword -Key $script:ParametersKey -Name $Name
 }
 
-Export-ModuleMember -Function Get-ScErrorExplanation, Invoke-Native, Invoke-Sc, Resolve-KStackPackage, Get-KStackDriver, Wait-KStackState, Get-RegistryDword, Set-KStackRingCapacity, Get-PagingExecutive, Invoke-KStack, Get-KStackStatus, Get-KStackParameter
+Export-ModuleMember -Function Get-ScErrorExplanation, Invoke-Native, Invoke-Sc, Resolve-KStackPackage, Get-KStackDriver, Wait-KStackState, Close-KStackClients, Stop-KStackDriver, Get-RegistryDword, Set-KStackRingCapacity, Get-PagingExecutive, Invoke-KStack, Get-KStackStatus, Get-KStackParameter

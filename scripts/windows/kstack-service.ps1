@@ -76,8 +76,7 @@ switch ($Action) {
         Write-Host ('kstack is running{0}.' -f $(if ($code -eq 1056) { ' (it was already)' } else { '' }))
     }
     'stop' {
-        $code = Invoke-Sc -Arguments @('stop', 'kstack') -Allow @(1062)
-        Wait-KStackState -State Stopped
+        $code = Stop-KStackDriver
         if ($code -eq 0) {
             $left = Get-KStackParameter -Name 'LastUnloadPoolAllocations'
             if ($null -eq $left) {
@@ -92,8 +91,7 @@ switch ($Action) {
     'delete' {
         $driver = Get-KStackDriver
         if ($driver -and $driver.State -eq 'Running') {
-            Invoke-Sc -Arguments @('stop', 'kstack') | Out-Null
-            Wait-KStackState -State Stopped
+            Stop-KStackDriver | Out-Null
         }
         $code = Invoke-Sc -Arguments @('delete', 'kstack') -Allow @(1060)
         if ($code -eq 0) {

@@ -19,7 +19,9 @@
     grow), the timer source (sampled when DisablePagingExecutive is 1,
     otherwise refused with 0xE0B50001 as designed), configuration changes
     and refusals, read and clear, and -Cycles stop/start cycles, each unload
-    leaving no pool allocation behind. It ends with verifier /query and the
+    leaving no pool allocation behind (every kstack.exe is closed before a
+    stop, and a stop that stays STOP_PENDING fails the step with the
+    reason). It ends with verifier /query and the
     line "N passed, N failed"; everything is also written to a transcript.
 
     A clean run: no bug check (a Verifier failure stops the machine with a
@@ -225,8 +227,8 @@ Step 'Driver Verifier watches kstack.sys' {
 Step 'status (text and JSON)' {
     Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))
     $status = Get-KStackStatus -PackageDir $package
-    if (-not $status.ring.ready) {
-        throw 'the ring is not ready'
+    if ($status.ring.capacity -le 0 -or $status.ring.shards -le 0) {
+        throw ('the ring reports capacity {0} in {1} shards' -f $status.ring.capacity, $status.ring.shards)
     }
 }
 
@@ -280,8 +282,7 @@ Step ('{0} unload/reload cycles with sources enabled' -f $Cycles) {
     for ($cycle = 1; $cycle -le $Cycles; $cycle++) {
         Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'process,thread,image,ondemand') | Out-Null
         Invoke-Activity -Source 'process'
-        Invoke-Sc -Arguments @('stop', 'kstack') | Out-Null
-        Wait-KStackState -State Stopped
+        Stop-KStackDriver | Out-Null
         $left = Get-KStackParameter -Name 'LastUnloadPoolAllocations'
         if ($null -eq $left -or $left -ne 0) {
             throw ('cycle {0}: LastUnloadPoolAllocations is {1}, not 0' -f $cycle, $(if ($null -eq $left) { 'missing' } else { $left }))

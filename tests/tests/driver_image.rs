@@ -460,6 +460,9 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// `UNWIND_INFO`'s flag for an entry that continues another's frame.
+const UNW_FLAG_CHAININFO: u8 = 4;
+
 /// The stack a function's prologue takes, from its x64 unwind codes (what
 /// `RtlVirtualUnwind` reads): pushed registers and allocations, plus the
 /// return address its caller pushed. Chained unwind info is followed.
@@ -492,7 +495,6 @@ fn frame_size(pe: &PeFile64<'_>, unwind_rva: u32) -> usize {
             }
         }
     }
-    const UNW_FLAG_CHAININFO: u8 = 4;
     if flags & UNW_FLAG_CHAININFO != 0 {
         let chained = 4 + 2 * (codes + codes % 2);
         // A chained entry continues the same frame: its allocations add up.

@@ -481,6 +481,53 @@ fn service_script_explains_the_errors_people_meet() {
 }
 
 /// Names like `something.ps1` or `.psm1` in a text.
+/// The text of the PowerShell function `name` in `script`: from its
+/// `function` line to the next one.
+fn powershell_function<'s>(script: &'s str, name: &str) -> &'s str {
+    let start = script
+        .find(&format!("function {name} {{"))
+        .unwrap_or_else(|| panic!("no function {name}"));
+    let rest = &script[start..];
+    let end = rest[1..]
+        .find("\nfunction ")
+        .map_or(rest.len(), |end| end + 1);
+    &rest[..end]
+}
+
+#[test]
+fn the_driver_is_stopped_only_after_its_clients_are_closed() {
+    // Windows runs DriverUnload only once every handle to the device is
+    // closed: every stop goes through Stop-KStackDriver, which closes the
+    // kstack.exe clients first and fails on a stop left STOP_PENDING.
+    let dir = scripts_dir();
+    let common = read(&dir.join("kstack-common.psm1"));
+    let stop = powershell_function(&common, "Stop-KStackDriver");
+    let closed = stop
+        .find("Close-KStackClients")
+        .expect("Stop-KStackDriver closes the clients");
+    let stopped = stop
+        .find("'stop', 'kstack'")
+        .expect("Stop-KStackDriver runs sc.exe stop");
+    assert!(closed < stopped, "clients are closed before sc.exe stop");
+    assert!(
+        stop.contains("'Stop Pending'") && stop.contains("STOP_PENDING"),
+        "a stop left pending fails, saying so"
+    );
+    assert!(
+        powershell_function(&common, "Close-KStackClients").contains("Get-Process -Name 'kstack'"),
+        "Close-KStackClients ends every kstack.exe"
+    );
+    for script in SCRIPTS {
+        let text = read(&dir.join(script));
+        let direct = text.matches("'stop', 'kstack'").count();
+        let allowed = usize::from(script == "kstack-common.psm1");
+        assert_eq!(
+            direct, allowed,
+            "{script} stops the driver without Stop-KStackDriver"
+        );
+    }
+}
+
 fn mentioned_scripts(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for extension in [".ps1", ".psm1"] {
