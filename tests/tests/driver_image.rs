@@ -14,7 +14,9 @@
 //! - the PE checksum is valid: the loader checks it for boot drivers, and
 //!   signing tools check it too;
 //! - `IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY` is set, so the kernel enforces
-//!   the signature check on the image;
+//!   the signature check on the image; `NX_COMPAT` is set, and the extended
+//!   DLL characteristics debug entry says `CET_COMPAT` (`/CETCOMPAT`: the
+//!   image runs under kernel-mode CET shadow stacks);
 //! - the release image holds no test-injection code: no procedure of the
 //!   `injection` module is in its PDB, while the test build's PDB has them
 //!   (so the check can tell the two apart).
@@ -34,9 +36,9 @@ use std::{
 use object::{
     LittleEndian as LE,
     pe::{
-        IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY, IMAGE_FILE_MACHINE_AMD64,
-        IMAGE_NT_OPTIONAL_HDR64_MAGIC, IMAGE_SUBSYSTEM_NATIVE, ImageFileHeader, ImageNtHeaders64,
-        ImageOptionalHeader64,
+        IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY, IMAGE_DLLCHARACTERISTICS_NX_COMPAT,
+        IMAGE_FILE_MACHINE_AMD64, IMAGE_NT_OPTIONAL_HDR64_MAGIC, IMAGE_SUBSYSTEM_NATIVE,
+        ImageFileHeader, ImageNtHeaders64, ImageOptionalHeader64,
     },
     read::pe::{ImageNtHeaders, ImageOptionalHeader, PeFile64},
 };
@@ -393,6 +395,36 @@ fn force_integrity_is_set() {
         characteristics & IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY != 0,
         "DllCharacteristics is {characteristics:#06x}, without \
          IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY ({IMAGE_DLLCHARACTERISTICS_FORCE_INTEGRITY:#06x})"
+    );
+}
+
+#[test]
+fn nx_compatible_and_cet_shadow_stack_compatible() {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let characteristics = pe.nt_headers().optional_header().dll_characteristics();
+    assert!(
+        characteristics & IMAGE_DLLCHARACTERISTICS_NX_COMPAT != 0,
+        "DllCharacteristics is {characteristics:#06x}, without IMAGE_DLLCHARACTERISTICS_NX_COMPAT"
+    );
+    // /CETCOMPAT writes a debug directory entry of type 20
+    // (IMAGE_DEBUG_TYPE_EX_DLLCHARACTERISTICS) whose data has bit 0
+    // (IMAGE_DLLCHARACTERISTICS_EX_CET_COMPAT); llvm-readobj shows it.
+    let image_path = package_dir().join("kstack.sys");
+    let output = std::process::Command::new("llvm-readobj")
+        .arg("--coff-debug-directory")
+        .arg(&image_path)
+        .output()
+        .expect("llvm-readobj runs (Debian's llvm, which cargo xtask installs)");
+    assert!(output.status.success(), "llvm-readobj failed: {output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let entry = text
+        .split("DebugEntry {")
+        .find(|entry| entry.contains("ExtendedDLLCharacteristics (0x14)"))
+        .unwrap_or_else(|| panic!("no extended DLL characteristics entry:\n{text}"));
+    assert!(
+        entry.contains("IMAGE_DLL_CHARACTERISTICS_EX_CET_COMPAT"),
+        "the extended DLL characteristics lack CET_COMPAT:\n{entry}"
     );
 }
 
