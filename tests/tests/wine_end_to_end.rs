@@ -219,7 +219,7 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     expect("/driver_version", Value::from(env!("CARGO_PKG_VERSION")))?;
     expect("/disable_paging_executive", Value::Null)?;
     expect("/elevated_walks_allowed", Value::Bool(false))?;
-    expect("/ring/ready", Value::Bool(true))?;
+    expect("/read", Value::from(0))?;
     expect("/ring/capacity", Value::from(16_384))?;
     expect("/ring/used", Value::from(0))?;
     expect("/sequences_spent", Value::from(0))?;
@@ -252,6 +252,12 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
         ensure(source["enabled"] == false, || {
             format!("source {name} enabled at load: {source}")
         })?;
+        ensure(
+            ["captured", "skipped_irql", "skipped_stack", "filtered", "not_kept"]
+                .iter()
+                .all(|counter| source[*counter] == 0),
+            || format!("source {name} counted something at load: {source}"),
+        )?;
     }
     ensure(sources.len() == 7, || {
         format!("{} sources reported", sources.len())
