@@ -266,6 +266,141 @@ fn entry_point_is_driver_entry() {
     );
 }
 
+/// Windows releases, oldest first, as far as kstack's imports need them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Windows {
+    W2000,
+    Xp,
+    VistaSp1,
+    Seven,
+    /// Windows 10 version 1903: primitive-driver INFs (kstack.inx) need it.
+    Ten1903,
+}
+
+/// The oldest Windows kstack supports (README, inf/kstack.inx): Windows 10
+/// version 1903, x64. The imports alone would load on Windows 7.
+const MINIMUM_WINDOWS: Windows = Windows::Ten1903;
+/// How README and kstack.inx name it.
+const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
+
+/// Every routine kstack.sys imports statically from ntoskrnl.exe, with the
+/// first Windows that exports it (the "minimum supported client" of its
+/// Microsoft documentation page). A new import must be added here, and the
+/// check below keeps it within [`MINIMUM_WINDOWS`]. Routines newer than
+/// that are looked up at run time instead (driver/src/routines.rs:
+/// `ExAllocatePool2`, Windows 10 2004; `KeQuerySystemTimePrecise`,
+/// Windows 8; `CmRegisterCallbackEx`; `KeQueryPerformanceCounter`, HAL's
+/// before Windows 8).
+const KERNEL_IMPORTS: [(&str, Windows); 43] = [
+    ("ExAllocatePoolWithTag", Windows::W2000),
+    ("ExFreePoolWithTag", Windows::W2000),
+    ("IoCreateDevice", Windows::W2000),
+    ("IoCreateSymbolicLink", Windows::W2000),
+    ("IoDeleteDevice", Windows::W2000),
+    ("IoDeleteSymbolicLink", Windows::W2000),
+    ("IoGetStackLimits", Windows::W2000),
+    ("IofCompleteRequest", Windows::W2000),
+    ("KeBugCheckEx", Windows::W2000),
+    ("KeCancelTimer", Windows::W2000),
+    ("KeDelayExecutionThread", Windows::W2000),
+    ("KeFlushQueuedDpcs", Windows::Xp),
+    ("KeGetCurrentProcessorNumberEx", Windows::Seven),
+    ("KeInitializeDpc", Windows::W2000),
+    ("KeInitializeTimerEx", Windows::W2000),
+    ("KeQueryActiveProcessorCountEx", Windows::Seven),
+    ("KeSetTimerEx", Windows::W2000),
+    ("MmGetSystemRoutineAddress", Windows::W2000),
+    ("ObOpenObjectByPointer", Windows::W2000),
+    ("ObRegisterCallbacks", Windows::VistaSp1),
+    ("ObUnRegisterCallbacks", Windows::VistaSp1),
+    ("PsGetCurrentProcessId", Windows::W2000),
+    ("PsGetCurrentThreadId", Windows::W2000),
+    ("PsGetProcessId", Windows::Xp),
+    ("PsGetThreadProcessId", Windows::VistaSp1),
+    ("PsRemoveCreateThreadNotifyRoutine", Windows::Xp),
+    ("PsRemoveLoadImageNotifyRoutine", Windows::Xp),
+    ("PsSetCreateProcessNotifyRoutineEx", Windows::VistaSp1),
+    ("PsSetCreateThreadNotifyRoutine", Windows::W2000),
+    ("PsSetLoadImageNotifyRoutine", Windows::W2000),
+    ("RtlAddAccessAllowedAce", Windows::W2000),
+    ("RtlCaptureStackBackTrace", Windows::Xp),
+    ("RtlCreateAcl", Windows::W2000),
+    ("RtlCreateSecurityDescriptor", Windows::W2000),
+    ("RtlSetDaclSecurityDescriptor", Windows::W2000),
+    ("ZwClose", Windows::W2000),
+    ("ZwCreateKey", Windows::W2000),
+    ("ZwOpenKey", Windows::W2000),
+    ("ZwQueryValueKey", Windows::W2000),
+    ("ZwSetSecurityObject", Windows::Xp),
+    ("ZwSetValueKey", Windows::W2000),
+    ("memcpy", Windows::W2000),
+    ("memset", Windows::W2000),
+];
+
+/// The names kstack.sys imports from ntoskrnl.exe.
+fn ntoskrnl_import_names() -> Vec<String> {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let mut names = Vec::new();
+    let table = pe
+        .import_table()
+        .expect("the import table parses")
+        .expect("kstack.sys imports from the kernel");
+    let mut descriptors = table.descriptors().expect("the import descriptors parse");
+    while let Some(descriptor) = descriptors.next().expect("an import descriptor parses") {
+        let dll = table
+            .name(descriptor.name.get(LE))
+            .expect("an imported DLL's name parses");
+        if !dll.eq_ignore_ascii_case(b"ntoskrnl.exe") {
+            continue;
+        }
+        let lookup = match descriptor.original_first_thunk.get(LE) {
+            0 => descriptor.first_thunk.get(LE),
+            rva => rva,
+        };
+        let mut thunks = table.thunks(lookup).expect("an import thunk list parses");
+        while let Some(thunk) = thunks
+            .next::<ImageNtHeaders64>()
+            .expect("an import thunk parses")
+        {
+            if let object::read::pe::Import::Name(_, name) = table
+                .import::<ImageNtHeaders64>(thunk)
+                .expect("an imported name parses")
+            {
+                names.push(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_import_exists_on_the_minimum_windows() {
+    for name in ntoskrnl_import_names() {
+        let Some(&(_, since)) = KERNEL_IMPORTS.iter().find(|(known, _)| *known == name) else {
+            panic!(
+                "kstack.sys imports {name}, which the table of imports does not list: add it with the \
+                 first Windows that exports it, or look it up at run time (driver/src/routines.rs)"
+            );
+        };
+        assert!(
+            since <= MINIMUM_WINDOWS,
+            "{name} needs {since:?}, newer than the minimum {MINIMUM_WINDOWS:?}"
+        );
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf();
+    for document in ["README.md", "inf/kstack.inx"] {
+        let text = fs::read_to_string(workspace.join(document)).expect("the document reads");
+        assert!(
+            text.contains(MINIMUM_WINDOWS_TEXT),
+            "{document} must name the minimum, {MINIMUM_WINDOWS_TEXT}"
+        );
+    }
+}
+
 #[test]
 fn imports_only_from_the_kernel() {
     let image = image_bytes();
