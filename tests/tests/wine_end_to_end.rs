@@ -253,9 +253,15 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
             format!("source {name} enabled at load: {source}")
         })?;
         ensure(
-            ["captured", "skipped_irql", "skipped_stack", "filtered", "not_kept"]
-                .iter()
-                .all(|counter| source[*counter] == 0),
+            [
+                "captured",
+                "skipped_irql",
+                "skipped_stack",
+                "filtered",
+                "not_kept",
+            ]
+            .iter()
+            .all(|counter| source[*counter] == 0),
             || format!("source {name} counted something at load: {source}"),
         )?;
     }
