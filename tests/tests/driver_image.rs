@@ -186,24 +186,10 @@ fn open_pdb(dir: &Path) -> pdb::PDB<'static, fs::File> {
 
 /// The names of every procedure in `dir`'s kstack.pdb (module streams).
 fn pdb_procedure_names(dir: &Path) -> Vec<String> {
-    let mut pdb = open_pdb(dir);
-    let info = pdb
-        .debug_information()
-        .expect("kstack.pdb has debug information");
-    let mut modules = info.modules().expect("kstack.pdb lists its modules");
-    let mut names = Vec::new();
-    while let Some(module) = modules.next().expect("a module entry parses") {
-        let Some(module_info) = pdb.module_info(&module).expect("a module stream reads") else {
-            continue;
-        };
-        let mut symbols = module_info.symbols().expect("a module's symbols read");
-        while let Some(symbol) = symbols.next().expect("a module symbol parses") {
-            if let Ok(pdb::SymbolData::Procedure(procedure)) = symbol.parse() {
-                names.push(procedure.name.to_string().into_owned());
-            }
-        }
-    }
-    names
+    pdb_procedures(dir)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// The RVA of the public symbol `name` in `kstack.pdb`, if it has one.
@@ -337,46 +323,53 @@ const KERNEL_IMPORTS: [(&str, Windows); 43] = [
     ("memset", Windows::W2000),
 ];
 
-/// The names kstack.sys imports from ntoskrnl.exe.
-fn ntoskrnl_import_names() -> Vec<String> {
-    let image = image_bytes();
-    let pe = parse(&image);
-    let mut names = Vec::new();
-    let table = pe
-        .import_table()
-        .expect("the import table parses")
-        .expect("kstack.sys imports from the kernel");
+/// Every DLL kstack.sys imports from, with the names it imports (an
+/// import by ordinal has none).
+fn imports(pe: &PeFile64<'_>) -> Vec<(String, Vec<Option<String>>)> {
+    let mut dlls = Vec::new();
+    let Some(table) = pe.import_table().expect("the import table parses") else {
+        return dlls;
+    };
     let mut descriptors = table.descriptors().expect("the import descriptors parse");
     while let Some(descriptor) = descriptors.next().expect("an import descriptor parses") {
         let dll = table
             .name(descriptor.name.get(LE))
             .expect("an imported DLL's name parses");
-        if !dll.eq_ignore_ascii_case(b"ntoskrnl.exe") {
-            continue;
-        }
+        // The lookup table if there is one, else the address table.
         let lookup = match descriptor.original_first_thunk.get(LE) {
             0 => descriptor.first_thunk.get(LE),
             rva => rva,
         };
         let mut thunks = table.thunks(lookup).expect("an import thunk list parses");
+        let mut names = Vec::new();
         while let Some(thunk) = thunks
             .next::<ImageNtHeaders64>()
             .expect("an import thunk parses")
         {
-            if let object::read::pe::Import::Name(_, name) = table
+            let import = table
                 .import::<ImageNtHeaders64>(thunk)
-                .expect("an imported name parses")
-            {
-                names.push(String::from_utf8_lossy(name).into_owned());
-            }
+                .expect("an imported name parses");
+            names.push(match import {
+                object::read::pe::Import::Name(_, name) => {
+                    Some(String::from_utf8_lossy(name).into_owned())
+                }
+                object::read::pe::Import::Ordinal(_) => None,
+            });
         }
+        dlls.push((String::from_utf8_lossy(dll).into_owned(), names));
     }
-    names
+    dlls
 }
 
 #[test]
 fn every_import_exists_on_the_minimum_windows() {
-    for name in ntoskrnl_import_names() {
+    let image = image_bytes();
+    let kernel = imports(&parse(&image))
+        .into_iter()
+        .find(|(dll, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
+        .expect("kstack.sys imports from ntoskrnl.exe");
+    for name in kernel.1 {
+        let name = name.expect("kstack.sys imports by name");
         let Some(&(_, since)) = KERNEL_IMPORTS.iter().find(|(known, _)| *known == name) else {
             panic!(
                 "kstack.sys imports {name}, which the table of imports does not list: add it with the \
@@ -408,32 +401,12 @@ fn imports_only_from_the_kernel() {
 
     let mut ntoskrnl_imports = 0_usize;
     let mut foreign_dlls = Vec::new();
-    if let Some(table) = pe.import_table().expect("the import table parses") {
-        let mut descriptors = table.descriptors().expect("the import descriptors parse");
-        while let Some(descriptor) = descriptors.next().expect("an import descriptor parses") {
-            let dll = table
-                .name(descriptor.name.get(LE))
-                .expect("an imported DLL's name parses");
-            if !is_kernel_dll(dll) {
-                foreign_dlls.push(String::from_utf8_lossy(dll).into_owned());
-            }
-            // The lookup table if there is one, else the address table.
-            let lookup = match descriptor.original_first_thunk.get(LE) {
-                0 => descriptor.first_thunk.get(LE),
-                rva => rva,
-            };
-            let mut thunks = table.thunks(lookup).expect("an import thunk list parses");
-            while let Some(thunk) = thunks
-                .next::<ImageNtHeaders64>()
-                .expect("an import thunk parses")
-            {
-                table
-                    .import::<ImageNtHeaders64>(thunk)
-                    .expect("an imported name parses");
-                if dll.eq_ignore_ascii_case(b"ntoskrnl.exe") {
-                    ntoskrnl_imports += 1;
-                }
-            }
+    for (dll, names) in imports(&pe) {
+        if !is_kernel_dll(dll.as_bytes()) {
+            foreign_dlls.push(dll.clone());
+        }
+        if dll.eq_ignore_ascii_case("ntoskrnl.exe") {
+            ntoskrnl_imports += names.len();
         }
     }
     // Delay-loaded imports are imports too (and a kernel cannot delay-load).
