@@ -14,6 +14,7 @@
 
 #![cfg_attr(not(test), no_std)]
 
+pub mod altitude;
 pub mod config;
 pub mod ioctl;
 pub mod messages;
@@ -22,6 +23,7 @@ pub mod record;
 pub mod source;
 mod wire;
 
+pub use altitude::Altitude;
 pub use config::{CaptureConfig, ConfigError};
 pub use ioctl::{Access, Ioctl, RequestError};
 pub use messages::{DriverImage, PagingExecutive, ReadHeader, SourceStatus, StatusResponse};

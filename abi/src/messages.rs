@@ -3,7 +3,7 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, CaptureConfig, DecodeError, Records, Source, SourceFacts,
+    ABI_VERSION, Altitude, CaptureConfig, DecodeError, Records, Source, SourceFacts,
     config::CAPTURE_CONFIG_SIZE,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
@@ -28,8 +28,12 @@ const DRIVER_IMAGE_OFFSET: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source:
 const RING_SHARDS_OFFSET: usize = DRIVER_IMAGE_OFFSET + 16;
 /// Offset of the records read so far (u64), after the shard count.
 const READ_OFFSET: usize = RING_SHARDS_OFFSET + 8;
+/// Offset of the two callback altitudes in use, object then registry
+/// (each a u32 whole part, a u16 fraction, 2 reserved zero bytes; whole 0:
+/// not registered), after the records read.
+const ALTITUDES_OFFSET: usize = READ_OFFSET + 8;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = READ_OFFSET + 8;
+pub const STATUS_RESPONSE_SIZE: usize = ALTITUDES_OFFSET + 16;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -254,6 +258,12 @@ pub struct StatusResponse {
     pub sources: [SourceStatus; Source::COUNT],
     /// Where kstack.sys is loaded.
     pub driver_image: DriverImage,
+    /// The altitude the object-handle callbacks registered at (see
+    /// [`crate::altitude`]); none when they are not registered.
+    pub object_altitude: Altitude,
+    /// The altitude the registry callback registered at; none when it is
+    /// not registered.
+    pub registry_altitude: Altitude,
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
@@ -313,6 +323,15 @@ impl StatusResponse {
         w.u32(RING_SHARDS_OFFSET, self.ring_shards);
         w.u32(RING_SHARDS_OFFSET + 4, 0);
         w.u64(READ_OFFSET, self.read);
+        for (index, altitude) in [self.object_altitude, self.registry_altitude]
+            .into_iter()
+            .enumerate()
+        {
+            let at = ALTITUDES_OFFSET + 8 * index;
+            w.u32(at, altitude.whole);
+            w.u16(at + 4, altitude.fraction);
+            w.u16(at + 6, 0);
+        }
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -376,6 +395,14 @@ impl StatusResponse {
             driver_image: DriverImage {
                 base: r.u64(DRIVER_IMAGE_OFFSET)?,
                 size: r.u32(DRIVER_IMAGE_OFFSET + 8)?,
+            },
+            object_altitude: Altitude {
+                whole: r.u32(ALTITUDES_OFFSET)?,
+                fraction: r.u16(ALTITUDES_OFFSET + 4)?,
+            },
+            registry_altitude: Altitude {
+                whole: r.u32(ALTITUDES_OFFSET + 8)?,
+                fraction: r.u16(ALTITUDES_OFFSET + 12)?,
             },
         })
     }
@@ -511,6 +538,11 @@ mod tests {
                 base: 0xFFFF_F801_2340_0000,
                 size: 0x2_0000,
             },
+            object_altitude: Altitude {
+                whole: 385_291,
+                fraction: 2,
+            },
+            registry_altitude: Altitude::default(),
         }
     }
 
@@ -537,7 +569,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 440);
+        assert_eq!(STATUS_RESPONSE_SIZE, 456);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -552,7 +584,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &440_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &456_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

@@ -12,8 +12,8 @@
 //! most for one copy of a record by a running processor.
 
 use kstack_abi::{
-    CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader, Source,
-    SourceFacts, SourceSet, encode_record,
+    Altitude, CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader,
+    Source, SourceFacts, SourceSet, encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
     stack_id,
 };
@@ -160,6 +160,9 @@ pub struct DriverCore<'a> {
     pub(crate) image: DriverImage,
     /// Each source's registration status, set once at load.
     registrations: [AtomicI32; Source::COUNT],
+    /// The altitudes the object and registry callbacks registered at
+    /// (`Altitude::to_bits`), set once at load.
+    altitudes: [AtomicU64; 2],
     config: ConfigCell,
     /// Records discarded by clear requests (written by the consumer only).
     pub(crate) cleared: AtomicU64,
@@ -235,6 +238,7 @@ impl<'a> DriverCore<'a> {
             paging,
             image,
             registrations: core::array::from_fn(|_| AtomicI32::new(STATUS_NOT_SUPPORTED)),
+            altitudes: core::array::from_fn(|_| AtomicU64::new(0)),
             config: ConfigCell::new(&CaptureConfig::default()),
             cleared: AtomicU64::new(0),
             configuring: AtomicBool::new(false),
@@ -246,6 +250,35 @@ impl<'a> DriverCore<'a> {
     /// Max IRQL: any.
     pub fn set_registration(&self, source: Source, registration: SourceRegistration) {
         self.registrations[source.index()].store(registration.status, Ordering::Relaxed);
+    }
+
+    /// Records the altitude `source`'s callback registered at (the object
+    /// and registry sources have one; others are ignored).
+    ///
+    /// Max IRQL: any.
+    pub fn set_altitude(&self, source: Source, altitude: Altitude) {
+        if let Some(slot) = Self::altitude_slot(source) {
+            self.altitudes[slot].store(altitude.to_bits(), Ordering::Relaxed);
+        }
+    }
+
+    /// The altitude `source`'s callback registered at (none for sources
+    /// without one, or not registered).
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn altitude(&self, source: Source) -> Altitude {
+        Self::altitude_slot(source).map_or_else(Altitude::default, |slot| {
+            Altitude::from_bits(self.altitudes[slot].load(Ordering::Relaxed))
+        })
+    }
+
+    const fn altitude_slot(source: Source) -> Option<usize> {
+        match source {
+            Source::ObjectHandle => Some(0),
+            Source::Registry => Some(1),
+            _ => None,
+        }
     }
 
     /// How registering `source`'s callback went.

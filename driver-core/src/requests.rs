@@ -108,6 +108,8 @@ impl DriverCore<'_> {
             sequences_spent: self.ring.sequences_spent(),
             sources,
             driver_image: self.image,
+            object_altitude: self.altitude(Source::ObjectHandle),
+            registry_altitude: self.altitude(Source::Registry),
         }
     }
 
@@ -371,7 +373,22 @@ mod tests {
             status: STATUS_NOT_SUPPORTED,
         };
         let core = registered_core(ring, PagingExecutive::Value(1), registrations);
+        let at = kstack_abi::Altitude {
+            whole: 385_291,
+            fraction: 1,
+        };
+        core.set_altitude(Source::ObjectHandle, at);
+        core.set_altitude(Source::Timer, at);
         let status = status(&core);
+        assert_eq!(
+            (status.object_altitude, status.registry_altitude),
+            (at, kstack_abi::Altitude::default()),
+            "only the object and registry sources have an altitude"
+        );
+        assert_eq!(
+            core.altitude(Source::Timer),
+            kstack_abi::Altitude::default()
+        );
         assert_eq!((status.ring_capacity, status.ring_shards), (8, 1));
         assert_eq!(status.paging_executive, PagingExecutive::Value(1));
         assert_eq!(status.outstanding_allocations, 3);

@@ -314,6 +314,19 @@ pub fn unicode_string(text: &'static [u16]) -> UNICODE_STRING {
     }
 }
 
+/// A `UNICODE_STRING` over `text`, which the caller keeps alive and
+/// unchanged while the kernel may read the string.
+///
+/// Max IRQL: any.
+pub fn unicode_string_over(text: &[u16]) -> UNICODE_STRING {
+    let bytes = u16::try_from(size_of_val(text)).unwrap_or(u16::MAX);
+    UNICODE_STRING {
+        Length: bytes,
+        MaximumLength: bytes,
+        Buffer: text.as_ptr().cast_mut(),
+    }
+}
+
 /// What a device-control request carries, read once from its IRP.
 pub struct DeviceControl {
     /// The control code.

@@ -59,20 +59,23 @@ fn read_paging_executive() -> PagingExecutive {
     }
 }
 
+/// A DWORD setting of the service's `Parameters` key: `None` when the key
+/// or value is missing, unreadable or not a DWORD.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn read_setting(parameters: Option<&ParametersKey>, value: &'static [u16]) -> Option<u32> {
+    match parameters?.read_dword(value) {
+        Ok(Dword::Value(setting)) => Some(setting),
+        Ok(Dword::Absent | Dword::WrongType) | Err(_) => None,
+    }
+}
+
 /// The ring capacity, over all its shards, from the service's
 /// `Parameters\RingCapacity`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn read_ring_capacity(parameters: Option<&ParametersKey>) -> usize {
-    let setting = parameters
-        .and_then(|key| key.read_dword(utf16!(kstack_abi::RING_CAPACITY_VALUE)).ok())
-        .and_then(|dword| {
-            if let Dword::Value(records) = dword {
-                Some(records)
-            } else {
-                None
-            }
-        });
+    let setting = read_setting(parameters, utf16!(kstack_abi::RING_CAPACITY_VALUE));
     usize::try_from(capacity_for_setting(setting)).unwrap_or(usize::MAX)
 }
 
@@ -102,7 +105,20 @@ pub unsafe extern "system" fn driver_entry(
         Ok(loaded) => loaded,
         Err(status) => return status,
     };
-    sources::register_all(loaded, driver);
+    let altitude = |value, default| {
+        kstack_abi::Altitude::base(read_setting(parameters.as_ref(), value), default)
+    };
+    let altitudes = sources::Altitudes {
+        object: altitude(
+            utf16!(kstack_abi::altitude::OBJECT_ALTITUDE_VALUE),
+            kstack_abi::altitude::OBJECT_ALTITUDE_DEFAULT,
+        ),
+        registry: altitude(
+            utf16!(kstack_abi::altitude::REGISTRY_ALTITUDE_VALUE),
+            kstack_abi::altitude::REGISTRY_ALTITUDE_DEFAULT,
+        ),
+    };
+    sources::register_all(loaded, driver, &altitudes);
     // SAFETY: `driver` is the kernel's driver object for this load.
     if let Err(status) = unsafe { device::create(driver) } {
         loaded::destroy(sources::unregister_all);

@@ -220,6 +220,13 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     expect("/disable_paging_executive", Value::Null)?;
     expect("/elevated_walks_allowed", Value::Bool(false))?;
     expect("/read", Value::from(0))?;
+    // ObRegisterCallbacks succeeds under Wine at kstack's default altitude;
+    // Wine 8 has no CmRegisterCallbackEx, so no registry altitude.
+    expect(
+        "/altitudes/object",
+        Value::from(kstack_abi::altitude::OBJECT_ALTITUDE_DEFAULT.to_string()),
+    )?;
+    expect("/altitudes/registry", Value::Null)?;
     expect("/ring/capacity", Value::from(16_384))?;
     expect("/ring/used", Value::from(0))?;
     expect("/sequences_spent", Value::from(0))?;

@@ -59,6 +59,19 @@ pub fn status(status: &StatusResponse) -> String {
         sum(|source| source.filtered),
         sum(|source| source.not_kept)
     );
+    let altitude = |altitude: kstack_abi::Altitude| {
+        if altitude.is_some() {
+            altitude.to_string()
+        } else {
+            "not registered".to_owned()
+        }
+    };
+    let _ = writeln!(
+        out,
+        "callback altitudes: object {}, registry {}",
+        altitude(status.object_altitude),
+        altitude(status.registry_altitude)
+    );
     let config = &status.config;
     let filter = match config.process_filter {
         0 => "all processes".to_owned(),
@@ -146,6 +159,10 @@ pub fn status_json(status: &StatusResponse) -> Value {
         "dropped": status.dropped,
         "cleared": status.cleared,
         "read": status.read,
+        "altitudes": {
+            "object": status.object_altitude.is_some().then(|| status.object_altitude.to_string()),
+            "registry": status.registry_altitude.is_some().then(|| status.registry_altitude.to_string()),
+        },
         "sequences_spent": status.sequences_spent,
         "pool_allocations": status.outstanding_allocations,
         "config": {
@@ -201,6 +218,10 @@ mod tests {
             "{text}"
         );
         assert!(
+            text.contains("callback altitudes: object 385291, registry not registered"),
+            "{text}"
+        );
+        assert!(
             text.contains("7 captured"),
             "sum of per-source counts:\n{text}"
         );
@@ -220,6 +241,8 @@ mod tests {
         assert_eq!(value["ring"]["shards"], 2);
         assert_eq!(value["sequences_spent"], 7);
         assert_eq!(value["read"], 4);
+        assert_eq!(value["altitudes"]["object"], "385291");
+        assert_eq!(value["altitudes"]["registry"], Value::Null);
         assert_eq!(value["sources"][6]["not_kept"], 0);
         assert_eq!(value["driver_image"]["base"], "0x140000000");
         assert_eq!(value["driver_image"]["size"], 0x3_0000);

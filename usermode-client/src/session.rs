@@ -349,6 +349,11 @@ pub(crate) mod tests {
                 base: 0x1_4000_0000,
                 size: 0x3_0000,
             },
+            object_altitude: kstack_abi::Altitude {
+                whole: 385_291,
+                fraction: 0,
+            },
+            registry_altitude: kstack_abi::Altitude::default(),
         }
     }
 

@@ -17,22 +17,28 @@ use wdk_sys::{DRIVER_OBJECT, STATUS_SUCCESS};
 
 use crate::loaded::LoadedDriver;
 
+/// The base altitudes of the object and registry callbacks (see
+/// `kstack_abi::altitude`).
+pub struct Altitudes {
+    pub object: u32,
+    pub registry: u32,
+}
+
 /// Registers every source the kernel supports and records each result.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-pub fn register_all(driver: &LoadedDriver, driver_object: *mut DRIVER_OBJECT) {
+pub fn register_all(driver: &LoadedDriver, driver_object: *mut DRIVER_OBJECT, bases: &Altitudes) {
+    let (registry, registry_altitude) =
+        driver
+            .registry
+            .register(&driver.routines, driver_object, bases.registry);
+    let (objects, object_altitude) = driver.objects.register(&driver.routines, bases.object);
     let results = [
         (Source::Process, process::register()),
         (Source::Thread, thread::register()),
         (Source::ImageLoad, image_load::register()),
-        (
-            Source::Registry,
-            driver.registry.register(&driver.routines, driver_object),
-        ),
-        (
-            Source::ObjectHandle,
-            driver.objects.register(&driver.routines),
-        ),
+        (Source::Registry, registry),
+        (Source::ObjectHandle, objects),
         (Source::Timer, driver.timer.initialize()),
         (Source::OnDemand, STATUS_SUCCESS),
     ];
@@ -48,6 +54,12 @@ pub fn register_all(driver: &LoadedDriver, driver_object: *mut DRIVER_OBJECT) {
         driver
             .core
             .set_registration(source, SourceRegistration { status });
+    }
+    for (source, altitude) in [
+        (Source::Registry, registry_altitude),
+        (Source::ObjectHandle, object_altitude),
+    ] {
+        driver.core.set_altitude(source, altitude);
     }
 }
 

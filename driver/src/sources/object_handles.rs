@@ -10,6 +10,7 @@ use core::{
 
 use kstack_abi::{
     SourceFacts,
+    altitude::{ALTITUDE_CHARS, Altitude, register_at_free_altitude},
     source::{HandleOperation, ObjectKind},
 };
 use wdk_sys::{
@@ -21,7 +22,7 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{handle_to_id, unicode_string, utf16},
+    kernel::{handle_to_id, unicode_string_over},
     loaded::{self, LoadedDriver},
     routines::Routines,
 };
@@ -31,6 +32,8 @@ use crate::{
 pub struct ObjectCallbacks {
     handle: AtomicPtr<c_void>,
     operations: UnsafeCell<[OB_OPERATION_REGISTRATION; 2]>,
+    /// The altitude's text.
+    altitude: UnsafeCell<[u16; ALTITUDE_CHARS]>,
 }
 
 /// The pre-operation callback.
@@ -90,15 +93,18 @@ impl ObjectCallbacks {
         Self {
             handle: AtomicPtr::new(ptr::null_mut()),
             operations: UnsafeCell::new([OB_OPERATION_REGISTRATION::default(); 2]),
+            altitude: UnsafeCell::new([0; ALTITUDE_CHARS]),
         }
     }
 
-    /// Registers for process and thread handle creation and duplication.
+    /// Registers for process and thread handle creation and duplication,
+    /// at the first free altitude from `base` (`kstack_abi::altitude`);
+    /// returns the status and the altitude in use.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
-    pub fn register(&self, routines: &Routines) -> NTSTATUS {
+    pub fn register(&self, routines: &Routines, base: u32) -> (NTSTATUS, Altitude) {
         if routines.process_type.is_null() || routines.thread_type.is_null() {
-            return STATUS_NOT_SUPPORTED;
+            return (STATUS_NOT_SUPPORTED, Altitude::default());
         }
         let operation = |object_type| OB_OPERATION_REGISTRATION {
             ObjectType: object_type,
@@ -114,21 +120,27 @@ impl ObjectCallbacks {
                 operation(routines.thread_type),
             ]);
         };
-        let mut registration = OB_CALLBACK_REGISTRATION {
-            Version: u16::try_from(OB_FLT_REGISTRATION_VERSION).unwrap_or_default(),
-            OperationRegistrationCount: 2,
-            Altitude: unicode_string(utf16!("385291")),
-            RegistrationContext: ptr::null_mut(),
-            OperationRegistration: operations.cast(),
-        };
-        let mut handle = ptr::null_mut();
-        // SAFETY: the registration and its table are valid; the table lives
-        // in the driver state until `unregister`.
-        let status = unsafe { ObRegisterCallbacks(&raw mut registration, &raw mut handle) };
-        if status >= 0 {
-            self.handle.store(handle, Ordering::Relaxed);
-        }
-        status
+        register_at_free_altitude(base, |altitude| {
+            // SAFETY: only DriverEntry registers, once, before any reader.
+            let text = unsafe { &mut *self.altitude.get() };
+            let length = altitude.to_utf16(text);
+            let mut registration = OB_CALLBACK_REGISTRATION {
+                Version: u16::try_from(OB_FLT_REGISTRATION_VERSION).unwrap_or_default(),
+                OperationRegistrationCount: 2,
+                Altitude: unicode_string_over(&text[..length]),
+                RegistrationContext: ptr::null_mut(),
+                OperationRegistration: operations.cast(),
+            };
+            let mut handle = ptr::null_mut();
+            // SAFETY: the registration and its table are valid; the table
+            // and the altitude's text live in the driver state until
+            // `unregister`.
+            let status = unsafe { ObRegisterCallbacks(&raw mut registration, &raw mut handle) };
+            if status >= 0 {
+                self.handle.store(handle, Ordering::Relaxed);
+            }
+            status
+        })
     }
 
     /// Max IRQL: `PASSIVE_LEVEL`.

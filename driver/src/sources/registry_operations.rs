@@ -2,25 +2,27 @@
 //! without it (Wine 8) reports the source unavailable.
 
 use core::{
+    cell::UnsafeCell,
     ffi::c_void,
     ptr,
     sync::atomic::{AtomicI64, Ordering},
 };
 
-use kstack_abi::SourceFacts;
+use kstack_abi::{
+    SourceFacts,
+    altitude::{ALTITUDE_CHARS, Altitude, register_at_free_altitude},
+};
 use wdk_sys::{
     DRIVER_OBJECT, LARGE_INTEGER, NTSTATUS, PVOID, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
 };
 
-use crate::{
-    kernel::{unicode_string, utf16},
-    loaded,
-    routines::Routines,
-};
+use crate::{kernel::unicode_string_over, loaded, routines::Routines};
 
-/// The callback's registration.
+/// The callback's registration, and the text of its altitude (kept in the
+/// driver state while registered).
 pub struct RegistryCallback {
     cookie: AtomicI64,
+    altitude: UnsafeCell<[u16; ALTITUDE_CHARS]>,
 }
 
 /// The callback. `argument1` is the operation's `REG_NOTIFY_CLASS`.
@@ -45,40 +47,54 @@ impl RegistryCallback {
     pub const fn new() -> Self {
         Self {
             cookie: AtomicI64::new(0),
+            altitude: UnsafeCell::new([0; ALTITUDE_CHARS]),
         }
     }
 
-    /// Registers, if the kernel has both routines.
+    /// Registers, if the kernel has both routines, at the first free
+    /// altitude from `base` (`kstack_abi::altitude`); returns the status
+    /// and the altitude in use.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
-    pub fn register(&self, routines: &Routines, driver: *mut DRIVER_OBJECT) -> NTSTATUS {
+    pub fn register(
+        &self,
+        routines: &Routines,
+        driver: *mut DRIVER_OBJECT,
+        base: u32,
+    ) -> (NTSTATUS, Altitude) {
         let (Some(register), Some(_)) = (
             routines.register_registry_callback,
             routines.unregister_registry_callback,
         ) else {
-            return STATUS_NOT_SUPPORTED;
+            return (STATUS_NOT_SUPPORTED, Altitude::default());
         };
-        // Registry callbacks are ordered by altitude; kstack observes only.
-        let altitude = unicode_string(utf16!("385290"));
-        let mut cookie = LARGE_INTEGER::default();
-        // SAFETY: the routine is CmRegisterCallbackEx; the callback lives as
-        // long as the image, `altitude` and `cookie` outlive the call.
-        let status = unsafe {
-            register(
-                Some(on_registry),
-                &raw const altitude,
-                driver.cast::<c_void>(),
-                ptr::null_mut(),
-                &raw mut cookie,
-                ptr::null_mut(),
-            )
-        };
-        if status >= 0 {
-            // SAFETY: QuadPart is the whole value of the union.
-            self.cookie
-                .store(unsafe { cookie.QuadPart }, Ordering::Relaxed);
-        }
-        status
+        register_at_free_altitude(base, |altitude| {
+            // SAFETY: only DriverEntry registers, once, before any reader.
+            let text = unsafe { &mut *self.altitude.get() };
+            let length = altitude.to_utf16(text);
+            // Registry callbacks are ordered by altitude; kstack observes only.
+            let altitude = unicode_string_over(&text[..length]);
+            let mut cookie = LARGE_INTEGER::default();
+            // SAFETY: the routine is CmRegisterCallbackEx; the callback lives
+            // as long as the image, the altitude's text as long as the
+            // driver state, and `cookie` outlives the call.
+            let status = unsafe {
+                register(
+                    Some(on_registry),
+                    &raw const altitude,
+                    driver.cast::<c_void>(),
+                    ptr::null_mut(),
+                    &raw mut cookie,
+                    ptr::null_mut(),
+                )
+            };
+            if status >= 0 {
+                // SAFETY: QuadPart is the whole value of the union.
+                self.cookie
+                    .store(unsafe { cookie.QuadPart }, Ordering::Relaxed);
+            }
+            status
+        })
     }
 
     /// Max IRQL: `PASSIVE_LEVEL`.
