@@ -82,6 +82,13 @@ pub fn status(status: &StatusResponse) -> String {
         "capture: skip {} frames, keep up to {}, {filter}; pool allocations held: {}",
         config.frames_to_skip, config.frames_to_capture, status.outstanding_allocations
     );
+    source_table(&mut out, status);
+    out
+}
+
+/// The per-source part of the `kstack status` report: one line a source.
+fn source_table(out: &mut String, status: &StatusResponse) {
+    let config = &status.config;
     let _ = writeln!(
         out,
         "{:<10} {:<11} {:<8} {:>10} {:>13} {:>14} {:>10} {:>9}  registration",
@@ -114,7 +121,6 @@ pub fn status(status: &StatusResponse) -> String {
             state.registration,
         );
     }
-    out
 }
 
 /// The `kstack status --json` object.
