@@ -11,6 +11,7 @@
 //! - [`CaptureConfig`]: what to capture, validated here.
 //! - [`record`]: the trace record, with an ETW-shaped frame part.
 //! - [`ntstatus`]: the statuses the driver completes requests with.
+//! - [`paging`]: `DisablePagingExecutive`, configured and in effect.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -19,6 +20,7 @@ pub mod config;
 pub mod ioctl;
 pub mod messages;
 pub mod ntstatus;
+pub mod paging;
 pub mod record;
 pub mod source;
 mod wire;
@@ -26,7 +28,8 @@ mod wire;
 pub use altitude::Altitude;
 pub use config::{CaptureConfig, ConfigError};
 pub use ioctl::{Access, Ioctl, RequestError};
-pub use messages::{DriverImage, PagingExecutive, ReadHeader, SourceStatus, StatusResponse};
+pub use messages::{DriverImage, ReadHeader, SourceStatus, StatusResponse};
+pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
     MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
     decode_record, encode_record, record_timestamp, stack_id,
@@ -39,7 +42,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (
@@ -167,6 +170,11 @@ pub enum DecodeError {
         /// The record's source.
         source: Source,
     },
+    /// A status's paging state is unknown or contradicts its value.
+    PagingState {
+        /// The state's wire value.
+        value: u32,
+    },
 }
 
 impl From<ConfigError> for DecodeError {
@@ -191,7 +199,8 @@ impl DecodeError {
             | Self::ShardOutOfRange { .. }
             | Self::UnknownSource { .. }
             | Self::UnknownFlags { .. }
-            | Self::InvalidFacts { .. } => STATUS_INVALID_PARAMETER,
+            | Self::InvalidFacts { .. }
+            | Self::PagingState { .. } => STATUS_INVALID_PARAMETER,
         }
     }
 }
@@ -232,6 +241,10 @@ impl core::fmt::Display for DecodeError {
             Self::InvalidFacts { source } => {
                 write!(f, "invalid facts for a {} record", source.name())
             }
+            Self::PagingState { value } => write!(
+                f,
+                "paging state {value} is unknown or contradicts the DisablePagingExecutive value"
+            ),
         }
     }
 }

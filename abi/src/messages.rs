@@ -3,7 +3,8 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, Altitude, CaptureConfig, DecodeError, Records, Source, SourceFacts,
+    ABI_VERSION, Altitude, CaptureConfig, DecodeError, PagingExecutive, PagingInEffect, Records,
+    Source, SourceFacts,
     config::CAPTURE_CONFIG_SIZE,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
@@ -32,8 +33,12 @@ const READ_OFFSET: usize = RING_SHARDS_OFFSET + 8;
 /// (each a u32 whole part, a u16 fraction, 2 reserved zero bytes; whole 0:
 /// not registered), after the records read.
 const ALTITUDES_OFFSET: usize = READ_OFFSET + 8;
+/// Offset of whether `DisablePagingExecutive` is in effect (a
+/// [`PagingInEffect`] u32, 4 reserved zero bytes), then the key's last write
+/// time and the boot time compared against (u64 each), after the altitudes.
+const PAGING_OFFSET: usize = ALTITUDES_OFFSET + 16;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = ALTITUDES_OFFSET + 16;
+pub const STATUS_RESPONSE_SIZE: usize = PAGING_OFFSET + 24;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -149,25 +154,6 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
     }
 }
 
-/// The `DisablePagingExecutive` registry value as the driver read it at load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PagingExecutive {
-    /// The value does not exist: executive code may be paged out.
-    NotSet,
-    /// The value exists with this number.
-    Value(u32),
-}
-
-impl PagingExecutive {
-    /// Whether a stack walk at DISPATCH_LEVEL or above is allowed: only when
-    /// `DisablePagingExecutive` is 1, which keeps kernel and driver code
-    /// resident so the walk cannot need a page fault.
-    #[must_use]
-    pub const fn allows_elevated_walks(self) -> bool {
-        matches!(self, Self::Value(1))
-    }
-}
-
 /// One source's part of the status response. Layout (48 bytes):
 /// `registration` i32, state u32 (bit 0: available), then the counters
 /// `captured`, `skipped_irql`, `skipped_stack`, `filtered`, `not_kept`,
@@ -181,7 +167,9 @@ impl PagingExecutive {
 ///   their shard was full. Summed over sources, it equals
 ///   [`StatusResponse::sequences_spent`]: every sequence number is one
 ///   captured record.
-/// - `skipped_irql`: no walk, the IRQL too high for the paging policy.
+/// - `skipped_irql`: no walk, the IRQL too high for the paging policy
+///   (`DISPATCH_LEVEL` or above while `DisablePagingExecutive`=1 is not in
+///   effect, see [`crate::paging`]).
 /// - `skipped_stack`: no walk, less kernel stack left than a walk needs
 ///   (8 KiB, checked before walking; for capture-now the request fails
 ///   with `KSTACK_STATUS_STACK_TOO_LOW`).
@@ -229,7 +217,10 @@ pub struct DriverImage {
 pub struct StatusResponse {
     /// The driver's version (major, minor, patch).
     pub driver_version: (u16, u16, u16),
-    /// `DisablePagingExecutive` as read at load.
+    /// `DisablePagingExecutive` as found at load: configured, and whether
+    /// in effect (see [`crate::paging`]). Layout: flags u16 at 14 (bit 0:
+    /// the value exists, bit 1: the override is set), the value u32 at 16
+    /// (0 when absent); the rest after the altitudes.
     pub paging_executive: PagingExecutive,
     /// Ring capacity in records, over all shards.
     pub ring_capacity: u32,
@@ -267,7 +258,8 @@ pub struct StatusResponse {
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
-const FLAGS_KNOWN: u16 = FLAG_PAGING_EXECUTIVE_SET;
+const FLAG_PAGING_OVERRIDE_SET: u16 = 2;
+const FLAGS_KNOWN: u16 = FLAG_PAGING_EXECUTIVE_SET | FLAG_PAGING_OVERRIDE_SET;
 const SOURCE_AVAILABLE: u32 = 1;
 
 impl StatusResponse {
@@ -287,11 +279,17 @@ impl StatusResponse {
         w.u16(8, major);
         w.u16(10, minor);
         w.u16(12, patch);
-        let (paging_flag, paging_value) = match self.paging_executive {
-            PagingExecutive::NotSet => (0, 0),
-            PagingExecutive::Value(value) => (FLAG_PAGING_EXECUTIVE_SET, value),
+        let paging = self.paging_executive;
+        let (paging_flag, paging_value) = match paging.configured {
+            None => (0, 0),
+            Some(value) => (FLAG_PAGING_EXECUTIVE_SET, value),
         };
-        w.u16(14, paging_flag);
+        let override_flag = if paging.override_set {
+            FLAG_PAGING_OVERRIDE_SET
+        } else {
+            0
+        };
+        w.u16(14, paging_flag | override_flag);
         w.u32(16, paging_value);
         w.u32(20, self.ring_capacity);
         w.u32(24, self.ring_used);
@@ -332,6 +330,10 @@ impl StatusResponse {
             w.u16(at + 4, altitude.fraction);
             w.u16(at + 6, 0);
         }
+        w.u32(PAGING_OFFSET, paging.in_effect as u32);
+        w.u32(PAGING_OFFSET + 4, 0);
+        w.u64(PAGING_OFFSET + 8, paging.key_written);
+        w.u64(PAGING_OFFSET + 16, paging.boot_time);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -375,12 +377,25 @@ impl StatusResponse {
                 not_kept: r.u64(at + 40)?,
             };
         }
+        let configured = if flags & FLAG_PAGING_EXECUTIVE_SET == 0 {
+            None
+        } else {
+            Some(r.u32(16)?)
+        };
+        let state = r.u32(PAGING_OFFSET)?;
+        let in_effect = PagingInEffect::from_wire(state)
+            .filter(|in_effect| {
+                (*in_effect == PagingInEffect::NotConfigured) == (configured != Some(1))
+            })
+            .ok_or(DecodeError::PagingState { value: state })?;
         Ok(Self {
             driver_version: (r.u16(8)?, r.u16(10)?, r.u16(12)?),
-            paging_executive: if flags & FLAG_PAGING_EXECUTIVE_SET == 0 {
-                PagingExecutive::NotSet
-            } else {
-                PagingExecutive::Value(r.u32(16)?)
+            paging_executive: PagingExecutive {
+                configured,
+                in_effect,
+                override_set: flags & FLAG_PAGING_OVERRIDE_SET != 0,
+                key_written: r.u64(PAGING_OFFSET + 8)?,
+                boot_time: r.u64(PAGING_OFFSET + 16)?,
             },
             ring_capacity: r.u32(20)?,
             ring_used: r.u32(24)?,
@@ -517,7 +532,12 @@ mod tests {
         sources[Source::OnDemand.index()].not_kept = 13;
         StatusResponse {
             driver_version: (0, 1, 0),
-            paging_executive: PagingExecutive::Value(1),
+            paging_executive: PagingExecutive::decide(
+                Some(1),
+                Some(0x01DC_0000_0000_0000),
+                Some(0x01DC_0000_0000_0001),
+                true,
+            ),
             ring_capacity: 4096,
             ring_used: 12,
             ring_shards: 2,
@@ -569,7 +589,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 456);
+        assert_eq!(STATUS_RESPONSE_SIZE, 480);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -584,7 +604,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &456_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &480_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 
@@ -624,11 +644,36 @@ mod tests {
     }
 
     #[test]
-    fn only_disable_paging_executive_1_allows_elevated_walks() {
-        assert!(!PagingExecutive::NotSet.allows_elevated_walks());
-        assert!(!PagingExecutive::Value(0).allows_elevated_walks());
-        assert!(PagingExecutive::Value(1).allows_elevated_walks());
-        assert!(!PagingExecutive::Value(2).allows_elevated_walks());
+    fn every_paging_state_round_trips_and_contradictions_are_refused() {
+        let mut status = sample_status();
+        for configured in [None, Some(0), Some(1), Some(7)] {
+            for times in [(None, None), (Some(5), Some(9)), (Some(9), Some(5))] {
+                for override_set in [false, true] {
+                    status.paging_executive =
+                        PagingExecutive::decide(configured, times.0, times.1, override_set);
+                    let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+                    status.encode(&mut out);
+                    assert_eq!(StatusResponse::decode(&out), Ok(status));
+                }
+            }
+        }
+        let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+        sample_status().encode(&mut out);
+        let mut unknown = out;
+        unknown[PAGING_OFFSET] = 5;
+        assert_eq!(
+            StatusResponse::decode(&unknown),
+            Err(DecodeError::PagingState { value: 5 })
+        );
+        // "Before boot" with no value configured cannot be.
+        let mut contradiction = out;
+        contradiction[14] &= !1;
+        contradiction[PAGING_OFFSET] = PagingInEffect::BeforeBoot as u8;
+        assert!(StatusResponse::decode(&contradiction).is_err());
+        // The value 1 with "not configured" neither.
+        let mut contradiction = out;
+        contradiction[PAGING_OFFSET] = PagingInEffect::NotConfigured as u8;
+        assert!(StatusResponse::decode(&contradiction).is_err());
     }
 
     #[test]

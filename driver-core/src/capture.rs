@@ -593,7 +593,7 @@ pub(crate) mod tests {
     #[test]
     fn a_disabled_source_does_not_walk() {
         let ring = leaked_ring(4, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         let platform = FakePlatform::default();
         assert_eq!(
             core.capture(&platform, PROCESS_EXIT),
@@ -605,7 +605,7 @@ pub(crate) mod tests {
     #[test]
     fn an_enabled_source_publishes_a_complete_record() {
         let ring = leaked_ring(4, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         enable(&core, SourceSet::EMPTY.with(Source::Process));
         let platform = FakePlatform::default();
         assert_eq!(
@@ -645,7 +645,11 @@ pub(crate) mod tests {
 
     #[test]
     fn each_processor_publishes_into_its_shard_with_its_own_sequence() {
-        let core = registered_core(leaked_ring(8, 2), PagingExecutive::NotSet, all_registered());
+        let core = registered_core(
+            leaked_ring(8, 2),
+            PagingExecutive::NOT_SET,
+            all_registered(),
+        );
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         let mut outcomes = Vec::new();
@@ -676,7 +680,7 @@ pub(crate) mod tests {
     #[test]
     fn a_full_walk_is_flagged_truncated_and_skip_is_passed_through() {
         let ring = leaked_ring(4, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         core.set_config(&CaptureConfig {
             sources: SourceSet::ALL,
             frames_to_skip: 3,
@@ -694,7 +698,7 @@ pub(crate) mod tests {
     #[test]
     fn the_process_filter_keeps_other_processes_out() {
         let ring = leaked_ring(4, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         core.set_config(&CaptureConfig {
             sources: SourceSet::ALL,
             process_filter: 99,
@@ -719,7 +723,11 @@ pub(crate) mod tests {
 
     #[test]
     fn the_walk_comes_first_then_a_raised_section_on_the_processor_it_then_runs_on() {
-        let core = registered_core(leaked_ring(8, 2), PagingExecutive::NotSet, all_registered());
+        let core = registered_core(
+            leaked_ring(8, 2),
+            PagingExecutive::NOT_SET,
+            all_registered(),
+        );
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         // Walked on processor 0 at PASSIVE_LEVEL, then moved to 1 before
@@ -749,7 +757,11 @@ pub(crate) mod tests {
 
     #[test]
     fn too_little_kernel_stack_skips_the_walk_and_counts_it() {
-        let core = registered_core(leaked_ring(8, 1), PagingExecutive::NotSet, all_registered());
+        let core = registered_core(
+            leaked_ring(8, 1),
+            PagingExecutive::NOT_SET,
+            all_registered(),
+        );
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         platform.remaining_stack.set(MIN_REMAINING_STACK - 1);
@@ -776,7 +788,7 @@ pub(crate) mod tests {
     fn a_capture_at_dispatch_level_does_not_raise_again() {
         let core = registered_core(
             leaked_ring(8, 2),
-            PagingExecutive::Value(1),
+            PagingExecutive::assumed(),
             all_registered(),
         );
         enable(&core, SourceSet::ALL);
@@ -792,11 +804,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn elevated_irql_walks_only_with_paging_executive_disabled() {
+    fn elevated_irql_walks_only_with_paging_executive_disabled_in_effect() {
+        let since_boot = PagingExecutive::decide(Some(1), Some(2), Some(1), false);
+        let before_boot = PagingExecutive::decide(Some(1), Some(1), Some(2), false);
         for (paging, expected) in [
-            (PagingExecutive::NotSet, CaptureOutcome::SkippedIrql),
-            (PagingExecutive::Value(0), CaptureOutcome::SkippedIrql),
-            (PagingExecutive::Value(1), CaptureOutcome::Published(1)),
+            (PagingExecutive::NOT_SET, CaptureOutcome::SkippedIrql),
+            (
+                PagingExecutive::decide(Some(0), None, None, true),
+                CaptureOutcome::SkippedIrql,
+            ),
+            (since_boot, CaptureOutcome::SkippedIrql),
+            (before_boot, CaptureOutcome::Published(1)),
+            (PagingExecutive::assumed(), CaptureOutcome::Published(1)),
         ] {
             let ring = leaked_ring(4, 1);
             let core = registered_core(ring, paging, all_registered());
@@ -826,7 +845,7 @@ pub(crate) mod tests {
     #[test]
     fn drops_spend_sequence_numbers_so_gaps_equal_drops() {
         let ring = leaked_ring(2, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         let outcomes: Vec<_> = (0..5)

@@ -6,8 +6,10 @@
 //! `DisablePagingExecutive`=1 under `HKLM\SYSTEM\CurrentControlSet\Control\
 //! Session Manager\Memory Management`, which keeps kernel and driver code and
 //! its metadata resident; it costs memory and is meant to be temporary).
-//! So kstack walks at elevated IRQL only when that value is 1, and otherwise
-//! counts the event as skipped.
+//! The kernel applies that value only at boot, so kstack walks at elevated
+//! IRQL only when the value is 1 *and in effect* (decided at load, failing
+//! closed: [`kstack_abi::paging`]), and otherwise counts the event as
+//! skipped.
 
 use kstack_abi::{
     PagingExecutive, Source, SourceSet,
@@ -56,12 +58,21 @@ pub fn check_sources(sources: SourceSet, paging: PagingExecutive) -> Result<(), 
 mod tests {
     use super::*;
 
-    const SETTINGS: [PagingExecutive; 4] = [
-        PagingExecutive::NotSet,
-        PagingExecutive::Value(0),
-        PagingExecutive::Value(1),
-        PagingExecutive::Value(2),
+    /// Every kind of setting; only the last two are in effect.
+    const SETTINGS: [PagingExecutive; 7] = [
+        PagingExecutive::NOT_SET,
+        PagingExecutive::decide(Some(0), Some(1), Some(2), true),
+        PagingExecutive::decide(Some(2), Some(1), Some(2), true),
+        // Configured since boot, or unknown: not in effect.
+        PagingExecutive::decide(Some(1), Some(2), Some(1), false),
+        PagingExecutive::decide(Some(1), None, Some(1), false),
+        PagingExecutive::decide(Some(1), Some(1), Some(2), false),
+        PagingExecutive::assumed(),
     ];
+
+    fn in_effect(paging: PagingExecutive) -> bool {
+        SETTINGS[5..].contains(&paging)
+    }
 
     #[test]
     fn below_dispatch_level_always_walks() {
@@ -77,10 +88,10 @@ mod tests {
     }
 
     #[test]
-    fn at_or_above_dispatch_level_walks_only_with_paging_executive_disabled() {
+    fn at_or_above_dispatch_level_walks_only_with_paging_executive_disabled_in_effect() {
         for irql in DISPATCH_LEVEL..=15 {
             for paging in SETTINGS {
-                let expected = if paging == PagingExecutive::Value(1) {
+                let expected = if in_effect(paging) {
                     WalkDecision::Walk
                 } else {
                     WalkDecision::SkipIrql
@@ -95,16 +106,16 @@ mod tests {
         for source in Source::ALL {
             for paging in SETTINGS {
                 let result = check_sources(SourceSet::EMPTY.with(source), paging);
-                let refused = source == Source::Timer && paging != PagingExecutive::Value(1);
+                let refused = source == Source::Timer && !in_effect(paging);
                 assert_eq!(result.is_err(), refused, "{source:?} {paging:?}");
             }
         }
         assert_eq!(
-            check_sources(SourceSet::EMPTY, PagingExecutive::NotSet),
+            check_sources(SourceSet::EMPTY, PagingExecutive::NOT_SET),
             Ok(())
         );
         assert_eq!(
-            check_sources(SourceSet::ALL, PagingExecutive::NotSet),
+            check_sources(SourceSet::ALL, PagingExecutive::NOT_SET),
             Err(KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED)
         );
     }

@@ -372,7 +372,7 @@ mod tests {
         registrations[Source::Registry.index()] = SourceRegistration {
             status: STATUS_NOT_SUPPORTED,
         };
-        let core = registered_core(ring, PagingExecutive::Value(1), registrations);
+        let core = registered_core(ring, PagingExecutive::assumed(), registrations);
         let at = kstack_abi::Altitude {
             whole: 385_291,
             fraction: 1,
@@ -390,7 +390,7 @@ mod tests {
             kstack_abi::Altitude::default()
         );
         assert_eq!((status.ring_capacity, status.ring_shards), (8, 1));
-        assert_eq!(status.paging_executive, PagingExecutive::Value(1));
+        assert_eq!(status.paging_executive, PagingExecutive::assumed());
         assert_eq!(status.outstanding_allocations, 3);
         assert_eq!(status.sequences_spent, 0);
         assert!(!status.sources[Source::Registry.index()].available);
@@ -404,7 +404,7 @@ mod tests {
     #[test]
     fn configure_round_trips_and_bad_configs_change_nothing() {
         let ring = leaked_ring(8, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         let timer = TimerLog::default();
         let wanted = CaptureConfig {
             sources: SourceSet::EMPTY
@@ -447,7 +447,7 @@ mod tests {
         registrations[Source::Registry.index()] = SourceRegistration {
             status: STATUS_NOT_SUPPORTED,
         };
-        let core = registered_core(ring, PagingExecutive::NotSet, registrations);
+        let core = registered_core(ring, PagingExecutive::NOT_SET, registrations);
         let config = CaptureConfig {
             sources: SourceSet::EMPTY.with(Source::Registry),
             ..CaptureConfig::default()
@@ -462,7 +462,7 @@ mod tests {
     #[test]
     fn the_timer_needs_paging_executive_disabled_and_is_started_and_stopped() {
         let refused_ring = leaked_ring(8, 1);
-        let refused = registered_core(refused_ring, PagingExecutive::NotSet, all_registered());
+        let refused = registered_core(refused_ring, PagingExecutive::NOT_SET, all_registered());
         let timer = TimerLog::default();
         assert_eq!(
             configure(&refused, &timer_config(10), &timer),
@@ -471,7 +471,7 @@ mod tests {
         assert!(timer.0.borrow().is_empty());
 
         let ring = leaked_ring(8, 1);
-        let core = registered_core(ring, PagingExecutive::Value(1), all_registered());
+        let core = registered_core(ring, PagingExecutive::assumed(), all_registered());
         assert_eq!(configure(&core, &timer_config(10), &timer), STATUS_SUCCESS);
         assert_eq!(
             configure(&core, &timer_config(10), &timer),
@@ -489,7 +489,7 @@ mod tests {
     #[test]
     fn read_returns_whole_records_after_a_header() {
         let ring = leaked_ring(8, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         let timer = TimerLog::default();
         enable(&core, SourceSet::ALL.without(Source::Timer), &timer);
         let platform = FakePlatform::default();
@@ -519,7 +519,7 @@ mod tests {
     fn read_and_clear_cover_every_shard() {
         let core = registered_core(
             leaked_ring(16, 2),
-            PagingExecutive::NotSet,
+            PagingExecutive::NOT_SET,
             all_registered(),
         );
         let timer = TimerLog::default();
@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn clear_discards_and_counts() {
         let ring = leaked_ring(8, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         let timer = TimerLog::default();
         enable(&core, SourceSet::EMPTY.with(Source::Thread), &timer);
         let platform = FakePlatform::default();
@@ -588,7 +588,7 @@ mod tests {
     #[test]
     fn busy_consumers_are_told_so() {
         let ring = leaked_ring(8, 2);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         // A reader holding any shard makes the device busy for another.
         let _held = core.ring.shards()[1].ring().consumer().unwrap();
         let mut out = vec![0_u8; MIN_READ_BUFFER];
@@ -605,7 +605,11 @@ mod tests {
 
     #[test]
     fn capture_now_with_too_little_stack_is_refused_and_counted() {
-        let core = registered_core(leaked_ring(8, 1), PagingExecutive::NotSet, all_registered());
+        let core = registered_core(
+            leaked_ring(8, 1),
+            PagingExecutive::NOT_SET,
+            all_registered(),
+        );
         let timer = TimerLog::default();
         enable(&core, SourceSet::EMPTY.with(Source::OnDemand), &timer);
         let platform = FakePlatform::default();
@@ -627,7 +631,7 @@ mod tests {
     #[test]
     fn capture_now_returns_the_record_and_keeps_it_only_when_enabled() {
         let ring = leaked_ring(8, 1);
-        let core = registered_core(ring, PagingExecutive::NotSet, all_registered());
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         let timer = TimerLog::default();
         let mut out = [0_u8; MAX_RECORD_SIZE];
         let input = encode_capture_now_request(77);
@@ -747,7 +751,7 @@ mod tests {
         #[test]
         fn counters_add_up_after_every_step(steps in proptest::collection::vec(step(), 0..60)) {
             // A small ring on two shards, so drops happen.
-            let core = registered_core(leaked_ring(6, 2), PagingExecutive::Value(1), all_registered());
+            let core = registered_core(leaked_ring(6, 2), PagingExecutive::assumed(), all_registered());
             let timer = TimerLog::default();
             let platform = FakePlatform::default();
             let mut events = [0_u64; Source::COUNT];
@@ -883,7 +887,7 @@ mod tests {
         const EACH: u64 = 3000;
         let core = registered_core(
             leaked_ring(32, 2),
-            PagingExecutive::NotSet,
+            PagingExecutive::NOT_SET,
             all_registered(),
         );
         let timer = TimerLog::default();

@@ -33,8 +33,8 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::DeviceControl,
-    loaded::{self, LoadedDriver},
+    kernel::{DeviceControl, ObjectType},
+    loaded,
     sources::{image_load, object_handles, process, registry_operations, thread},
 };
 
@@ -73,14 +73,14 @@ pub fn serve(request: &DeviceControl) -> (NtStatus, usize) {
         Ok(facts) => facts,
         Err(error) => return (error.ntstatus(), 0),
     };
-    let status = loaded::with_loaded(|driver| inject(driver, facts));
+    let status = loaded::with_loaded(|_| inject(facts));
     (status.unwrap_or(STATUS_DEVICE_NOT_READY), 0)
 }
 
 /// Calls `facts`' source callback as the kernel would.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-fn inject(driver: &LoadedDriver, facts: SourceFacts) -> NtStatus {
+fn inject(facts: SourceFacts) -> NtStatus {
     match facts {
         SourceFacts::Process {
             event,
@@ -140,7 +140,7 @@ fn inject(driver: &LoadedDriver, facts: SourceFacts) -> NtStatus {
             object,
             desired_access,
             ..
-        } => return inject_handle_operation(driver, operation, object, desired_access),
+        } => return inject_handle_operation(operation, object, desired_access),
         SourceFacts::Timer | SourceFacts::OnDemand { .. } => return STATUS_NOT_SUPPORTED,
     }
     STATUS_SUCCESS
@@ -150,24 +150,17 @@ fn inject(driver: &LoadedDriver, facts: SourceFacts) -> NtStatus {
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn inject_handle_operation(
-    driver: &LoadedDriver,
     operation: HandleOperation,
     object: ObjectKind,
     desired_access: u32,
 ) -> NtStatus {
-    if driver.routines.process_type.is_null() || driver.routines.thread_type.is_null() {
-        return STATUS_NOT_SUPPORTED;
-    }
     let mut parameters = OB_PRE_OPERATION_PARAMETERS::default();
     parameters.CreateHandleInformation.DesiredAccess = desired_access;
     parameters.CreateHandleInformation.OriginalDesiredAccess = desired_access;
     let mut thread: PETHREAD = ptr::null_mut();
     let (object_pointer, object_type) = match object {
         // SAFETY: any IRQL; the current process, not referenced.
-        ObjectKind::Process => (
-            unsafe { IoGetCurrentProcess() }.cast(),
-            driver.routines.process_type,
-        ),
+        ObjectKind::Process => (unsafe { IoGetCurrentProcess() }.cast(), ObjectType::Process),
         ObjectKind::Thread => {
             // SAFETY: any IRQL; the current thread's id.
             let thread_id = unsafe { PsGetCurrentThreadId() };
@@ -176,7 +169,7 @@ fn inject_handle_operation(
             if status < 0 {
                 return status;
             }
-            (thread.cast(), driver.routines.thread_type)
+            (thread.cast(), ObjectType::Thread)
         }
     };
     let mut info = OB_PRE_OPERATION_INFORMATION {
@@ -185,8 +178,7 @@ fn inject_handle_operation(
             HandleOperation::Duplicate => OB_OPERATION_HANDLE_DUPLICATE,
         },
         Object: object_pointer,
-        // SAFETY: non-null (checked above) address of the kernel's type.
-        ObjectType: unsafe { *object_type },
+        ObjectType: object_type.get(),
         Parameters: &raw mut parameters,
         ..OB_PRE_OPERATION_INFORMATION::default()
     };

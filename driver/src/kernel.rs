@@ -13,7 +13,7 @@ use kstack_driver_core::Platform;
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
-    NTSTATUS, OB_PRE_OPERATION_INFORMATION, PS_CREATE_NOTIFY_INFO, UNICODE_STRING,
+    NTSTATUS, OB_PRE_OPERATION_INFORMATION, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO, UNICODE_STRING,
     ntddk::{
         IoGetStackLimits, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
         KeQueryActiveProcessorCountEx, PsGetCurrentProcessId, PsGetCurrentThreadId,
@@ -79,6 +79,50 @@ macro_rules! utf16 {
     }};
 }
 pub(crate) use utf16;
+
+// ntoskrnl's object types are data exports. They are imported as the WDK
+// declares them (a data import, through the import table; present on every
+// supported Windows and in Wine), not looked up with
+// `MmGetSystemRoutineAddress`, which is documented for routines.
+#[link(name = "ntoskrnl", kind = "dylib")]
+unsafe extern "C" {
+    /// The kernel's variable holding the process object type.
+    #[link_name = "PsProcessType"]
+    static PROCESS_TYPE: POBJECT_TYPE;
+    /// The kernel's variable holding the thread object type.
+    #[link_name = "PsThreadType"]
+    static THREAD_TYPE: POBJECT_TYPE;
+}
+
+/// Which kernel object type.
+#[derive(Clone, Copy)]
+pub enum ObjectType {
+    Process,
+    Thread,
+}
+
+impl ObjectType {
+    /// The kernel's variable for this type, as `ObRegisterCallbacks`'
+    /// `OB_OPERATION_REGISTRATION::ObjectType` takes it (the WDK's
+    /// `PsProcessType` / `PsThreadType`).
+    ///
+    /// Max IRQL: any.
+    pub fn variable(self) -> *mut POBJECT_TYPE {
+        match self {
+            Self::Process => (&raw const PROCESS_TYPE).cast_mut(),
+            Self::Thread => (&raw const THREAD_TYPE).cast_mut(),
+        }
+    }
+
+    /// The type itself, as an object's `ObjectType` holds it.
+    ///
+    /// Max IRQL: any.
+    pub fn get(self) -> POBJECT_TYPE {
+        // SAFETY: the kernel sets its object-type variables while it boots,
+        // before any driver loads, and never changes them.
+        unsafe { self.variable().read() }
+    }
+}
 
 /// `KernelMode` as the `KPROCESSOR_MODE` that wait and handle routines take.
 pub const KERNEL_MODE: wdk_sys::KPROCESSOR_MODE = 0;

@@ -4,7 +4,8 @@
 //! gate; [`sources`] has one file per capture source; [`dispatch`] serves
 //! the IRPs; [`device`] owns the device, its DACL and its link; [`pool`]
 //! allocates (tags in one place); [`routines`] finds optional kernel exports;
-//! [`registry`] reads settings; [`kernel`] is the only module touching WDK
+//! [`registry`] reads settings; [`paging_executive`] reads what decides
+//! whether `DisablePagingExecutive` is in effect; [`kernel`] is the only module touching WDK
 //! struct fields. The logic (ring, paging policy, capture, requests) is in
 //! kstack-driver-core, tested on the host. `DriverEntry` and `DriverUnload`
 //! below are the single setup and teardown path.
@@ -20,12 +21,13 @@ mod dispatch;
 mod injection;
 mod kernel;
 mod loaded;
+mod paging_executive;
 mod pool;
 mod registry;
 mod routines;
 mod sources;
 
-use kstack_abi::{DriverImage, PagingExecutive};
+use kstack_abi::DriverImage;
 use kstack_driver_core::ring::capacity_for_setting;
 use wdk_sys::{
     DRIVER_OBJECT, IRP_MJ_CLOSE, IRP_MJ_CREATE, IRP_MJ_DEVICE_CONTROL, NTSTATUS, PCUNICODE_STRING,
@@ -34,7 +36,7 @@ use wdk_sys::{
 
 use crate::{
     kernel::utf16,
-    registry::{Dword, ParametersKey},
+    registry::{ParametersKey, read_setting},
     routines::Routines,
 };
 
@@ -44,31 +46,6 @@ use crate::{
 #[cfg(not(test))]
 #[global_allocator]
 static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
-
-/// Reads `DisablePagingExecutive`; a missing value, a non-DWORD or an
-/// unreadable key all mean paging is allowed, the safe assumption.
-///
-/// Max IRQL: `PASSIVE_LEVEL`.
-fn read_paging_executive() -> PagingExecutive {
-    let key = kernel::unicode_string(utf16!(
-        r"\Registry\Machine\SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management"
-    ));
-    match registry::read_dword(&key, utf16!("DisablePagingExecutive")) {
-        Ok(Dword::Value(value)) => PagingExecutive::Value(value),
-        Ok(Dword::Absent | Dword::WrongType) | Err(_) => PagingExecutive::NotSet,
-    }
-}
-
-/// A DWORD setting of the service's `Parameters` key: `None` when the key
-/// or value is missing, unreadable or not a DWORD.
-///
-/// Max IRQL: `PASSIVE_LEVEL`.
-fn read_setting(parameters: Option<&ParametersKey>, value: &'static [u16]) -> Option<u32> {
-    match parameters?.read_dword(value) {
-        Ok(Dword::Value(setting)) => Some(setting),
-        Ok(Dword::Absent | Dword::WrongType) | Err(_) => None,
-    }
-}
 
 /// The ring capacity, over all its shards, from the service's
 /// `Parameters\RingCapacity`.
@@ -92,9 +69,9 @@ pub unsafe extern "system" fn driver_entry(
     service_key: PCUNICODE_STRING,
 ) -> NTSTATUS {
     let routines = Routines::resolve();
-    let paging = read_paging_executive();
     // SAFETY: the kernel passes DriverEntry a valid service key path.
     let parameters = unsafe { service_key.as_ref() }.and_then(ParametersKey::new);
+    let paging = paging_executive::read(&routines, parameters.as_ref());
     let ring_size = (
         read_ring_capacity(parameters.as_ref()),
         kernel::active_processor_count(),

@@ -3,11 +3,12 @@
 use core::{mem::size_of, ptr};
 
 use wdk_sys::{
+    _KEY_INFORMATION_CLASS::KeyBasicInformation,
     _KEY_VALUE_INFORMATION_CLASS::KeyValuePartialInformation,
     HANDLE, KEY_QUERY_VALUE, KEY_SET_VALUE, NTSTATUS, OBJ_CASE_INSENSITIVE, OBJ_KERNEL_HANDLE,
     OBJECT_ATTRIBUTES, REG_DWORD, REG_OPTION_NON_VOLATILE, STATUS_OBJECT_NAME_NOT_FOUND,
     UNICODE_STRING,
-    ntddk::{ZwClose, ZwCreateKey, ZwOpenKey, ZwQueryValueKey, ZwSetValueKey},
+    ntddk::{ZwClose, ZwCreateKey, ZwOpenKey, ZwQueryKey, ZwQueryValueKey, ZwSetValueKey},
 };
 
 use crate::kernel::unicode_string;
@@ -27,21 +28,53 @@ pub enum Dword {
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (Zw registry routines).
 pub fn read_dword(key: &UNICODE_STRING, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
+    Ok(read_dword_and_key_time(key, value_name)?.0)
+}
+
+/// Reads a `REG_DWORD` value and when its key was last written (100 ns
+/// units since 1601, UTC; `None` when the key is absent or its time
+/// unreadable).
+///
+/// Max IRQL: `PASSIVE_LEVEL` (Zw registry routines).
+pub fn read_dword_and_key_time(
+    key: &UNICODE_STRING,
+    value_name: &'static [u16],
+) -> Result<(Dword, Option<u64>), NTSTATUS> {
     let mut key_name = *key;
     let mut attributes = object_attributes(&mut key_name);
     let mut handle: HANDLE = ptr::null_mut();
     // SAFETY: every pointer refers to a live local; the handle is closed below.
     let status = unsafe { ZwOpenKey(&raw mut handle, KEY_QUERY_VALUE, &raw mut attributes) };
     if status == STATUS_OBJECT_NAME_NOT_FOUND {
-        return Ok(Dword::Absent);
+        return Ok((Dword::Absent, None));
     }
     if status < 0 {
         return Err(status);
     }
-    let result = query_dword(handle, value_name);
+    let result = query_dword(handle, value_name).map(|dword| (dword, last_write_time(handle)));
     // SAFETY: `handle` was opened above and is closed exactly once.
     let _ = unsafe { ZwClose(handle) };
     result
+}
+
+/// The key's `LastWriteTime`, or `None`.
+fn last_write_time(key: HANDLE) -> Option<u64> {
+    // KEY_BASIC_INFORMATION: LastWriteTime i64, TitleIndex u32, NameLength
+    // u32, then the key's name (room here for 112 UTF-16 units). Read as
+    // bytes rather than through the header struct.
+    let mut information = [0_u64; 16];
+    let mut returned = 0_u32;
+    // SAFETY: the buffer outlives the call and its length is passed with it.
+    let status = unsafe {
+        ZwQueryKey(
+            key,
+            KeyBasicInformation,
+            information.as_mut_ptr().cast(),
+            u32::try_from(size_of_val(&information)).unwrap_or(0),
+            &raw mut returned,
+        )
+    };
+    (status >= 0 && returned >= 8).then(|| u64::from_le_bytes(information[0].to_le_bytes()))
 }
 
 fn query_dword(key: HANDLE, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
@@ -168,6 +201,17 @@ impl ParametersKey {
         // SAFETY: `handle` was opened above and is closed exactly once.
         let _ = unsafe { ZwClose(handle) };
         if status < 0 { Err(status) } else { Ok(()) }
+    }
+}
+
+/// A DWORD setting of the service's `Parameters` key: `None` when the key
+/// or value is missing, unreadable or not a DWORD.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn read_setting(parameters: Option<&ParametersKey>, value: &'static [u16]) -> Option<u32> {
+    match parameters?.read_dword(value) {
+        Ok(Dword::Value(setting)) => Some(setting),
+        Ok(Dword::Absent | Dword::WrongType) | Err(_) => None,
     }
 }
 

@@ -1,4 +1,4 @@
-//! Kernel routines and data kstack looks up by name at load, so a kernel
+//! Kernel routines kstack looks up by name at load, so a kernel
 //! that lacks one reports the feature unavailable instead of refusing to load
 //! the driver (a static import of a missing export fails the whole load on
 //! Windows). Windows before 2004 lacks `ExAllocatePool2`; Windows 7 lacks
@@ -9,7 +9,7 @@
 use core::{ffi::c_void, ptr};
 
 use wdk_sys::{
-    LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEX_CALLBACK_FUNCTION, POBJECT_TYPE,
+    LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEX_CALLBACK_FUNCTION,
     ntddk::MmGetSystemRoutineAddress,
 };
 
@@ -33,6 +33,11 @@ pub type RegisterRegistryCallback = unsafe extern "system" fn(
 ) -> NTSTATUS;
 /// `CmUnRegisterCallback(Cookie)`.
 pub type UnregisterRegistryCallback = unsafe extern "system" fn(LARGE_INTEGER) -> NTSTATUS;
+/// `ZwQuerySystemInformation(Class, Buffer, Length, ReturnLength)`: exported
+/// by ntoskrnl on every supported Windows, but declared only in user-mode
+/// headers, so looked up rather than imported.
+pub type QuerySystemInformation =
+    unsafe extern "system" fn(u32, *mut c_void, u32, *mut u32) -> NTSTATUS;
 
 /// What was found.
 pub struct Routines {
@@ -41,10 +46,7 @@ pub struct Routines {
     pub query_performance_counter: Option<QueryPerformanceCounter>,
     pub register_registry_callback: Option<RegisterRegistryCallback>,
     pub unregister_registry_callback: Option<UnregisterRegistryCallback>,
-    /// `&PsProcessType` (the exported variable), or null.
-    pub process_type: *mut POBJECT_TYPE,
-    /// `&PsThreadType`, or null.
-    pub thread_type: *mut POBJECT_TYPE,
+    pub query_system_information: Option<QuerySystemInformation>,
 }
 
 /// The address the kernel exports under `name`, or null.
@@ -94,14 +96,15 @@ impl Routines {
         let register_registry_callback = unsafe { routine(find(utf16!("CmRegisterCallbackEx"))) };
         // SAFETY: as above.
         let unregister_registry_callback = unsafe { routine(find(utf16!("CmUnRegisterCallback"))) };
+        // SAFETY: as above (the prototype in winternl.h).
+        let query_system_information = unsafe { routine(find(utf16!("ZwQuerySystemInformation"))) };
         Self {
             allocate_pool2,
             query_system_time,
             query_performance_counter,
             register_registry_callback,
             unregister_registry_callback,
-            process_type: find(utf16!("PsProcessType")).cast(),
-            thread_type: find(utf16!("PsThreadType")).cast(),
+            query_system_information,
         }
     }
 }

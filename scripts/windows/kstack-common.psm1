@@ -221,8 +221,7 @@ function Set-KStackRingCapacity {
     if ($Records -lt $script:RingCapacityMin -or $Records -gt $script:RingCapacityMax) {
         throw ('RingCapacity must be {0} to {1} records (the driver would clamp {2}).' -f $script:RingCapacityMin, $script:RingCapacityMax, $Records)
     }
-    New-Item -Path $script:ParametersKey -Force | Out-Null
-    New-ItemProperty -LiteralPath $script:ParametersKey -Name 'RingCapacity' -PropertyType DWord -Value $Records -Force | Out-Null
+    Set-KStackParameter -Name 'RingCapacity' -Value $Records
     Write-Host ('Parameters\RingCapacity = {0} (read when the driver starts).' -f $Records)
 }
 
@@ -276,4 +275,26 @@ function Get-KStackParameter {
     return Get-RegistryDword -Key $script:ParametersKey -Name $Name
 }
 
-Export-ModuleMember -Function Get-ScErrorExplanation, Invoke-Native, Invoke-Sc, Resolve-KStackPackage, Get-KStackDriver, Wait-KStackState, Close-KStackClients, Stop-KStackDriver, Get-RegistryDword, Set-KStackRingCapacity, Get-PagingExecutive, Invoke-KStack, Get-KStackStatus, Get-KStackParameter
+function Set-KStackParameter {
+    <#
+    .SYNOPSIS
+        Writes a REG_DWORD under the service's Parameters key (creating the
+        key); the driver reads it at its next start.
+    #>
+    [CmdletBinding()]
+    param([Parameter(Mandatory = $true)] [string] $Name, [Parameter(Mandatory = $true)] [int64] $Value)
+    New-Item -Path $script:ParametersKey -Force | Out-Null
+    New-ItemProperty -LiteralPath $script:ParametersKey -Name $Name -PropertyType DWord -Value $Value -Force | Out-Null
+}
+
+function Remove-KStackParameter {
+    <#
+    .SYNOPSIS
+        Removes a value under the service's Parameters key, if it is there.
+    #>
+    [CmdletBinding()]
+    param([Parameter(Mandatory = $true)] [string] $Name)
+    Remove-ItemProperty -LiteralPath $script:ParametersKey -Name $Name -ErrorAction SilentlyContinue
+}
+
+Export-ModuleMember -Function Get-ScErrorExplanation, Invoke-Native, Invoke-Sc, Resolve-KStackPackage, Get-KStackDriver, Wait-KStackState, Close-KStackClients, Stop-KStackDriver, Get-RegistryDword, Set-KStackRingCapacity, Get-PagingExecutive, Invoke-KStack, Get-KStackStatus, Get-KStackParameter, Set-KStackParameter, Remove-KStackParameter

@@ -106,11 +106,11 @@ switch ($Action) {
         }
         Write-Host ('Service:    kstack, {0}, start mode {1}' -f $driver.State, $driver.StartMode)
         Write-Host ('Image:      {0}' -f $driver.PathName)
-        foreach ($name in @('RingCapacity', 'LastUnloadPoolAllocations')) {
+        foreach ($name in @('RingCapacity', 'AssumePagingExecutiveInEffect', 'LastUnloadPoolAllocations')) {
             Write-Host ('Parameters\{0}: {1}' -f $name, (Get-KStackParameter -Name $name))
         }
         $paging = Get-PagingExecutive
-        Write-Host ('DisablePagingExecutive: {0} (1 lets the timer source walk stacks; see paging-executive.ps1)' -f $paging)
+        Write-Host ('DisablePagingExecutive: {0} (1, in effect from the next boot, lets the timer source walk stacks; kstack status says whether it is in effect; see paging-executive.ps1)' -f $paging)
         if ($driver.State -eq 'Running') {
             $package = Resolve-KStackPackage -PackageDir $PackageDir -ScriptRoot $PSScriptRoot
             Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))

@@ -240,18 +240,21 @@ foreach ($source in @('process', 'thread', 'image', 'registry', 'object', 'ondem
     Step ('watch {0}' -f $source) { Test-Source -Source $source }
 }
 
-$paging = Get-PagingExecutive
-if ($paging -eq 1) {
-    Step 'watch timer (DisablePagingExecutive=1)' {
+# The driver, not the registry, says whether DisablePagingExecutive=1 is in
+# effect: a value written since this boot is not (docs/real-kernel.md).
+$paging = (Get-KStackStatus -PackageDir $package).paging_executive
+Write-Host ('DisablePagingExecutive: configured {0}, in effect {1} ({2})' -f $paging.configured, $paging.in_effect, $paging.decided_by)
+if ($paging.in_effect) {
+    Step 'watch timer (DisablePagingExecutive=1 in effect)' {
         Test-Source -Source 'timer' -Extra @('--timer-period', '10')
     }
 } else {
-    Step 'timer is refused while paging is allowed (0xE0B50001)' {
+    Step 'timer is refused while DisablePagingExecutive=1 is not in effect (0xE0B50001)' {
         $text = Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'timer') -Expect @(5)
         if ($text -notmatch 'DisablePagingExecutive') {
             throw ('the refusal does not explain the fix: {0}' -f $text)
         }
-        Write-Host '  (set DisablePagingExecutive=1 with paging-executive.ps1 -Enable and reboot to sample the timer too)'
+        Write-Host '  (set DisablePagingExecutive=1 with paging-executive.ps1 -Enable -Restart to sample the timer too)'
     }
 }
 

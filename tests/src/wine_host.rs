@@ -77,11 +77,7 @@ impl WineHost {
         // (seen with Wine 8): let that server end before anything else.
         host.run_detached(host.command("wine").args(["wineboot", "-i"]))?;
         host.run_detached(host.command("wineserver").arg("-w"))?;
-        // Persistent: otherwise wineserver exits with its last client and
-        // takes winedevice.exe, the driver's host process, with it.
-        host.run_detached(host.command("wineserver").arg("-p"))?;
-        // Start services.exe now, with no output of ours to inherit.
-        host.run_detached(host.command("wine").arg("wineboot"))?;
+        host.boot()?;
         fs::create_dir_all(&host.client_dir)
             .map_err(|error| format!("creating the client folder: {error}"))?;
         host.install_driver_image(package)?;
@@ -98,6 +94,34 @@ impl WineHost {
         )?;
         host.create_service()?;
         Ok(host)
+    }
+
+    /// Starts the prefix's wineserver and services.exe.
+    fn boot(&self) -> WineResult<()> {
+        // Persistent: otherwise wineserver exits with its last client and
+        // takes winedevice.exe, the driver's host process, with it.
+        self.run_detached(self.command("wineserver").arg("-p"))?;
+        // Start services.exe now, with no output of ours to inherit.
+        self.run_detached(self.command("wine").arg("wineboot"))
+    }
+
+    /// The prefix's reboot: stops the driver, ends the wineserver (which
+    /// saves the registry, write times included) and starts a new one, whose
+    /// start time is the boot time the driver sees
+    /// (`SystemTimeOfDayInformation`). The driver is not started.
+    ///
+    /// # Errors
+    /// Any step that fails, with its output.
+    pub fn reboot(&self) -> WineResult<()> {
+        if self.driver_running() {
+            self.stop_driver()?;
+        }
+        self.run_detached(self.command("wineserver").arg("-k"))?;
+        self.run_detached(self.command("wineserver").arg("-w"))?;
+        // Registry write times and the boot time are 100 ns apart at least;
+        // a whole second makes "written before boot" plain in any log.
+        thread::sleep(Duration::from_secs(1));
+        self.boot()
     }
 
     /// Copies `dir`'s kstack.sys to where the service loads it from; the
@@ -344,12 +368,39 @@ impl WineHost {
     }
 
     /// Sets `DisablePagingExecutive` (or removes it). The driver reads it at
-    /// load, as Windows reads it at boot: restart the driver to apply.
+    /// load and takes it as in effect only when its key was written before
+    /// this boot ([`Self::reboot`]) or the override says so
+    /// ([`Self::set_assume_paging_executive_in_effect`]).
     ///
     /// # Errors
     /// When reg fails.
     pub fn set_disable_paging_executive(&self, value: Option<u32>) -> WineResult<()> {
         self.set_dword(MEMORY_MANAGEMENT_KEY, "DisablePagingExecutive", value)
+    }
+
+    /// Sets the service's `Parameters\AssumePagingExecutiveInEffect` (or
+    /// removes it); read at load.
+    ///
+    /// # Errors
+    /// When reg fails.
+    pub fn set_assume_paging_executive_in_effect(&self, value: Option<u32>) -> WineResult<()> {
+        self.set_dword(
+            PARAMETERS_KEY,
+            kstack_abi::paging::ASSUME_IN_EFFECT_VALUE,
+            value,
+        )
+    }
+
+    /// Sets `DisablePagingExecutive`=1 and says it is in effect with the
+    /// override, as a test machine's owner would after rebooting: the
+    /// driver then walks at `DISPATCH_LEVEL` (the timer source) from its
+    /// next start.
+    ///
+    /// # Errors
+    /// When reg fails.
+    pub fn allow_elevated_walks(&self) -> WineResult<()> {
+        self.set_disable_paging_executive(Some(1))?;
+        self.set_assume_paging_executive_in_effect(Some(1))
     }
 
     /// Sets the service's `Parameters\RingCapacity` (or removes it); read at

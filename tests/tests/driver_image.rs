@@ -276,8 +276,9 @@ const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
 /// that are looked up at run time instead (driver/src/routines.rs:
 /// `ExAllocatePool2`, Windows 10 2004; `KeQuerySystemTimePrecise`,
 /// Windows 8; `CmRegisterCallbackEx`; `KeQueryPerformanceCounter`, HAL's
-/// before Windows 8).
-const KERNEL_IMPORTS: [(&str, Windows); 43] = [
+/// before Windows 8; `ZwQuerySystemInformation`, declared only in user-mode
+/// headers). Data exports are imported, as the WDK declares them.
+const KERNEL_IMPORTS: [(&str, Windows); 46] = [
     ("ExAllocatePoolWithTag", Windows::W2000),
     ("ExFreePoolWithTag", Windows::W2000),
     ("IoCreateDevice", Windows::W2000),
@@ -303,11 +304,13 @@ const KERNEL_IMPORTS: [(&str, Windows); 43] = [
     ("PsGetCurrentThreadId", Windows::W2000),
     ("PsGetProcessId", Windows::Xp),
     ("PsGetThreadProcessId", Windows::VistaSp1),
+    ("PsProcessType", Windows::W2000),
     ("PsRemoveCreateThreadNotifyRoutine", Windows::Xp),
     ("PsRemoveLoadImageNotifyRoutine", Windows::Xp),
     ("PsSetCreateProcessNotifyRoutineEx", Windows::VistaSp1),
     ("PsSetCreateThreadNotifyRoutine", Windows::W2000),
     ("PsSetLoadImageNotifyRoutine", Windows::W2000),
+    ("PsThreadType", Windows::W2000),
     ("RtlAddAccessAllowedAce", Windows::W2000),
     ("RtlCaptureStackBackTrace", Windows::Xp),
     ("RtlCreateAcl", Windows::W2000),
@@ -316,6 +319,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 43] = [
     ("ZwClose", Windows::W2000),
     ("ZwCreateKey", Windows::W2000),
     ("ZwOpenKey", Windows::W2000),
+    ("ZwQueryKey", Windows::W2000),
     ("ZwQueryValueKey", Windows::W2000),
     ("ZwSetSecurityObject", Windows::Xp),
     ("ZwSetValueKey", Windows::W2000),
@@ -368,6 +372,14 @@ fn every_import_exists_on_the_minimum_windows() {
         .into_iter()
         .find(|(dll, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
         .expect("kstack.sys imports from ntoskrnl.exe");
+    // The object types are data exports: imported (the documented way), not
+    // found with MmGetSystemRoutineAddress, which is documented for routines.
+    for data in ["PsProcessType", "PsThreadType"] {
+        assert!(
+            kernel.1.iter().any(|name| name.as_deref() == Some(data)),
+            "kstack.sys must import {data}"
+        );
+    }
     for name in kernel.1 {
         let name = name.expect("kstack.sys imports by name");
         let Some(&(_, since)) = KERNEL_IMPORTS.iter().find(|(known, _)| *known == name) else {

@@ -639,3 +639,39 @@ fn workflow_has_the_linux_and_windows_jobs() {
         assert!(errors.is_empty(), "step does not parse: {errors:?}\n{run}");
     }
 }
+
+#[test]
+fn the_paging_script_sets_the_override_the_driver_reads_and_only_for_the_value_1() {
+    let script = read(&scripts_dir().join("paging-executive.ps1"));
+    let override_value = kstack_abi::paging::ASSUME_IN_EFFECT_VALUE;
+    assert!(
+        script.contains(&format!("$override = '{override_value}'")),
+        "paging-executive.ps1 names Parameters\\{override_value}"
+    );
+    let assume = script
+        .find("'Assume' {")
+        .expect("paging-executive.ps1 has -AssumeInEffect");
+    let refuse = script[assume..]
+        .find("if ($current -ne 1) {\n            throw")
+        .expect("-AssumeInEffect refuses a value other than 1");
+    let set = script[assume..]
+        .find("Set-KStackParameter -Name $override -Value 1")
+        .expect("-AssumeInEffect sets the override");
+    assert!(
+        refuse < set,
+        "the value is checked before the override is set"
+    );
+    // A new value needs a reboot: -Enable and -Disable drop any override.
+    for action in ["'Enable' {", "'Disable' {"] {
+        let start = script.find(action).expect(action);
+        let end = start + script[start..].find("\n    }").expect("end of the action");
+        assert!(
+            script[start..end].contains("Remove-KStackParameter -Name $override"),
+            "{action} removes the override"
+        );
+    }
+    // The smoke test asks the driver, not the registry, whether it is in effect.
+    let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
+    assert!(smoke.contains("(Get-KStackStatus -PackageDir $package).paging_executive"));
+    assert!(smoke.contains("if ($paging.in_effect) {"));
+}

@@ -136,7 +136,7 @@ fn cases() -> [(&'static str, Case); 14] {
             release_driver_refuses_injection,
         ),
         (
-            "timer source: refused without DisablePagingExecutive, samples with it",
+            "DisablePagingExecutive: in effect only after a reboot or by the override; the timer follows",
             timer_follows_the_paging_policy,
         ),
         (
@@ -164,6 +164,7 @@ fn fresh_driver(wine: &WineHost) -> WineResult<()> {
         wine.stop_driver()?;
     }
     wine.set_disable_paging_executive(None)?;
+    wine.set_assume_paging_executive_in_effect(None)?;
     wine.set_ring_capacity(None)?;
     wine.start_driver()
 }
@@ -218,6 +219,10 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     expect("/abi_version", Value::from(kstack_abi::ABI_VERSION))?;
     expect("/driver_version", Value::from(env!("CARGO_PKG_VERSION")))?;
     expect("/disable_paging_executive", Value::Null)?;
+    expect(
+        "/paging_executive/decided_by",
+        Value::from("not_configured"),
+    )?;
     expect("/elevated_walks_allowed", Value::Bool(false))?;
     expect("/read", Value::from(0))?;
     // ObRegisterCallbacks succeeds under Wine at kstack's default altitude;
@@ -553,11 +558,11 @@ fn read_and_clear(context: &Context) -> WineResult<()> {
     counters_add_up(&status)
 }
 
-/// Restarts the driver with `DisablePagingExecutive`=1, so the timer
-/// source can be enabled.
+/// Restarts the driver with `DisablePagingExecutive`=1 taken as in effect
+/// (the override), so the timer source can be enabled.
 fn allow_elevated_walks(wine: &WineHost) -> WineResult<()> {
     wine.stop_driver()?;
-    wine.set_disable_paging_executive(Some(1))?;
+    wine.allow_elevated_walks()?;
     wine.start_driver()
 }
 
@@ -827,8 +832,9 @@ fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
     })
 }
 
-fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
-    let wine = &context.wine;
+/// The timer source is refused while `DisablePagingExecutive`=1 is not in
+/// effect; `reason` says which state that is.
+fn expect_timer_refused(wine: &WineHost, reason: &str) -> WineResult<()> {
     let refused = wine.client(&["config", "--enable", "timer"])?;
     let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
     ensure(
@@ -837,12 +843,59 @@ fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
             && stderr.contains("0xe0b50001"),
         || {
             format!(
-                "the timer must be refused while paging is allowed: {:?} {stderr}",
+                "the timer must be refused ({reason}): {:?} {stderr}",
                 refused.status
             )
         },
+    )
+}
+
+/// Status's paging part must be `decided_by`, in effect or not.
+fn expect_paging(wine: &WineHost, decided_by: &str, in_effect: bool) -> WineResult<Value> {
+    let status = status(wine)?;
+    let paging = &status["paging_executive"];
+    ensure(
+        paging["decided_by"] == decided_by
+            && paging["in_effect"] == in_effect
+            && status["elevated_walks_allowed"] == in_effect
+            && status["disable_paging_executive"] == 1,
+        || format!("expected {decided_by} (in effect: {in_effect}): {status:#}"),
     )?;
-    allow_elevated_walks(wine)?;
+    Ok(status)
+}
+
+fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    expect_timer_refused(wine, "the value not set")?;
+
+    // Written after this boot: configured, not in effect.
+    wine.stop_driver()?;
+    wine.set_disable_paging_executive(Some(1))?;
+    wine.start_driver()?;
+    expect_paging(wine, "written_since_boot", false)?;
+    let text = wine.client_ok(&["status"])?;
+    ensure(
+        text.contains("DisablePagingExecutive: 1, configured, NOT in effect")
+            && text.contains(kstack_abi::paging::ASSUME_IN_EFFECT_VALUE),
+        || format!("status must explain the state and the override:\n{text}"),
+    )?;
+    expect_timer_refused(wine, "the value written after this boot")?;
+
+    // After a reboot the key was last written before the boot: in effect.
+    wine.reboot()?;
+    wine.start_driver()?;
+    let status = expect_paging(wine, "written_before_boot", true)?;
+    // RFC 3339 UTC times to the second compare as text; the reboot puts a
+    // whole second between the two.
+    let time = |name: &str| {
+        status["paging_executive"][name]
+            .as_str()
+            .and_then(|text| text.get(..19))
+            .ok_or_else(|| format!("paging_executive/{name} is not a time: {status:#}"))
+    };
+    ensure(time("key_written")? < time("boot_time")?, || {
+        format!("the key must be written before the boot: {status:#}")
+    })?;
     wine.client_ok(&["config", "--enable", "timer", "--timer-period", "5"])?;
     thread::sleep(Duration::from_millis(500));
     wine.client_ok(&["config", "--disable", "timer"])?;
@@ -856,17 +909,27 @@ fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
             .all(|record| record["source"] == "timer" && record["facts"] == serde_json::json!({})),
         || "a non-timer record".to_owned(),
     )?;
-    let status = status(wine)?;
-    ensure(
-        status["elevated_walks_allowed"] == true && status["disable_paging_executive"] == 1,
-        || format!("status after DisablePagingExecutive=1: {status}"),
-    )
+
+    // Written again since this boot, with the override: taken as in effect,
+    // and reported as the override. (Wine's registry leaves the key's time
+    // alone when a value is set to what it holds, so remove it first.)
+    wine.stop_driver()?;
+    wine.set_disable_paging_executive(None)?;
+    wine.set_disable_paging_executive(Some(1))?;
+    wine.set_assume_paging_executive_in_effect(Some(1))?;
+    wine.start_driver()?;
+    let status = expect_paging(wine, "override", true)?;
+    ensure(status["paging_executive"]["override"] == true, || {
+        format!("the override must be reported: {status:#}")
+    })?;
+    wine.client_ok(&["config", "--enable", "timer", "--timer-period", "5"])
+        .map(drop)
 }
 
 fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
     let wine = &context.wine;
     wine.stop_driver()?;
-    wine.set_disable_paging_executive(Some(1))?;
+    wine.allow_elevated_walks()?;
     wine.set_ring_capacity(Some(16))?;
     wine.start_driver()?;
     let applied = status(wine)?;
@@ -1016,7 +1079,7 @@ fn start_stop_cycles(context: &Context) -> WineResult<()> {
     const CYCLES: u32 = 100;
     let wine = &context.wine;
     wine.stop_driver()?;
-    wine.set_disable_paging_executive(Some(1))?;
+    wine.allow_elevated_walks()?;
     for cycle in 1..=CYCLES {
         wine.start_driver()
             .map_err(|error| format!("cycle {cycle}: {error}"))?;

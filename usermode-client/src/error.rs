@@ -257,7 +257,8 @@ pub fn explain(status: NtStatus) -> &'static str {
             "the timer source walks stacks at DISPATCH_LEVEL, which is only safe when executive code cannot \
              be paged out. For a temporary diagnosis session set, as Administrator:\n  \
              reg add \"HKLM\\SYSTEM\\CurrentControlSet\\Control\\Session Manager\\Memory Management\" \
-             /v DisablePagingExecutive /t REG_DWORD /d 1 /f\nthen reboot, and remove the value when done"
+             /v DisablePagingExecutive /t REG_DWORD /d 1 /f\nthen reboot (the value applies from the next boot; \
+             `kstack status` says whether it is in effect), and remove the value when done"
         }
         KSTACK_STATUS_STACK_TOO_LOW => {
             "the request reached the driver with less than 8 KiB of kernel stack left, too little for a \

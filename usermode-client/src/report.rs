@@ -2,10 +2,13 @@
 
 use std::fmt::Write as _;
 
-use kstack_abi::{ABI_VERSION, KSTACK_VERSION, PagingExecutive, Source, StatusResponse};
+use kstack_abi::{
+    ABI_VERSION, KSTACK_VERSION, PagingExecutive, PagingInEffect, Source, StatusResponse,
+    paging::ASSUME_IN_EFFECT_VALUE,
+};
 use serde_json::{Value, json};
 
-use crate::stack_table::counted;
+use crate::{stack_table::counted, trace::system_time_text};
 
 /// The `kstack status` report.
 #[must_use]
@@ -152,9 +155,14 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "base": format!("{:#x}", status.driver_image.base),
             "size": status.driver_image.size,
         },
-        "disable_paging_executive": match status.paging_executive {
-            PagingExecutive::NotSet => Value::Null,
-            PagingExecutive::Value(value) => json!(value),
+        "disable_paging_executive": status.paging_executive.configured,
+        "paging_executive": {
+            "configured": status.paging_executive.configured,
+            "in_effect": status.paging_executive.allows_elevated_walks(),
+            "decided_by": in_effect_name(status.paging_executive.in_effect),
+            "override": status.paging_executive.override_set,
+            "key_written": time_json(status.paging_executive.key_written),
+            "boot_time": time_json(status.paging_executive.boot_time),
         },
         "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
         "ring": {
@@ -181,19 +189,83 @@ pub fn status_json(status: &StatusResponse) -> Value {
     })
 }
 
-/// `DisablePagingExecutive` and what it means for capture.
-fn paging_executive(value: PagingExecutive) -> String {
-    let consequence = if value.allows_elevated_walks() {
-        "executive code stays resident, so stacks are also walked at DISPATCH_LEVEL and above (timer source \
-         allowed). Meant for temporary diagnosis: remove the value and reboot when done"
-    } else {
-        "executive code may be paged out, so no stack is walked at DISPATCH_LEVEL or above (those events are \
-         counted as skipped; the timer source is refused). For a diagnosis session set it to 1 and reboot"
-    };
-    match value {
-        PagingExecutive::NotSet => format!("not set; {consequence}"),
-        PagingExecutive::Value(number) => format!("{number}; {consequence}"),
+/// The JSON name of how "in effect" was decided.
+const fn in_effect_name(in_effect: PagingInEffect) -> &'static str {
+    match in_effect {
+        PagingInEffect::NotConfigured => "not_configured",
+        PagingInEffect::WrittenSinceBoot => "written_since_boot",
+        PagingInEffect::Unknown => "unknown",
+        PagingInEffect::BeforeBoot => "written_before_boot",
+        PagingInEffect::AssumedByOverride => "override",
     }
+}
+
+/// A status time (100 ns since 1601, 0: unknown) as JSON.
+fn time_json(filetime: u64) -> Value {
+    (filetime != 0)
+        .then(|| system_time_text(filetime))
+        .flatten()
+        .map_or(Value::Null, Value::from)
+}
+
+/// A status time as text.
+fn time_text(filetime: u64) -> String {
+    (filetime != 0)
+        .then(|| system_time_text(filetime))
+        .flatten()
+        .unwrap_or_else(|| "an unknown time".to_owned())
+}
+
+/// `DisablePagingExecutive`: configured, in effect, why, and what that
+/// means for capture.
+fn paging_executive(paging: PagingExecutive) -> String {
+    let value = paging
+        .configured
+        .map_or_else(|| "not set".to_owned(), |value| value.to_string());
+    let times = format!(
+        "the Memory Management key was last written at {}, this boot at {}",
+        time_text(paging.key_written),
+        time_text(paging.boot_time)
+    );
+    let override_hint = format!(
+        "if you did reboot with the value set, say so with \
+         `reg add HKLM\\SYSTEM\\CurrentControlSet\\Services\\{service}\\{parameters} /v {ASSUME_IN_EFFECT_VALUE} \
+         /t REG_DWORD /d 1 /f` and restart the driver",
+        service = kstack_abi::SERVICE_NAME,
+        parameters = kstack_abi::PARAMETERS_KEY,
+    );
+    let state = match paging.in_effect {
+        PagingInEffect::NotConfigured if paging.override_set => format!(
+            "not in effect ({ASSUME_IN_EFFECT_VALUE} is set but applies only to the value 1)"
+        ),
+        PagingInEffect::NotConfigured => "not in effect".to_owned(),
+        PagingInEffect::WrittenSinceBoot => format!(
+            "configured, NOT in effect: {times}, so the kernel may not have applied it (the value \
+             applies from the next boot; Windows can also write to that key while it boots). Reboot; \
+             {override_hint}"
+        ),
+        PagingInEffect::Unknown => format!(
+            "configured, NOT in effect: the key's write time or the boot time could not be read, and \
+             kstack then assumes not ({times}). {override_hint}"
+        ),
+        PagingInEffect::BeforeBoot => format!("in effect: {times}, before it"),
+        PagingInEffect::AssumedByOverride => format!(
+            "taken as in effect because {ASSUME_IN_EFFECT_VALUE}=1 says this boot applied it \
+             ({times}); remove that value with DisablePagingExecutive"
+        ),
+    };
+    let consequence = if paging.allows_elevated_walks() {
+        "Executive code stays resident, so stacks are also walked at DISPATCH_LEVEL and above (timer \
+         source allowed). Meant for temporary diagnosis: remove the value and reboot when done"
+    } else if paging.configured == Some(1) {
+        "Until it is, no stack is walked at DISPATCH_LEVEL or above (those events are counted as \
+         skipped; the timer source is refused)"
+    } else {
+        "Executive code may be paged out, so no stack is walked at DISPATCH_LEVEL or above (those \
+         events are counted as skipped; the timer source is refused). For a diagnosis session set it \
+         to 1 and reboot"
+    };
+    format!("{value}, {state}. {consequence}")
 }
 
 #[cfg(test)]
@@ -232,7 +304,9 @@ mod tests {
             "sum of per-source counts:\n{text}"
         );
         assert!(
-            text.contains("DisablePagingExecutive: not set; executive code may be paged out"),
+            text.contains(
+                "DisablePagingExecutive: not set, not in effect. Executive code may be paged out"
+            ),
             "{text}"
         );
     }
@@ -255,15 +329,83 @@ mod tests {
     }
 
     #[test]
-    fn paging_executive_1_is_described_as_allowing_elevated_walks() {
-        let text = paging_executive(PagingExecutive::Value(1));
+    fn every_paging_state_is_explained() {
+        let written = 0x01DD_0000_0000_0000;
+        let boot = written + 10_000_000;
+        let before = paging_executive(PagingExecutive::decide(
+            Some(1),
+            Some(written),
+            Some(boot),
+            false,
+        ));
         assert!(
-            text.starts_with("1; executive code stays resident"),
-            "{text}"
+            before.starts_with("1, in effect: the Memory Management key was last written at ")
+                && before.contains("Executive code stays resident"),
+            "{before}"
         );
+        let since = paging_executive(PagingExecutive::decide(
+            Some(1),
+            Some(boot),
+            Some(written),
+            false,
+        ));
         assert!(
-            paging_executive(PagingExecutive::Value(0))
-                .starts_with("0; executive code may be paged out")
+            since.starts_with("1, configured, NOT in effect: ")
+                && since.contains("Reboot")
+                && since.contains(&format!("/v {ASSUME_IN_EFFECT_VALUE} /t REG_DWORD /d 1"))
+                && since.contains("the timer source is refused"),
+            "{since}"
         );
+        let unknown = paging_executive(PagingExecutive::decide(Some(1), None, Some(boot), false));
+        assert!(
+            unknown.contains("could not be read") && unknown.contains("an unknown time"),
+            "{unknown}"
+        );
+        let assumed = paging_executive(PagingExecutive::decide(
+            Some(1),
+            Some(boot),
+            Some(written),
+            true,
+        ));
+        assert!(
+            assumed.starts_with(&format!(
+                "1, taken as in effect because {ASSUME_IN_EFFECT_VALUE}=1"
+            )) && assumed.contains("stays resident"),
+            "{assumed}"
+        );
+        let zero = paging_executive(PagingExecutive::decide(Some(0), None, None, true));
+        assert!(
+            zero.starts_with(
+                "0, not in effect (AssumePagingExecutiveInEffect is set but applies only"
+            ) && zero.contains("may be paged out"),
+            "{zero}"
+        );
+    }
+
+    #[test]
+    fn status_json_says_how_paging_was_decided() {
+        let mut status = sample_status();
+        let written = 0x01DD_0000_0000_0000;
+        status.paging_executive =
+            PagingExecutive::decide(Some(1), Some(written), Some(written + 1), false);
+        let value = status_json(&status);
+        assert_eq!(value["disable_paging_executive"], 1);
+        assert_eq!(value["paging_executive"]["in_effect"], true);
+        assert_eq!(
+            value["paging_executive"]["decided_by"],
+            "written_before_boot"
+        );
+        assert_eq!(value["paging_executive"]["override"], false);
+        assert!(
+            value["paging_executive"]["key_written"]
+                .as_str()
+                .unwrap()
+                .ends_with('Z')
+        );
+        assert_eq!(value["elevated_walks_allowed"], true);
+        status.paging_executive = PagingExecutive::NOT_SET;
+        let value = status_json(&status);
+        assert_eq!(value["paging_executive"]["decided_by"], "not_configured");
+        assert_eq!(value["paging_executive"]["key_written"], Value::Null);
     }
 }

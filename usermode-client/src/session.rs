@@ -326,7 +326,7 @@ pub(crate) mod tests {
     pub fn sample_status() -> StatusResponse {
         StatusResponse {
             driver_version: (0, 1, 0),
-            paging_executive: PagingExecutive::NotSet,
+            paging_executive: PagingExecutive::NOT_SET,
             ring_capacity: 8192,
             ring_used: 3,
             ring_shards: 2,

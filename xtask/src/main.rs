@@ -219,12 +219,14 @@ fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
     process::step(
         "timer sampling walks stacks at DISPATCH_LEVEL, which is only safe when executive code cannot be \
          paged out: setting DisablePagingExecutive=1 in this prefix's registry (on a real machine: temporary, \
-         for diagnosis, and it needs a reboot; here a driver restart)",
+         for diagnosis), then rebooting (here: a new wineserver), since the value applies from the next boot",
     );
     wine.stop_driver().map_err(anyhow::Error::msg)?;
     wine.set_disable_paging_executive(Some(1))
         .map_err(anyhow::Error::msg)?;
+    wine.reboot().map_err(anyhow::Error::msg)?;
     wine.start_driver().map_err(anyhow::Error::msg)?;
+    client(&["status"])?;
     client(&[
         "config",
         "--enable",

@@ -32,7 +32,7 @@ pub fn register_all(driver: &LoadedDriver, driver_object: *mut DRIVER_OBJECT, ba
         driver
             .registry
             .register(&driver.routines, driver_object, bases.registry);
-    let (objects, object_altitude) = driver.objects.register(&driver.routines, bases.object);
+    let (objects, object_altitude) = driver.objects.register(bases.object);
     let results = [
         (Source::Process, process::register()),
         (Source::Thread, thread::register()),

@@ -17,14 +17,13 @@ use wdk_sys::{
     _OB_PREOP_CALLBACK_STATUS::OB_PREOP_SUCCESS,
     NTSTATUS, OB_CALLBACK_REGISTRATION, OB_FLT_REGISTRATION_VERSION, OB_OPERATION_HANDLE_CREATE,
     OB_OPERATION_HANDLE_DUPLICATE, OB_OPERATION_REGISTRATION, OB_PRE_OPERATION_INFORMATION,
-    OB_PREOP_CALLBACK_STATUS, POB_PRE_OPERATION_INFORMATION, PVOID, STATUS_NOT_SUPPORTED,
+    OB_PREOP_CALLBACK_STATUS, POB_PRE_OPERATION_INFORMATION, PVOID,
     ntddk::{ObRegisterCallbacks, ObUnRegisterCallbacks, PsGetProcessId, PsGetThreadProcessId},
 };
 
 use crate::{
-    kernel::{handle_to_id, unicode_string_over},
-    loaded::{self, LoadedDriver},
-    routines::Routines,
+    kernel::{ObjectType, handle_to_id, unicode_string_over},
+    loaded,
 };
 
 /// The registration and the operation table it points to (kept where the
@@ -49,22 +48,20 @@ pub(crate) unsafe extern "C" fn on_handle(
 ) -> OB_PREOP_CALLBACK_STATUS {
     // SAFETY: the kernel passes valid operation information for the call.
     if let Some(info) = unsafe { info.as_ref() } {
-        loaded::record(|driver| handle_facts(driver, info));
+        loaded::record(|_| handle_facts(info));
     }
     // kstack only observes: the access is granted as asked.
     OB_PREOP_SUCCESS
 }
 
 /// Max IRQL: `PASSIVE_LEVEL`.
-fn handle_facts(driver: &LoadedDriver, info: &OB_PRE_OPERATION_INFORMATION) -> Option<SourceFacts> {
+fn handle_facts(info: &OB_PRE_OPERATION_INFORMATION) -> Option<SourceFacts> {
     let operation = match info.Operation {
         OB_OPERATION_HANDLE_CREATE => HandleOperation::Create,
         OB_OPERATION_HANDLE_DUPLICATE => HandleOperation::Duplicate,
         _ => return None,
     };
-    // SAFETY: non-null (checked at registration) address of PsProcessType.
-    let process_type = unsafe { *driver.routines.process_type };
-    let (object, target) = if info.ObjectType == process_type {
+    let (object, target) = if info.ObjectType == ObjectType::Process.get() {
         // SAFETY: the object of a process-type operation is a process.
         (ObjectKind::Process, unsafe {
             PsGetProcessId(info.Object.cast())
@@ -102,10 +99,7 @@ impl ObjectCallbacks {
     /// returns the status and the altitude in use.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
-    pub fn register(&self, routines: &Routines, base: u32) -> (NTSTATUS, Altitude) {
-        if routines.process_type.is_null() || routines.thread_type.is_null() {
-            return (STATUS_NOT_SUPPORTED, Altitude::default());
-        }
+    pub fn register(&self, base: u32) -> (NTSTATUS, Altitude) {
         let operation = |object_type| OB_OPERATION_REGISTRATION {
             ObjectType: object_type,
             Operations: OB_OPERATION_HANDLE_CREATE | OB_OPERATION_HANDLE_DUPLICATE,
@@ -116,8 +110,8 @@ impl ObjectCallbacks {
         // SAFETY: nothing else touches the table before registration.
         unsafe {
             operations.write([
-                operation(routines.process_type),
-                operation(routines.thread_type),
+                operation(ObjectType::Process.variable()),
+                operation(ObjectType::Thread.variable()),
             ]);
         };
         register_at_free_altitude(base, |altitude| {
