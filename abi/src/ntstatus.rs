@@ -51,8 +51,9 @@ pub const STATUS_DEVICE_BUSY: NtStatus = nt(0x8000_0011);
 const KSTACK_FACILITY_ERROR: u32 = 0xE0B5_0000;
 
 /// Enabling a source that runs at DISPATCH_LEVEL (the timer) while the
-/// kernel may page executive code: a stack walk there could need a page
-/// fault where none is allowed. Fix: `DisablePagingExecutive`=1 and reboot.
+/// kernel may page executive code (`DisablePagingExecutive`=1 not in effect,
+/// [`crate::paging`]): a stack walk there could need a page fault where none
+/// is allowed. Fix: `DisablePagingExecutive`=1 and reboot.
 pub const KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED: NtStatus = nt(KSTACK_FACILITY_ERROR | 1);
 
 /// A capture-now request arrived with less kernel stack left than kstack

@@ -329,13 +329,21 @@ impl WineHost {
         if !Self::not_started(&output) {
             return Ok(output);
         }
-        eprintln!("wine did not start {name} {args:?} (exit 1, no output); retrying once");
+        eprintln!("wine did not start {name} {args:?} (exit 1 before it ran); retrying once");
         capture(command().env("WINEDEBUG", "-all,err+all"))
     }
 
-    /// Whether `wine` failed before the program printed anything.
+    /// Whether `wine` failed before the program ran: exit 1 with no output,
+    /// or with the launcher's own complaint (seen once in 100 `sc stop`s
+    /// right after a prefix reboot, 2026-11-24: "Application could not be
+    /// started, ... ShellExecuteEx failed: Internal error.").
     fn not_started(output: &Output) -> bool {
-        output.status.code() == Some(1) && output.stdout.is_empty() && output.stderr.is_empty()
+        output.status.code() == Some(1)
+            && output.stderr.is_empty()
+            && (output.stdout.is_empty()
+                || output
+                    .stdout
+                    .starts_with(b"Application could not be started"))
     }
 
     fn program_command(&self, name: &str, args: &[&str]) -> Command {
