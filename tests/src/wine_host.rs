@@ -336,7 +336,7 @@ impl WineHost {
     /// Whether `wine` failed before the program ran: exit 1 with no output,
     /// or with the launcher's own complaint (seen once in 100 `sc stop`s
     /// right after a prefix reboot, 2026-11-24: "Application could not be
-    /// started, ... ShellExecuteEx failed: Internal error.").
+    /// started, ..." then "`ShellExecuteEx` failed").
     fn not_started(output: &Output) -> bool {
         output.status.code() == Some(1)
             && output.stderr.is_empty()
