@@ -13,7 +13,7 @@
 //! [`requests::SourceControl`]; everything here is plain safe Rust but for
 //! the ring's slot access, whose invariants `ring` documents.
 
-#![cfg_attr(not(test), no_std)]
+#![cfg_attr(not(any(test, feature = "test-support")), no_std)]
 
 pub mod capture;
 pub mod paging_policy;
@@ -22,9 +22,12 @@ pub mod ring;
 pub mod rundown;
 pub mod sharded_ring;
 mod sync;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 
 pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration};
 pub use requests::SourceControl;
 pub use ring::{RecordRing, Slot};
 pub use rundown::{Rundown, RundownGuard};
 pub use sharded_ring::{Shard, ShardedRing};
+pub use sync::Wait;

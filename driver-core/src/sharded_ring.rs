@@ -458,12 +458,15 @@ pub(crate) mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::test_support::keep;
 
-    /// A sharded ring of `capacity` records in `shards` shards, leaked so
-    /// tests can hold it as long as they like.
+    /// A sharded ring of `capacity` records in `shards` shards, kept for
+    /// the whole run ([`crate::test_support::keep`]) so tests and their
+    /// threads can hold it as long as they like.
     pub(crate) fn leaked_ring(capacity: usize, shards: usize) -> ShardedRing<'static> {
-        let slots: &'static [Slot] = Vec::leak(fresh_slots(capacity, shards).collect());
-        let shards: &'static [Shard<'static>] = Vec::leak(shards_over(slots, shards).collect());
+        let slots: &'static [Slot] = keep(fresh_slots(capacity, shards).collect::<Vec<_>>());
+        let shards: &'static [Shard<'static>] =
+            keep(shards_over(slots, shards).collect::<Vec<_>>());
         ShardedRing::new(shards)
     }
 

@@ -22,6 +22,76 @@ pub fn spin_loop() {
     loom::thread::yield_now();
 }
 
+/// How long a host test may wait on another thread before it fails. Miri
+/// runs about a thousand times slower, on a clock that ticks with the
+/// instructions it interprets.
+#[cfg(all(feature = "test-support", not(loom)))]
+pub const WAIT_DEADLINE: std::time::Duration =
+    std::time::Duration::from_secs(if cfg!(miri) { 600 } else { 10 });
+
+/// Set when a wait passed [`WAIT_DEADLINE`]: from then on every wait in the
+/// test process fails at once, so the cases a proptest shrinks through (or
+/// the next tests over the same broken code) do not wait out the deadline
+/// again each.
+#[cfg(all(feature = "test-support", not(loom)))]
+static DEADLINE_PASSED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// A wait on other threads, one [`Wait::turn`] at a time. In the driver a
+/// turn is the processor's spin hint (under loom a yield, and loom bounds
+/// the model). In host tests (feature `test-support`) a wait longer than
+/// [`WAIT_DEADLINE`] panics, saying what it waited for, and so does every
+/// wait after it in the process: a broken claim, section or drain then
+/// fails the suite in seconds instead of hanging it.
+#[derive(Debug)]
+pub struct Wait {
+    #[cfg(all(feature = "test-support", not(loom)))]
+    what: &'static str,
+    #[cfg(all(feature = "test-support", not(loom)))]
+    started: std::time::Instant,
+}
+
+impl Wait {
+    /// Starts a wait for `what`.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    #[cfg_attr(
+        not(all(feature = "test-support", not(loom))),
+        expect(unused_variables, reason = "only host tests name their waits")
+    )]
+    pub fn new(what: &'static str) -> Self {
+        Self {
+            #[cfg(all(feature = "test-support", not(loom)))]
+            what,
+            #[cfg(all(feature = "test-support", not(loom)))]
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// One turn of the wait.
+    ///
+    /// Max IRQL: any.
+    ///
+    /// # Panics
+    /// In host tests, past [`WAIT_DEADLINE`].
+    pub fn turn(&mut self) {
+        spin_loop();
+        #[cfg(all(feature = "test-support", not(loom)))]
+        {
+            use core::sync::atomic::Ordering::Relaxed;
+            assert!(
+                !DEADLINE_PASSED.load(Relaxed),
+                "waiting for {}: an earlier wait in this test process passed its deadline",
+                self.what
+            );
+            if self.started.elapsed() >= WAIT_DEADLINE {
+                DEADLINE_PASSED.store(true, Relaxed);
+                panic!("waited more than {WAIT_DEADLINE:?} for {}", self.what);
+            }
+        }
+    }
+}
+
 /// An `UnsafeCell` with loom's closure-based access, so the same code runs
 /// under the model checker.
 #[cfg(not(loom))]

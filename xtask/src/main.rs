@@ -126,7 +126,9 @@ fn test(workspace: &Path) -> Result<()> {
         ],
     )
     .run()?;
-    process::step("loom model check of the ring and the rundown gate");
+    process::step(
+        "loom model check of the concurrency scenarios (ring, shards, rundown gate, read and clear)",
+    );
     // Own target dir: --cfg loom changes every crate's build.
     process::cargo(
         workspace,
@@ -137,7 +139,7 @@ fn test(workspace: &Path) -> Result<()> {
             "--package",
             "kstack-driver-core",
             "--test",
-            "loom",
+            "concurrency",
         ],
     )
     .env("RUSTFLAGS", "--cfg loom")

@@ -1,17 +1,24 @@
-//! Model checks (loom) of the concurrent parts: every interleaving of a few
-//! producers and the consumer on one ring and on a ring of two shards, and
-//! of callbacks and unload on the rundown gate. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p kstack-driver-core --test loom --release`
-//! (`cargo xtask test` does).
-
-#![cfg(loom)]
+//! The concurrent parts, scenario by scenario: a few producers and the
+//! consumer on one ring and on a ring of two shards, callbacks and unload
+//! on the rundown gate, a read racing a clear. Each scenario runs two ways:
+//!
+//! - under loom, every interleaving (or every one up to a preemption bound):
+//!   `RUSTFLAGS="--cfg loom" cargo test -p kstack-driver-core --test concurrency --release`;
+//! - on real threads, [`STD_RUNS`] times, and under Miri with several seeds
+//!   (`cargo +nightly miri test -p kstack-driver-core --test concurrency`,
+//!   `MIRIFLAGS=-Zmiri-many-seeds=0..4`), where Miri checks every access for
+//!   undefined behaviour and data races.
+//!
+//! `cargo xtask test` runs all three.
 
 use kstack_abi::{MAX_RECORD_SIZE, Source};
 use kstack_driver_core::{
-    RecordRing, Rundown, Shard, ShardedRing, Slot,
+    RecordRing, Rundown, Shard, ShardedRing, Slot, Wait,
     ring::Full,
     sharded_ring::{fresh_slots, shards_over},
+    test_support::keep,
 };
+#[cfg(loom)]
 use loom::{
     sync::{
         Arc,
@@ -19,19 +26,62 @@ use loom::{
     },
     thread,
 };
+#[cfg(not(loom))]
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    thread,
+};
+
+/// Runs of each scenario on real threads: enough for the host's scheduler
+/// to interleave them many ways natively; Miri varies the schedule through
+/// its seeds instead.
+#[cfg(not(loom))]
+const STD_RUNS: usize = if cfg!(miri) { 1 } else { 500 };
 
 /// Runs `body` under loom, exploring every interleaving.
+#[cfg(loom)]
 fn model(body: impl Fn() + Sync + Send + 'static) {
     loom::model(body);
+}
+
+/// Runs `body` [`STD_RUNS`] times on real threads.
+#[cfg(not(loom))]
+fn model(body: impl Fn() + Sync + Send + 'static) {
+    for _ in 0..STD_RUNS {
+        body();
+    }
 }
 
 /// Runs `body` under loom, exploring every interleaving with up to
 /// `preemptions` preemptions: for a model too large to explore whole on
 /// this machine (the read-cut model, unbounded, needs more than 10 GiB).
+#[cfg(loom)]
 fn bounded_model(preemptions: usize, body: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(preemptions);
     builder.check(body);
+}
+
+/// On real threads, as [`model`].
+#[cfg(not(loom))]
+fn bounded_model(_preemptions: usize, body: impl Fn() + Sync + Send + 'static) {
+    model(body);
+}
+
+/// A ring over `capacity` fresh slots, kept for the whole run.
+fn ring_of(capacity: u64) -> &'static RecordRing<'static> {
+    let slots: &'static [Slot] = keep((0..capacity).map(Slot::new).collect::<Vec<_>>());
+    keep(RecordRing::new(slots))
+}
+
+/// A ring of `capacity` records in `shards` shards, kept for the whole run.
+fn sharded_ring_of(capacity: usize, shards: usize) -> &'static ShardedRing<'static> {
+    let slots: &'static [Slot] = keep(fresh_slots(capacity, shards).collect::<Vec<_>>());
+    let shards: &'static [Shard<'static>] = keep(shards_over(slots, shards).collect::<Vec<_>>());
+    keep(ShardedRing::new(shards))
 }
 
 /// Writes an 8-byte record: size, producer id, then a check pattern and
@@ -81,8 +131,7 @@ fn numbers_spent(results: &[Result<u64, Full>]) -> Vec<u64> {
 /// happens. The consumer drains once while they run and once after.
 fn producers_and_consumer(capacity: u64, waiting: u8) {
     model(move || {
-        let slots: &'static [Slot] = Box::leak((0..capacity).map(Slot::new).collect());
-        let ring: &'static RecordRing<'static> = Box::leak(Box::new(RecordRing::new(slots)));
+        let ring = ring_of(capacity);
         for _ in 0..waiting {
             ring.publish(record(0))
                 .expect("room for the waiting records");
@@ -157,10 +206,8 @@ fn ring_of_two_holding_one_with_two_producers_and_a_consumer() {
 #[test]
 fn two_shards_with_a_producer_each_and_a_consumer() {
     model(|| {
-        let slots: &'static [Slot] = Box::leak(fresh_slots(4, 2).collect());
-        let shards: &'static [Shard<'static>] = Box::leak(shards_over(slots, 2).collect());
-        let ring: &'static ShardedRing<'static> = Box::leak(Box::new(ShardedRing::new(shards)));
-        let finished: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        let ring = sharded_ring_of(4, 2);
+        let finished: &'static AtomicUsize = keep(AtomicUsize::new(0));
         let producers: Vec<_> = (0..2_u8)
             .map(|processor| {
                 thread::spawn(move || {
@@ -173,6 +220,7 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
             })
             .collect();
         let mut seen = Vec::new();
+        let mut wait = Wait::new("both producers to finish");
         loop {
             let done = finished.load(Ordering::Acquire) == 2;
             let mut out = [0_u8; 32];
@@ -184,7 +232,7 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
             if done {
                 break;
             }
-            thread::yield_now();
+            wait.turn();
         }
         for producer in producers {
             producer.join().unwrap();
@@ -222,8 +270,9 @@ fn rundown_never_frees_under_a_callback() {
             })
         };
         rundown.close();
+        let mut wait = Wait::new("the callback to leave the rundown gate");
         while !rundown.is_drained() {
-            thread::yield_now();
+            wait.turn();
         }
         assert!(
             !inside.load(Ordering::Relaxed),
@@ -240,8 +289,7 @@ fn rundown_never_frees_under_a_callback() {
 #[test]
 fn a_publish_and_a_drop_take_numbers_in_turn() {
     model(|| {
-        let slots: &'static [Slot] = Box::leak((0..2).map(Slot::new).collect());
-        let ring: &'static RecordRing<'static> = Box::leak(Box::new(RecordRing::new(slots)));
+        let ring = ring_of(2);
         ring.publish(record(0))
             .expect("room for the waiting record");
         let producers: Vec<_> = (1..=2_u8)
@@ -270,10 +318,8 @@ const READ_CUT_PREEMPTIONS: usize = 5;
 #[test]
 fn reads_come_out_in_time_order_across_reads() {
     bounded_model(READ_CUT_PREEMPTIONS, || {
-        let slots: &'static [Slot] = Box::leak(fresh_slots(4, 2).collect());
-        let shards: &'static [Shard<'static>] = Box::leak(shards_over(slots, 2).collect());
-        let ring: &'static ShardedRing<'static> = Box::leak(Box::new(ShardedRing::new(shards)));
-        let clock: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(1)));
+        let ring = sharded_ring_of(4, 2);
+        let clock: &'static AtomicU64 = keep(AtomicU64::new(1));
         let producers: Vec<_> = (0..2_u8)
             .map(|processor| {
                 thread::spawn(move || {
@@ -317,5 +363,57 @@ fn reads_come_out_in_time_order_across_reads() {
         stamps.extend(read());
         assert!(stamps.is_sorted(), "a read went back in time: {stamps:?}");
         assert_eq!(stamps.len(), 2, "both records read");
+    });
+}
+
+/// A read and a clear racing while a producer publishes two records into a
+/// ring of two shards: at most one of them holds the consumer side at a
+/// time (the other finds it busy), every record is read, cleared or still
+/// waiting exactly once and whole, and the ring's counters add up.
+#[test]
+fn a_read_racing_a_clear() {
+    bounded_model(3, || {
+        let ring = sharded_ring_of(4, 2);
+        let producer = thread::spawn(move || {
+            let shard = ring.shard_for(0);
+            for _ in 0..2 {
+                assert!(shard.publish(Source::Timer, record(1)).is_ok());
+            }
+        });
+        let reader = thread::spawn(move || {
+            let mut seen = Vec::new();
+            if let Some(mut consumer) = ring.consumer() {
+                let mut out = [0_u8; 32];
+                let drained = consumer.drain(&mut out, |record| u64::from(record[7]), u64::MAX);
+                check(&out[..drained.bytes], &mut seen);
+            }
+            seen
+        });
+        let cleared = ring
+            .consumer()
+            .map_or(0, |mut consumer| consumer.discard_all());
+        producer.join().unwrap();
+        let mut seen = reader.join().unwrap();
+        let read = seen.len() as u64;
+        assert_eq!(ring.read(), read, "the read counter counts what was read");
+        let waiting = ring.len() as u64;
+        let mut rest = [0_u8; 32];
+        let drained = ring.consumer().expect("no one else holds it now").drain(
+            &mut rest,
+            |record| u64::from(record[7]),
+            u64::MAX,
+        );
+        check(&rest[..drained.bytes], &mut seen);
+        assert_eq!(u64::from(drained.records), waiting);
+        assert_eq!(read + cleared + waiting, 2, "each record once");
+        let mut sequences: Vec<u8> = seen.iter().map(|&(_, sequence)| sequence).collect();
+        sequences.sort_unstable();
+        sequences.dedup();
+        assert_eq!(sequences.len(), seen.len(), "no record twice");
+        assert_eq!(
+            ring.sequences_spent(),
+            ring.read() + ring.len() as u64 + ring.dropped() + cleared,
+            "numbers spent = read + waiting + dropped + cleared"
+        );
     });
 }
