@@ -1,0 +1,96 @@
+//! Where analyzed records come from: a saved capture (any OS), or the
+//! driver (drained once, or followed for --duration seconds).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use kstack_abi::RecordView;
+use kstack_client::{
+    capture_file::{CaptureError, CaptureView},
+    error::ClientError,
+    session,
+    stack_table::StackTable,
+    symbolizer::Symbolizer,
+};
+
+use super::{
+    live::{FollowArgs, live_modules, open_device, stop_flag},
+    symbols::{ModuleOrigin, SymbolsArg},
+};
+
+/// Where analyzed records come from: a saved capture, or the driver
+/// (drained once, or followed for --duration seconds).
+#[derive(Args)]
+pub struct AnalysisInput {
+    /// Analyze this saved capture instead of the driver (works on any OS).
+    #[arg(long, value_name = "FILE", conflicts_with = "duration")]
+    input: Option<PathBuf>,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+/// Reads the capture file at `path` and hands each of its records, in
+/// order, to `each` with the symbolizer for the file's module list and
+/// `symbols`; returns that symbolizer. A damaged record ends it with the
+/// file's error.
+pub fn for_each_saved_record(
+    path: &Path,
+    symbols: &SymbolsArg,
+    mut each: impl FnMut(&RecordView<'_>, &Symbolizer),
+) -> Result<Symbolizer, ClientError> {
+    let bytes = read_file(path)?;
+    let mut capture = parse_capture(path, &bytes)?;
+    let symbolizer =
+        symbols.symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
+    for record in capture.records() {
+        each(
+            &record.map_err(|error| capture_error(path, error))?,
+            &symbolizer,
+        );
+    }
+    Ok(symbolizer)
+}
+
+/// Groups records from a capture file or from the driver by stack; names
+/// their frames after its module list and `symbols`.
+pub fn stack_table(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+) -> Result<(StackTable, Symbolizer), ClientError> {
+    let mut table = StackTable::default();
+    if let Some(path) = &input.input {
+        let symbolizer = for_each_saved_record(path, symbols, |record, _| {
+            table.add(&record.header, || record.frames());
+        })?;
+        return Ok((table, symbolizer));
+    }
+    let mut device = open_device()?;
+    let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    session::follow(
+        &mut device,
+        input.follow.drain_or_follow(),
+        &stop_flag(),
+        |records| {
+            for record in records {
+                table.add(&record.header, || record.frames.iter().copied());
+            }
+            Ok(())
+        },
+    )?;
+    Ok((table, symbolizer))
+}
+
+pub fn read_file(path: &Path) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|error| ClientError::file(path, "reading", &error))
+}
+
+pub fn parse_capture<'a>(path: &Path, bytes: &'a [u8]) -> Result<CaptureView<'a>, ClientError> {
+    CaptureView::parse(bytes).map_err(|error| capture_error(path, error))
+}
+
+fn capture_error(path: &Path, error: CaptureError) -> ClientError {
+    ClientError::Capture {
+        path: path.display().to_string(),
+        error,
+    }
+}
