@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 use kstack_client::error::{self, ClientError};
 
 use commands::{
-    clear, config, flamegraph, folded, modules, output, read, save, selftest, status, top, watch,
+    clear, config, export, flamegraph, folded, modules, output, read, save, selftest, status, top,
+    watch,
 };
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
@@ -45,6 +46,10 @@ enum Command {
     Flamegraph(flamegraph::FlamegraphArgs),
     /// The kernel modules frames are named after (base, size, name).
     Modules(modules::ModulesArgs),
+    /// Write the records for another tool: a pprof profile (go tool pprof,
+    /// Pyroscope, Grafana), a speedscope file, or Chrome trace events
+    /// (the Perfetto UI, Chrome's tracing page).
+    Export(export::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +87,7 @@ fn run(command: &Command) -> Result<(), ClientError> {
         Command::Folded(args) => folded::run(args),
         Command::Flamegraph(args) => flamegraph::run(args),
         Command::Modules(args) => modules::run(args),
+        Command::Export(args) => export::run(args),
     }
 }
 

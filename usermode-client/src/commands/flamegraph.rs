@@ -31,7 +31,7 @@ pub struct FlamegraphArgs {
 pub fn run(args: &FlamegraphArgs) -> Result<(), ClientError> {
     let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
     if table.is_empty() {
-        return Err(ClientError::NothingToDraw);
+        return Err(ClientError::NoRecords { to: "draw" });
     }
     let folded = table.folded(&symbolizer);
     let subtitle = table.summary();

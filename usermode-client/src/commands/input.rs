@@ -4,13 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use kstack_abi::RecordView;
+use kstack_abi::{RecordHeader, RecordView};
 use kstack_client::{
     capture_file::{CaptureError, CaptureView},
     error::ClientError,
     session,
     stack_table::StackTable,
     symbolizer::Symbolizer,
+    trace::TraceRecord,
 };
 
 use super::{
@@ -51,18 +52,47 @@ pub fn for_each_saved_record(
     Ok(symbolizer)
 }
 
-/// Groups records from a capture file or from the driver by stack; names
-/// their frames after its module list and `symbols`.
-pub fn stack_table(
+/// A record from a capture file (decoded in place) or from the driver.
+pub enum InputRecord<'a> {
+    Saved(&'a RecordView<'a>),
+    Live(&'a TraceRecord),
+}
+
+impl InputRecord<'_> {
+    pub const fn header(&self) -> &RecordHeader {
+        match self {
+            Self::Saved(view) => &view.header,
+            Self::Live(record) => &record.header,
+        }
+    }
+
+    /// Its frames, most recent call first.
+    pub fn frames(&self) -> Vec<u64> {
+        match self {
+            Self::Saved(view) => view.frames().collect(),
+            Self::Live(record) => record.frames.clone(),
+        }
+    }
+
+    pub fn to_owned(&self) -> TraceRecord {
+        match self {
+            Self::Saved(view) => TraceRecord::from(*view),
+            Self::Live(record) => (*record).clone(),
+        }
+    }
+}
+
+/// Hands each record of a capture file or from the driver to `each`, in
+/// order; returns the symbolizer for its module list and `symbols`.
+fn for_each_record(
     input: &AnalysisInput,
     symbols: &SymbolsArg,
-) -> Result<(StackTable, Symbolizer), ClientError> {
-    let mut table = StackTable::default();
+    mut each: impl FnMut(InputRecord<'_>),
+) -> Result<Symbolizer, ClientError> {
     if let Some(path) = &input.input {
-        let symbolizer = for_each_saved_record(path, symbols, |record, _| {
-            table.add(&record.header, || record.frames());
-        })?;
-        return Ok((table, symbolizer));
+        return for_each_saved_record(path, symbols, |record, _| {
+            each(InputRecord::Saved(record));
+        });
     }
     let mut device = open_device()?;
     let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
@@ -72,12 +102,36 @@ pub fn stack_table(
         &stop_flag(),
         |records| {
             for record in records {
-                table.add(&record.header, || record.frames.iter().copied());
+                each(InputRecord::Live(record));
             }
             Ok(())
         },
     )?;
+    Ok(symbolizer)
+}
+
+/// Groups records from a capture file or from the driver by stack; names
+/// their frames after its module list and `symbols`.
+pub fn stack_table(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+) -> Result<(StackTable, Symbolizer), ClientError> {
+    let mut table = StackTable::default();
+    let symbolizer = for_each_record(input, symbols, |record| {
+        table.add(record.header(), || record.frames());
+    })?;
     Ok((table, symbolizer))
+}
+
+/// Every record from a capture file or from the driver, in order, and the
+/// symbolizer naming their frames.
+pub fn trace_records(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+) -> Result<(Vec<TraceRecord>, Symbolizer), ClientError> {
+    let mut records = Vec::new();
+    let symbolizer = for_each_record(input, symbols, |record| records.push(record.to_owned()))?;
+    Ok((records, symbolizer))
 }
 
 pub fn read_file(path: &Path) -> Result<Vec<u8>, ClientError> {

@@ -4,6 +4,7 @@
 
 pub mod clear;
 pub mod config;
+pub mod export;
 pub mod flamegraph;
 pub mod folded;
 pub mod input;

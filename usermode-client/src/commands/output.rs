@@ -8,6 +8,7 @@ use std::{
 
 use clap::Args;
 use kstack_client::{error::ClientError, symbolizer::Symbolizer, trace::TraceRecord};
+use tempfile::NamedTempFile;
 
 use super::symbols::SymbolsArg;
 
@@ -74,15 +75,54 @@ pub fn discard(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
-/// Writes a whole output file with `write`.
+/// Writes a whole output file with `write`, refusing to replace `path`
+/// without `force`. It is written to a temporary file beside `path` and
+/// renamed to `path` once complete, so a failed write leaves `path` as it
+/// was and no half-written file behind.
 pub fn write_file(
     path: &Path,
     force: bool,
-    write: impl FnOnce(&mut io::BufWriter<std::fs::File>) -> io::Result<()>,
+    write: impl FnOnce(&mut io::BufWriter<NamedTempFile>) -> io::Result<()>,
 ) -> Result<(), ClientError> {
-    let mut out = create_output(path, force)?;
+    let exists = || ClientError::Exists {
+        path: path.display().to_string(),
+    };
+    if !force && path.exists() {
+        return Err(exists());
+    }
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".kstack-").suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        // What a plain create makes (less the umask), not tempfile's 0600.
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let temp = builder
+        .tempfile_in(dir)
+        .map_err(|error| ClientError::file(path, "creating", &error))?;
+    let writing = |error: &io::Error| ClientError::file(path, "writing", error);
+    let mut out = io::BufWriter::new(temp);
     write(&mut out)
         .and_then(|()| out.flush())
-        .map_err(|error| ClientError::file(path, "writing", &error))
-        .inspect_err(|_| discard(path))
+        .map_err(|error| writing(&error))?;
+    let temp = out.into_inner().map_err(|error| writing(error.error()))?;
+    let persisted = if force {
+        temp.persist(path)
+    } else {
+        // Someone may have made `path` meanwhile: still not replaced.
+        temp.persist_noclobber(path)
+    };
+    persisted.map_err(|error| {
+        if error.error.kind() == io::ErrorKind::AlreadyExists {
+            exists()
+        } else {
+            writing(&error.error)
+        }
+    })?;
+    Ok(())
 }
