@@ -109,8 +109,11 @@ pub enum ClientError {
         /// The file.
         path: String,
     },
-    /// A flamegraph of no records was asked for.
-    NothingToDraw,
+    /// A flamegraph or an export of no records was asked for.
+    NoRecords {
+        /// What was to be done with them: `draw`, `export`.
+        to: &'static str,
+    },
     /// A file is not a capture this client can read.
     Capture {
         /// The file.
@@ -136,7 +139,7 @@ impl ClientError {
             Self::InvalidConfig(_) => exit_code::USAGE,
             Self::Malformed { .. } | Self::CountMismatch { .. } => exit_code::MALFORMED_REPLY,
             Self::File { .. } | Self::Exists { .. } | Self::Capture { .. } => exit_code::FILE,
-            Self::NothingToDraw => exit_code::NO_RECORDS,
+            Self::NoRecords { .. } => exit_code::NO_RECORDS,
         }
     }
 
@@ -225,10 +228,10 @@ impl fmt::Display for ClientError {
                 "{path} exists; choose another name, or add --force to replace it"
             ),
             Self::Capture { path, error } => write!(f, "{path}: {error}"),
-            Self::NothingToDraw => write!(
+            Self::NoRecords { to } => write!(
                 f,
-                "no records to draw: enable a source (kstack config --enable timer), capture for a while \
-                 (--duration 5), or draw a saved capture (--input FILE)"
+                "no records to {to}: enable a source (kstack config --enable timer), capture for a while \
+                 (--duration 5), or {to} a saved capture (--input FILE)"
             ),
         }
     }

@@ -6,6 +6,7 @@ pub mod capture_file;
 #[cfg(windows)]
 pub mod device;
 pub mod error;
+pub mod export;
 pub mod flamegraph;
 pub mod modules;
 #[cfg(windows)]

@@ -1,7 +1,10 @@
 //! Records grouped by stack id: what `kstack top` ranks, and what folded
 //! stacks and flamegraphs are drawn from.
 
-use std::{collections::HashMap, fmt::Write as _};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+};
 
 use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
@@ -30,6 +33,28 @@ impl Sighting {
     }
 }
 
+/// What a record says about where its stack ran: the source, and the
+/// process and thread its callback ran in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    /// The source that captured it.
+    pub source: Source,
+    /// The record's process id.
+    pub process_id: u32,
+    /// The record's thread id.
+    pub thread_id: u32,
+}
+
+impl Origin {
+    const fn of(header: &RecordHeader) -> Self {
+        Self {
+            source: header.facts.source(),
+            process_id: header.process_id,
+            thread_id: header.thread_id,
+        }
+    }
+}
+
 /// One unique stack and what is known of its records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StackSummary {
@@ -39,6 +64,9 @@ pub struct StackSummary {
     pub frames: Vec<u64>,
     /// Records per source, in [`Source::ALL`] order.
     pub per_source: [u64; Source::COUNT],
+    /// Records per source, process and thread (exporters label samples
+    /// with them).
+    pub per_origin: BTreeMap<Origin, u64>,
     /// The earliest record.
     pub first: Sighting,
     /// The latest record.
@@ -85,10 +113,12 @@ impl StackTable {
                 stack_id: header.stack_id,
                 frames: frames().into_iter().collect(),
                 per_source: [0; Source::COUNT],
+                per_origin: BTreeMap::new(),
                 first: seen,
                 last: seen,
             });
         summary.per_source[header.facts.source().index()] += 1;
+        *summary.per_origin.entry(Origin::of(header)).or_default() += 1;
         summary.first = summary.first.min(seen);
         summary.last = summary.last.max(seen);
     }
@@ -109,6 +139,23 @@ impl StackTable {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.stacks.is_empty()
+    }
+
+    /// The earliest and the latest record's system time (100 ns units
+    /// since 1601); `None` when no record was counted.
+    #[must_use]
+    pub fn time_range(&self) -> Option<(u64, u64)> {
+        let first = self
+            .stacks
+            .values()
+            .map(|stack| stack.first.timestamp)
+            .min()?;
+        let last = self
+            .stacks
+            .values()
+            .map(|stack| stack.last.timestamp)
+            .max()?;
+        Some((first, last))
     }
 
     /// `N records, M unique stacks`.
@@ -314,6 +361,35 @@ mod tests {
         );
         assert_eq!((top.first.sequence, top.last.sequence), (1, 4));
         assert_eq!(ranked[1].count(), 1);
+    }
+
+    #[test]
+    fn stacks_are_counted_per_source_process_and_thread() {
+        let mut records = sample();
+        records[2].header.thread_id = 9;
+        let table = table(&records);
+        let origin = |source, thread_id| Origin {
+            source,
+            process_id: 4,
+            thread_id,
+        };
+        assert_eq!(
+            table.ranked()[0].per_origin,
+            BTreeMap::from([
+                (origin(Source::Timer, 8), 1),
+                (origin(Source::Timer, 9), 1),
+                (origin(Source::OnDemand, 8), 1),
+            ])
+        );
+    }
+
+    #[test]
+    fn the_time_range_spans_every_record() {
+        assert_eq!(StackTable::default().time_range(), None);
+        let records = sample();
+        let (first, last) = table(&records).time_range().unwrap();
+        assert_eq!(first, records[0].header.timestamp);
+        assert_eq!(last, records[3].header.timestamp);
     }
 
     #[test]

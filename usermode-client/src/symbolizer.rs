@@ -25,6 +25,37 @@ pub trait FunctionSource {
     fn function(&mut self, module: &Module, address: u64) -> Option<Function>;
 }
 
+/// What is known of one frame's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedFrame<'a> {
+    /// The module holding it.
+    pub module: &'a Module,
+    /// How far into the module it is, in bytes.
+    pub offset: u64,
+    /// The function holding it, when symbols name one.
+    pub function: Option<Function>,
+}
+
+impl ResolvedFrame<'_> {
+    /// `module!function`, when symbols name the function.
+    #[must_use]
+    pub fn function_name(&self) -> Option<String> {
+        self.function
+            .as_ref()
+            .map(|function| format!("{}!{}", self.module.name, function.name))
+    }
+
+    /// `module!function+0xoffset`, or `module+0xoffset` when no function is
+    /// known.
+    #[must_use]
+    pub fn name(&self) -> String {
+        match self.function.as_ref().zip(self.function_name()) {
+            Some((function, function_name)) => format!("{function_name}+{:#x}", function.offset),
+            None => format!("{}+{:#x}", self.module.name, self.offset),
+        }
+    }
+}
+
 /// Names frames after a module list and, when it has one, a function
 /// source, whose answers it keeps: a stack's frames repeat in every record.
 pub struct Symbolizer {
@@ -59,10 +90,16 @@ impl Symbolizer {
         }
     }
 
-    /// `module!function+0xoffset`, or `module+0xoffset` when no function is
-    /// known there; `None` when no module holds `address`.
+    /// The module list frames are named after.
     #[must_use]
-    pub fn name(&self, address: u64) -> Option<String> {
+    pub const fn modules(&self) -> &ModuleMap {
+        &self.modules
+    }
+
+    /// The module holding `address` and, when symbols name it, the
+    /// function; `None` when no module holds `address`.
+    #[must_use]
+    pub fn resolve(&self, address: u64) -> Option<ResolvedFrame<'_>> {
         let (module, offset) = self.modules.find(address)?;
         let function = self.functions.as_ref().and_then(|functions| {
             let CachedFunctions { source, found } = &mut *functions.borrow_mut();
@@ -71,10 +108,18 @@ impl Symbolizer {
                 .or_insert_with(|| source.function(module, address))
                 .clone()
         });
-        Some(match function {
-            Some(function) => format!("{}!{}+{:#x}", module.name, function.name, function.offset),
-            None => format!("{}+{offset:#x}", module.name),
+        Some(ResolvedFrame {
+            module,
+            offset,
+            function,
         })
+    }
+
+    /// `module!function+0xoffset`, or `module+0xoffset` when no function is
+    /// known there; `None` when no module holds `address`.
+    #[must_use]
+    pub fn name(&self, address: u64) -> Option<String> {
+        self.resolve(address).map(|frame| frame.name())
     }
 
     /// [`Self::name`], or the bare address when no module holds it.
@@ -170,6 +215,22 @@ pub(crate) mod tests {
         assert_eq!(symbolizer.location(DISPATCH - 1), "kstack.sys+0xfff");
         // No module: the bare address, and the source is not asked.
         assert_eq!(symbolizer.location(0x42), "0x42");
+    }
+
+    #[test]
+    fn resolved_frames_name_the_function_without_its_offset() {
+        let (symbolizer, _) = with_dispatch();
+        let frame = symbolizer.resolve(DISPATCH + 0x4F).unwrap();
+        assert_eq!(frame.module.name, "kstack.sys");
+        assert_eq!(frame.offset, 0x104F);
+        assert_eq!(
+            frame.function_name().as_deref(),
+            Some("kstack.sys!kstack::dispatch::dispatch")
+        );
+        let unnamed = symbolizer.resolve(DISPATCH - 1).unwrap();
+        assert_eq!(unnamed.function_name(), None);
+        assert_eq!(unnamed.name(), "kstack.sys+0xfff");
+        assert!(symbolizer.resolve(0x42).is_none());
     }
 
     #[test]

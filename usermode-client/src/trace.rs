@@ -40,12 +40,19 @@ const UNIX_EPOCH_AS_FILETIME: u64 = 116_444_736_000_000_000;
 /// `None` when the driver had no clock (0) or the value is out of range.
 #[must_use]
 pub fn system_time_text(filetime: u64) -> Option<String> {
-    let since_unix = filetime.checked_sub(UNIX_EPOCH_AS_FILETIME)?;
-    let nanos = i128::from(since_unix) * 100;
-    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(system_time_unix_nanos(filetime)?))
         .ok()?
         .format(&Rfc3339)
         .ok()
+}
+
+/// A Windows system time as nanoseconds since 1970-01-01 UTC, or `None`
+/// when the driver had no clock (0) or the time is before 1970.
+#[must_use]
+pub fn system_time_unix_nanos(filetime: u64) -> Option<u64> {
+    filetime
+        .checked_sub(UNIX_EPOCH_AS_FILETIME)?
+        .checked_mul(100)
 }
 
 impl TraceRecord {
@@ -287,6 +294,11 @@ mod tests {
             None,
             "before 1970: treated as no clock"
         );
+        assert_eq!(
+            system_time_unix_nanos(UNIX_EPOCH_AS_FILETIME + 7),
+            Some(700)
+        );
+        assert_eq!(system_time_unix_nanos(0), None);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Debian packages and rustup targets the Linux build needs, installed only
-//! when missing.
+//! Debian packages and rustup targets the Linux build and tests need,
+//! installed only when missing.
 
 use anyhow::{Result, bail};
 
@@ -7,6 +7,10 @@ use crate::process::{self, Run};
 
 /// Debian 12 packages, and what each one is for.
 const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    (
+        "golang-go",
+        "go tool pprof, which reads the client's pprof export in its tests",
+    ),
     ("libclang-dev", "libclang for bindgen (wdk-sys bindings)"),
     (
         "llvm",
@@ -24,6 +28,15 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("wine64", "Wine's 64-bit loader"),
 ];
 
+/// Debian packages installed only when their command is not on PATH, and
+/// what each is for: a Node.js from elsewhere (`NodeSource`'s) brings its own
+/// npm, which Debian's npm package would clash with.
+const DEBIAN_PACKAGES_FOR_COMMANDS: &[(&str, &str, &str)] = &[(
+    "npm",
+    "npm",
+    "npm pack fetches speedscope's file-format schema for the client's export tests",
+)];
+
 /// Rust targets: the driver (msvc, linked by rust-lld) and the client that
 /// runs under Wine (gnu, linked by mingw-w64).
 const RUST_TARGETS: &[&str] = &["x86_64-pc-windows-msvc", "x86_64-pc-windows-gnu"];
@@ -35,22 +48,26 @@ pub fn ensure() -> Result<()> {
 }
 
 fn ensure_debian_packages() -> Result<()> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
+    let wanted: Vec<(&str, &str)> = DEBIAN_PACKAGES
         .iter()
-        .map(|&(name, _)| name)
-        .filter(|name| !debian_package_installed(name))
+        .copied()
+        .filter(|&(name, _)| !debian_package_installed(name))
+        .chain(
+            DEBIAN_PACKAGES_FOR_COMMANDS
+                .iter()
+                .filter(|&&(command, _, _)| which(command).is_none())
+                .map(|&(_, name, why)| (name, why)),
+        )
         .collect();
-    if missing.is_empty() {
+    if wanted.is_empty() {
         return Ok(());
     }
+    let missing: Vec<&str> = wanted.iter().map(|&(name, _)| name).collect();
     process::step(&format!(
         "installing Debian packages: {}",
         missing.join(" ")
     ));
-    for (name, why) in DEBIAN_PACKAGES
-        .iter()
-        .filter(|(name, _)| missing.contains(name))
-    {
+    for (name, why) in &wanted {
         println!("    {name}: {why}");
     }
     let as_root = is_root()?;

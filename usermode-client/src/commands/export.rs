@@ -1,0 +1,99 @@
+//! `kstack export`: the records in another tool's format, written to a
+//! file.
+
+use std::{
+    io::{self, Write},
+    path::PathBuf,
+};
+
+use clap::{Args, ValueEnum};
+use kstack_client::{
+    error::ClientError,
+    export::{chrome_trace, pprof, speedscope},
+    stack_table::{StackTable, counted},
+    symbolizer::Symbolizer,
+};
+use serde_json::Value;
+
+use super::{
+    input::{AnalysisInput, stack_table, trace_records},
+    output::write_file,
+    symbols::SymbolsArg,
+};
+
+/// The formats `kstack export` writes.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    /// profile.proto, gzipped: go tool pprof, Pyroscope, Grafana.
+    Pprof,
+    /// speedscope's JSON file format: speedscope.app.
+    Speedscope,
+    /// Trace-event JSON: the Perfetto UI, Chrome's tracing page.
+    ChromeTrace,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The format to write.
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    #[command(flatten)]
+    input: AnalysisInput,
+    /// The file to write.
+    #[arg(long, short, value_name = "FILE")]
+    output: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    symbols: SymbolsArg,
+}
+
+pub fn run(args: &ExportArgs) -> Result<(), ClientError> {
+    let path = &args.output;
+    let summary = match args.format {
+        ExportFormat::Pprof => {
+            let (table, symbolizer) = stacks(args)?;
+            write_file(path, args.force, |out| {
+                pprof::write(&table, &symbolizer, out)
+            })?;
+            table.summary()
+        }
+        ExportFormat::Speedscope => {
+            let (table, symbolizer) = stacks(args)?;
+            write_file(path, args.force, |out| {
+                write_json(out, &speedscope::document(&table, &symbolizer))
+            })?;
+            table.summary()
+        }
+        ExportFormat::ChromeTrace => {
+            let (records, symbolizer) = trace_records(&args.input, &args.symbols)?;
+            if records.is_empty() {
+                return Err(NO_RECORDS);
+            }
+            write_file(path, args.force, |out| {
+                write_json(out, &chrome_trace::document(&records, &symbolizer))
+            })?;
+            counted(records.len() as u64, "record")
+        }
+    };
+    eprintln!("kstack export: {summary} written to {}", path.display());
+    Ok(())
+}
+
+const NO_RECORDS: ClientError = ClientError::NoRecords { to: "export" };
+
+/// The records grouped by stack; an error when there are none.
+fn stacks(args: &ExportArgs) -> Result<(StackTable, Symbolizer), ClientError> {
+    let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
+    if table.is_empty() {
+        return Err(NO_RECORDS);
+    }
+    Ok((table, symbolizer))
+}
+
+/// One line of JSON.
+fn write_json(mut out: impl Write, document: &Value) -> io::Result<()> {
+    serde_json::to_writer(&mut out, document)?;
+    out.write_all(b"\n")
+}

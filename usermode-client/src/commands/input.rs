@@ -1,0 +1,150 @@
+//! Where analyzed records come from: a saved capture (any OS), or the
+//! driver (drained once, or followed for --duration seconds).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use kstack_abi::{RecordHeader, RecordView};
+use kstack_client::{
+    capture_file::{CaptureError, CaptureView},
+    error::ClientError,
+    session,
+    stack_table::StackTable,
+    symbolizer::Symbolizer,
+    trace::TraceRecord,
+};
+
+use super::{
+    live::{FollowArgs, live_modules, open_device, stop_flag},
+    symbols::{ModuleOrigin, SymbolsArg},
+};
+
+/// Where analyzed records come from: a saved capture, or the driver
+/// (drained once, or followed for --duration seconds).
+#[derive(Args)]
+pub struct AnalysisInput {
+    /// Analyze this saved capture instead of the driver (works on any OS).
+    #[arg(long, value_name = "FILE", conflicts_with = "duration")]
+    input: Option<PathBuf>,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+/// Reads the capture file at `path` and hands each of its records, in
+/// order, to `each` with the symbolizer for the file's module list and
+/// `symbols`; returns that symbolizer. A damaged record ends it with the
+/// file's error.
+pub fn for_each_saved_record(
+    path: &Path,
+    symbols: &SymbolsArg,
+    mut each: impl FnMut(&RecordView<'_>, &Symbolizer),
+) -> Result<Symbolizer, ClientError> {
+    let bytes = read_file(path)?;
+    let mut capture = parse_capture(path, &bytes)?;
+    let symbolizer =
+        symbols.symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
+    for record in capture.records() {
+        each(
+            &record.map_err(|error| capture_error(path, error))?,
+            &symbolizer,
+        );
+    }
+    Ok(symbolizer)
+}
+
+/// A record from a capture file (decoded in place) or from the driver.
+pub enum InputRecord<'a> {
+    Saved(&'a RecordView<'a>),
+    Live(&'a TraceRecord),
+}
+
+impl InputRecord<'_> {
+    pub const fn header(&self) -> &RecordHeader {
+        match self {
+            Self::Saved(view) => &view.header,
+            Self::Live(record) => &record.header,
+        }
+    }
+
+    /// Its frames, most recent call first.
+    pub fn frames(&self) -> Vec<u64> {
+        match self {
+            Self::Saved(view) => view.frames().collect(),
+            Self::Live(record) => record.frames.clone(),
+        }
+    }
+
+    pub fn to_owned(&self) -> TraceRecord {
+        match self {
+            Self::Saved(view) => TraceRecord::from(*view),
+            Self::Live(record) => (*record).clone(),
+        }
+    }
+}
+
+/// Hands each record of a capture file or from the driver to `each`, in
+/// order; returns the symbolizer for its module list and `symbols`.
+fn for_each_record(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+    mut each: impl FnMut(InputRecord<'_>),
+) -> Result<Symbolizer, ClientError> {
+    if let Some(path) = &input.input {
+        return for_each_saved_record(path, symbols, |record, _| {
+            each(InputRecord::Saved(record));
+        });
+    }
+    let mut device = open_device()?;
+    let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    session::follow(
+        &mut device,
+        input.follow.drain_or_follow(),
+        &stop_flag(),
+        |records| {
+            for record in records {
+                each(InputRecord::Live(record));
+            }
+            Ok(())
+        },
+    )?;
+    Ok(symbolizer)
+}
+
+/// Groups records from a capture file or from the driver by stack; names
+/// their frames after its module list and `symbols`.
+pub fn stack_table(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+) -> Result<(StackTable, Symbolizer), ClientError> {
+    let mut table = StackTable::default();
+    let symbolizer = for_each_record(input, symbols, |record| {
+        table.add(record.header(), || record.frames());
+    })?;
+    Ok((table, symbolizer))
+}
+
+/// Every record from a capture file or from the driver, in order, and the
+/// symbolizer naming their frames.
+pub fn trace_records(
+    input: &AnalysisInput,
+    symbols: &SymbolsArg,
+) -> Result<(Vec<TraceRecord>, Symbolizer), ClientError> {
+    let mut records = Vec::new();
+    let symbolizer = for_each_record(input, symbols, |record| records.push(record.to_owned()))?;
+    Ok((records, symbolizer))
+}
+
+pub fn read_file(path: &Path) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|error| ClientError::file(path, "reading", &error))
+}
+
+pub fn parse_capture<'a>(path: &Path, bytes: &'a [u8]) -> Result<CaptureView<'a>, ClientError> {
+    CaptureView::parse(bytes).map_err(|error| capture_error(path, error))
+}
+
+fn capture_error(path: &Path, error: CaptureError) -> ClientError {
+    ClientError::Capture {
+        path: path.display().to_string(),
+        error,
+    }
+}

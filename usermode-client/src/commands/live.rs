@@ -1,0 +1,126 @@
+//! The driver as a source of records: opening it (or saying plainly that
+//! it needs Windows), the live module list, and how long to follow it.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use clap::Args;
+#[cfg(windows)]
+use kstack_client::device;
+use kstack_client::{
+    error::ClientError,
+    modules::{Module, ModuleMap},
+    session::{self, Follow, FollowSummary},
+    system_modules,
+    transport::Transport,
+};
+
+#[derive(Args)]
+pub struct FollowArgs {
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Milliseconds between reads when the ring is empty.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    interval: u64,
+}
+
+impl FollowArgs {
+    /// Follow until stopped (Ctrl-C or --duration).
+    pub fn until_stopped(&self) -> Follow {
+        Follow::UntilStopped {
+            deadline: self
+                .duration
+                .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds.max(0.0))),
+            interval: Duration::from_millis(self.interval),
+        }
+    }
+
+    /// Drain once, unless --duration asks to follow.
+    pub fn drain_or_follow(&self) -> Follow {
+        if self.duration.is_some() {
+            self.until_stopped()
+        } else {
+            Follow::UntilDrained
+        }
+    }
+}
+
+pub fn follow_summary_text(summary: &FollowSummary) -> String {
+    format!(
+        "{} records, {} sequence gaps, {} dropped by the driver (ring full) meanwhile",
+        summary.received, summary.gaps, summary.dropped
+    )
+}
+
+/// The Ctrl-C flag. Without a console (a service, some Wine setups) there
+/// is no Ctrl-C to catch; --duration still ends the wait.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    stop
+}
+
+/// The module list frames are named after in a live session: the kernel's
+/// list, with kstack.sys as the driver reports it replacing whatever the
+/// list says about that range.
+pub fn live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientError> {
+    let status = session::status(device)?;
+    let system = system_module_list().unwrap_or_else(|error| {
+        eprintln!("kstack: warning: {error}; only frames inside kstack.sys get names");
+        Vec::new()
+    });
+    let map = ModuleMap::new(system);
+    Ok(match Module::from_driver_image(status.driver_image) {
+        Some(driver) => map.with_authoritative(driver),
+        None => map,
+    })
+}
+
+#[cfg(windows)]
+fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
+    system_modules::query()
+}
+
+#[cfg(not(windows))]
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the same signature as the Windows query"
+)]
+fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
+    // Live sessions need the device, so this is never reached off Windows.
+    Ok(Vec::new())
+}
+
+#[cfg(windows)]
+pub fn open_device() -> Result<device::Device, ClientError> {
+    device::Device::open()
+}
+
+#[cfg(not(windows))]
+pub fn open_device() -> Result<NoDevice, ClientError> {
+    Err(ClientError::NeedsWindows)
+}
+
+/// Stands in for the device where there is none, so commands type-check
+/// and say plainly that they need Windows.
+#[cfg(not(windows))]
+pub enum NoDevice {}
+
+#[cfg(not(windows))]
+impl Transport for NoDevice {
+    fn control(
+        &mut self,
+        _code: u32,
+        _input: &[u8],
+        _output: &mut [u8],
+    ) -> kstack_client::transport::Reply {
+        match *self {}
+    }
+}

@@ -1,0 +1,128 @@
+//! Where output goes: records printed as text or JSON lines, and output
+//! files that are never half-written nor replaced without --force.
+
+use std::{
+    io::{self, Write},
+    path::Path,
+};
+
+use clap::Args;
+use kstack_client::{error::ClientError, symbolizer::Symbolizer, trace::TraceRecord};
+use tempfile::NamedTempFile;
+
+use super::symbols::SymbolsArg;
+
+#[derive(Args)]
+pub struct JsonArg {
+    /// JSON instead of text (README, "JSON output").
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct RecordFormat {
+    #[command(flatten)]
+    json: JsonArg,
+    /// One Sysmon-style `CallTrace: a+0x1|b+0x2` line per record instead
+    /// of one line per frame.
+    #[arg(long, conflicts_with = "json")]
+    call_trace: bool,
+    #[command(flatten)]
+    pub symbols: SymbolsArg,
+}
+
+pub fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &RecordFormat) {
+    let mut out = io::stdout().lock();
+    for record in records {
+        let written = if format.json.json {
+            writeln!(out, "{}", record.to_json(symbolizer))
+        } else {
+            write!(out, "{}", record.to_text(symbolizer, format.call_trace))
+        };
+        if written.is_err() {
+            // The reader went away (a closed pipe): nothing more to print.
+            return;
+        }
+    }
+}
+
+/// Creates `path`, refusing to replace it without `force`.
+pub fn create_output(
+    path: &Path,
+    force: bool,
+) -> Result<io::BufWriter<std::fs::File>, ClientError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if force {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let file = options.open(path).map_err(|error| {
+        if error.kind() == io::ErrorKind::AlreadyExists {
+            ClientError::Exists {
+                path: path.display().to_string(),
+            }
+        } else {
+            ClientError::file(path, "creating", &error)
+        }
+    })?;
+    Ok(io::BufWriter::new(file))
+}
+
+/// Removes a half-written output, so nothing that looks finished is wrong.
+pub fn discard(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+/// Writes a whole output file with `write`, refusing to replace `path`
+/// without `force`. It is written to a temporary file beside `path` and
+/// renamed to `path` once complete, so a failed write leaves `path` as it
+/// was and no half-written file behind.
+pub fn write_file(
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(&mut io::BufWriter<NamedTempFile>) -> io::Result<()>,
+) -> Result<(), ClientError> {
+    let exists = || ClientError::Exists {
+        path: path.display().to_string(),
+    };
+    if !force && path.exists() {
+        return Err(exists());
+    }
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".kstack-").suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        // What a plain create makes (less the umask), not tempfile's 0600.
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let temp = builder
+        .tempfile_in(dir)
+        .map_err(|error| ClientError::file(path, "creating", &error))?;
+    let writing = |error: &io::Error| ClientError::file(path, "writing", error);
+    let mut out = io::BufWriter::new(temp);
+    write(&mut out)
+        .and_then(|()| out.flush())
+        .map_err(|error| writing(&error))?;
+    let temp = out.into_inner().map_err(|error| writing(error.error()))?;
+    let persisted = if force {
+        temp.persist(path)
+    } else {
+        // Someone may have made `path` meanwhile: still not replaced.
+        temp.persist_noclobber(path)
+    };
+    persisted.map_err(|error| {
+        if error.error.kind() == io::ErrorKind::AlreadyExists {
+            exists()
+        } else {
+            writing(&error.error)
+        }
+    })?;
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! `kstack read`: drains the ring once (or reads a saved capture) and
+//! prints the records.
+
+use std::{path::PathBuf, sync::atomic::AtomicBool};
+
+use clap::Args;
+use kstack_client::{
+    error::ClientError,
+    session::{self, Follow},
+    trace::TraceRecord,
+};
+
+use super::{
+    input::for_each_saved_record,
+    live::{live_modules, open_device},
+    output::{RecordFormat, print_records},
+    symbols::ModuleOrigin,
+};
+
+#[derive(Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    format: RecordFormat,
+    /// Read this saved capture instead of the driver (works on any OS).
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+}
+
+pub fn run(args: &ReadArgs) -> Result<(), ClientError> {
+    if let Some(path) = &args.input {
+        let mut batch = Vec::new();
+        let symbolizer =
+            for_each_saved_record(path, &args.format.symbols, |record, symbolizer| {
+                batch.push(TraceRecord::from(record));
+                if batch.len() == 4096 {
+                    print_records(&batch, symbolizer, &args.format);
+                    batch.clear();
+                }
+            })?;
+        print_records(&batch, &symbolizer, &args.format);
+        return Ok(());
+    }
+    let mut device = open_device()?;
+    let symbolizer = args
+        .format
+        .symbols
+        .symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    session::follow(
+        &mut device,
+        Follow::UntilDrained,
+        &AtomicBool::new(false),
+        |records| {
+            print_records(records, &symbolizer, &args.format);
+            Ok(())
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! `kstack save`: records and the module list to a file for offline
+//! analysis.
+
+use std::{io, path::PathBuf};
+
+use clap::Args;
+use kstack_client::{capture_file::CaptureWriter, error::ClientError, session, stack_table};
+
+use super::{
+    live::{FollowArgs, follow_summary_text, live_modules, open_device, stop_flag},
+    output::{create_output, discard},
+};
+
+#[derive(Args)]
+pub struct SaveArgs {
+    /// The capture file to write.
+    file: PathBuf,
+    /// Replace the file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Follow for this long (or until Ctrl-C) instead of draining once.
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
+    let mut device = open_device()?;
+    let modules = live_modules(&mut device)?;
+    let path = args.file.as_path();
+    let writing = |error: io::Error| ClientError::file(path, "writing", &error);
+    let mut writer = CaptureWriter::new(create_output(path, args.force)?, &modules)
+        .map_err(writing)
+        .inspect_err(|_| discard(path))?;
+    let followed = session::follow(
+        &mut device,
+        args.follow.drain_or_follow(),
+        &stop_flag(),
+        |records| {
+            records
+                .iter()
+                .try_for_each(|record| writer.append(record))
+                .map_err(writing)
+        },
+    );
+    let saved = writer.records();
+    // A driver error ends the capture but keeps what was read: the file is
+    // finished and valid. A write error leaves nothing trustworthy.
+    writer
+        .finish()
+        .map_err(writing)
+        .inspect_err(|_| discard(path))?;
+    let summary = followed.inspect_err(|error| {
+        if matches!(error, ClientError::File { .. }) {
+            discard(path);
+        } else {
+            eprintln!(
+                "kstack save: {saved} records read before the error are saved in {}",
+                path.display()
+            );
+        }
+    })?;
+    eprintln!(
+        "kstack save: {} and {} written to {}; {}",
+        stack_table::counted(saved, "record"),
+        stack_table::counted(modules.modules().len() as u64, "module"),
+        path.display(),
+        follow_summary_text(&summary)
+    );
+    Ok(())
+}

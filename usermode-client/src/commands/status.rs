@@ -1,0 +1,16 @@
+//! `kstack status`: driver and ABI version, paging policy, sources,
+//! counters, ring fill.
+
+use kstack_client::{error::ClientError, report, session};
+
+use super::{live::open_device, output::JsonArg};
+
+pub fn run(output: &JsonArg) -> Result<(), ClientError> {
+    let status = session::status(&mut open_device()?)?;
+    if output.json {
+        println!("{}", report::status_json(&status));
+    } else {
+        print!("{}", report::status(&status));
+    }
+    Ok(())
+}

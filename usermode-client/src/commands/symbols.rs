@@ -1,0 +1,79 @@
+//! `--symbols`: how frames are named, after a module list and, on
+//! Windows, PDB symbols through dbghelp.
+
+use clap::Args;
+#[cfg(windows)]
+use kstack_client::pdb_symbols;
+use kstack_client::{error::ClientError, modules::ModuleMap, symbol_path, symbolizer::Symbolizer};
+
+#[derive(Args)]
+pub struct SymbolsArg {
+    /// Name frames `module!function+0xoffset` from PDB symbols found
+    /// through this dbghelp symbol path (`;`-separated folders and `srv*`
+    /// symbol servers). Default: `_NT_SYMBOL_PATH`; "" for none. Windows
+    /// only.
+    #[arg(long, value_name = "PATH")]
+    symbols: Option<String>,
+}
+
+/// Where the module list frames are named after comes from.
+#[derive(Clone, Copy)]
+pub enum ModuleOrigin {
+    /// This machine's kernel, now: its images are in the system folders.
+    Live,
+    /// A saved capture, perhaps from another machine: images and PDBs are
+    /// found on the symbol path only.
+    Saved,
+}
+
+impl SymbolsArg {
+    /// Names frames after `modules`, and after functions too when a symbol
+    /// path is set. A dbghelp that will not start costs the function names
+    /// only.
+    #[cfg(windows)]
+    #[expect(
+        clippy::unnecessary_wraps,
+        reason = "the same signature as off Windows, where --symbols is refused"
+    )]
+    pub fn symbolizer(
+        &self,
+        modules: ModuleMap,
+        origin: ModuleOrigin,
+    ) -> Result<Symbolizer, ClientError> {
+        let symbolizer = Symbolizer::new(modules);
+        let environment = std::env::var(symbol_path::ENVIRONMENT_VARIABLE).ok();
+        let Some(path) = symbol_path::chosen(self.symbols.as_deref(), environment.as_deref())
+        else {
+            return Ok(symbolizer);
+        };
+        let image_dirs = match origin {
+            ModuleOrigin::Live => {
+                symbol_path::system_image_dirs(std::env::var_os("SystemRoot").as_deref())
+            }
+            ModuleOrigin::Saved => Vec::new(),
+        };
+        Ok(match pdb_symbols::Dbghelp::start(&path, image_dirs) {
+            Ok(dbghelp) => symbolizer.with_functions(Box::new(dbghelp)),
+            Err(error) => {
+                eprintln!(
+                    "kstack: warning: dbghelp did not start ({error}); frames are named module+0xoffset"
+                );
+                symbolizer
+            }
+        })
+    }
+
+    /// Off Windows there is no dbghelp: `--symbols` is refused rather than
+    /// silently ignored; `_NT_SYMBOL_PATH`, a Windows setting, is ignored.
+    #[cfg(not(windows))]
+    pub fn symbolizer(
+        &self,
+        modules: ModuleMap,
+        _origin: ModuleOrigin,
+    ) -> Result<Symbolizer, ClientError> {
+        match symbol_path::chosen(self.symbols.as_deref(), None) {
+            Some(_) => Err(ClientError::SymbolsNeedWindows),
+            None => Ok(Symbolizer::new(modules)),
+        }
+    }
+}

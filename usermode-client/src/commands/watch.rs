@@ -1,0 +1,43 @@
+//! `kstack watch`: follows new records until Ctrl-C (or --duration), then
+//! summarizes.
+
+use clap::Args;
+use kstack_client::{error::ClientError, session, transport::Transport};
+
+use super::{
+    live::{FollowArgs, follow_summary_text, live_modules, open_device, stop_flag},
+    output::{RecordFormat, print_records},
+    symbols::ModuleOrigin,
+};
+
+#[derive(Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    format: RecordFormat,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+pub fn run(args: &WatchArgs) -> Result<(), ClientError> {
+    watch(&mut open_device()?, args)
+}
+
+/// Reads until stopped; then says how many records arrived, how many
+/// sequence numbers are missing, and how many drops the driver counted.
+fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientError> {
+    let symbolizer = args
+        .format
+        .symbols
+        .symbolizer(live_modules(device)?, ModuleOrigin::Live)?;
+    let summary = session::follow(
+        device,
+        args.follow.until_stopped(),
+        &stop_flag(),
+        |records| {
+            print_records(records, &symbolizer, &args.format);
+            Ok(())
+        },
+    )?;
+    eprintln!("kstack watch: {}", follow_summary_text(&summary));
+    Ok(())
+}

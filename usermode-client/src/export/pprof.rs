@@ -1,0 +1,496 @@
+//! pprof profiles (profile.proto, gzipped), what `go tool pprof`,
+//! Pyroscope and Grafana read: a sample per stack and where it ran
+//! (source, process, thread) with its record count, a location per frame
+//! address in its module's mapping, and a function per name.
+
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+};
+
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+
+use crate::{
+    modules::Module,
+    stack_table::StackTable,
+    symbolizer::{ResolvedFrame, Symbolizer},
+    trace::system_time_unix_nanos,
+};
+
+/// The messages of profile.proto (package perftools.profiles, in
+/// google/pprof) that kstack writes, with that file's field numbers. Only
+/// the fields kstack sets are declared: proto3 readers take the others as
+/// their defaults.
+mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        /// Every string the other messages name, by index; "" first.
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// The leaf first.
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    /// A string label (profile.proto's numeric `num` is left out: a zero
+    /// there, as in process id 0, reads as no label at all).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// 0: no module holds the address.
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+    }
+}
+
+/// Writes the stacks of `table` as a gzipped pprof profile.
+///
+/// Every location has a function: `module!function` where symbols name
+/// one (pprof then groups a function's addresses), else the frame's
+/// `kstack top` name (`module+0xoffset`, or the bare address outside every
+/// module). Mappings say they have functions, so pprof does not look for
+/// the Windows images on this machine to symbolize them again.
+///
+/// # Errors
+/// The I/O error of `out`.
+pub fn write(table: &StackTable, symbolizer: &Symbolizer, out: impl Write) -> io::Result<()> {
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&profile(table, symbolizer).encode_to_vec())?;
+    gzip.finish()?.flush()
+}
+
+fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
+    let mut builder = Builder::new(symbolizer);
+    let events = builder.strings.id("events");
+    let count = builder.strings.id("count");
+    let source_key = builder.strings.id("source");
+    let process_key = builder.strings.id("process_id");
+    let thread_key = builder.strings.id("thread_id");
+    let mut samples = Vec::new();
+    for stack in table.ranked() {
+        let location_id: Vec<u64> = stack
+            .frames
+            .iter()
+            .map(|&address| builder.location_id(address))
+            .collect();
+        // Records of the stack per source, process and thread: one
+        // sample each, so pprof can focus on any of them (-tagfocus).
+        for (origin, &records) in &stack.per_origin {
+            samples.push(proto::Sample {
+                location_id: location_id.clone(),
+                value: vec![i64::try_from(records).unwrap_or(i64::MAX)],
+                label: vec![
+                    proto::Label {
+                        key: source_key,
+                        str: builder.strings.id(origin.source.name()),
+                    },
+                    proto::Label {
+                        key: process_key,
+                        str: builder.strings.id(&origin.process_id.to_string()),
+                    },
+                    proto::Label {
+                        key: thread_key,
+                        str: builder.strings.id(&origin.thread_id.to_string()),
+                    },
+                ],
+            });
+        }
+    }
+    let (first, last) = table.time_range().unwrap_or_default();
+    let nanos = |nanos: u64| i64::try_from(nanos).unwrap_or(i64::MAX);
+    let comment = builder.strings.id(&format!("kstack: {}", table.summary()));
+    proto::Profile {
+        sample_type: vec![proto::ValueType {
+            r#type: events,
+            unit: count,
+        }],
+        sample: samples,
+        mapping: builder.mappings,
+        location: builder.locations,
+        function: builder.functions,
+        time_nanos: system_time_unix_nanos(first).map_or(0, nanos),
+        duration_nanos: nanos(last.saturating_sub(first).saturating_mul(100)),
+        comment: vec![comment],
+        string_table: builder.strings.table,
+    }
+}
+
+/// The profile's tables, each entry made once and found again by what it
+/// stands for.
+struct Builder<'a> {
+    symbolizer: &'a Symbolizer,
+    strings: Strings,
+    mappings: Vec<proto::Mapping>,
+    mapping_ids: HashMap<u64, u64>,
+    functions: Vec<proto::Function>,
+    function_ids: HashMap<String, u64>,
+    locations: Vec<proto::Location>,
+    location_ids: HashMap<u64, u64>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(symbolizer: &'a Symbolizer) -> Self {
+        Self {
+            symbolizer,
+            strings: Strings::new(),
+            mappings: Vec::new(),
+            mapping_ids: HashMap::new(),
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+            locations: Vec::new(),
+            location_ids: HashMap::new(),
+        }
+    }
+
+    /// The location of a frame address.
+    fn location_id(&mut self, address: u64) -> u64 {
+        if let Some(&id) = self.location_ids.get(&address) {
+            return id;
+        }
+        let symbolizer = self.symbolizer;
+        let resolved = symbolizer.resolve(address);
+        let mapping_id = resolved
+            .as_ref()
+            .map_or(0, |frame| self.mapping_id(frame.module));
+        let function_name = resolved
+            .as_ref()
+            .and_then(ResolvedFrame::function_name)
+            .unwrap_or_else(|| symbolizer.location(address));
+        let function_id = self.function_id(function_name);
+        let id = next_id(&self.locations);
+        self.locations.push(proto::Location {
+            id,
+            mapping_id,
+            address,
+            line: vec![proto::Line { function_id }],
+        });
+        self.location_ids.insert(address, id);
+        id
+    }
+
+    fn mapping_id(&mut self, module: &Module) -> u64 {
+        if let Some(&id) = self.mapping_ids.get(&module.base) {
+            return id;
+        }
+        let id = next_id(&self.mappings);
+        self.mappings.push(proto::Mapping {
+            id,
+            memory_start: module.base,
+            memory_limit: module.end(),
+            filename: self.strings.id(&module.name),
+            has_functions: true,
+        });
+        self.mapping_ids.insert(module.base, id);
+        id
+    }
+
+    fn function_id(&mut self, name: String) -> u64 {
+        if let Some(&id) = self.function_ids.get(&name) {
+            return id;
+        }
+        let id = next_id(&self.functions);
+        let name_id = self.strings.id(&name);
+        self.functions.push(proto::Function {
+            id,
+            name: name_id,
+            system_name: name_id,
+        });
+        self.function_ids.insert(name, id);
+        id
+    }
+}
+
+/// Ids count from 1 (0 means none in profile.proto).
+fn next_id<T>(table: &[T]) -> u64 {
+    table.len() as u64 + 1
+}
+
+/// The string table: every string once, "" at index 0 as profile.proto
+/// requires.
+struct Strings {
+    table: Vec<String>,
+    ids: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        Self {
+            table: vec![String::new()],
+            ids: HashMap::from([(String::new(), 0)]),
+        }
+    }
+
+    fn id(&mut self, text: &str) -> i64 {
+        if let Some(&id) = self.ids.get(text) {
+            return id;
+        }
+        let id = i64::try_from(self.table.len()).unwrap_or(i64::MAX);
+        self.table.push(text.to_owned());
+        self.ids.insert(text.to_owned(), id);
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use kstack_abi::SourceFacts;
+
+    use super::*;
+    use crate::{
+        capture_file::tests::record,
+        modules::tests::sample_map,
+        symbolizer::tests::{DISPATCH, with_dispatch},
+        trace::TraceRecord,
+    };
+
+    const NT_FRAME: u64 = 0xFFFF_F800_0000_0020;
+
+    fn table(records: &[TraceRecord]) -> StackTable {
+        let mut table = StackTable::default();
+        for record in records {
+            table.add(&record.header, || record.frames.iter().copied());
+        }
+        table
+    }
+
+    fn decoded(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
+        let mut gzipped = Vec::new();
+        write(table, symbolizer, &mut gzipped).unwrap();
+        let mut bytes = Vec::new();
+        flate2::read::GzDecoder::new(&gzipped[..])
+            .read_to_end(&mut bytes)
+            .unwrap();
+        proto::Profile::decode(&bytes[..]).unwrap()
+    }
+
+    fn string(profile: &proto::Profile, id: i64) -> &str {
+        &profile.string_table[usize::try_from(id).unwrap()]
+    }
+
+    fn function_name(profile: &proto::Profile, location_id: u64) -> &str {
+        let location = &profile.location[usize::try_from(location_id - 1).unwrap()];
+        let function =
+            &profile.function[usize::try_from(location.line[0].function_id - 1).unwrap()];
+        string(profile, function.name)
+    }
+
+    #[test]
+    fn samples_count_records_per_stack_source_process_and_thread() {
+        let mut other_thread = record(3, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]);
+        other_thread.header.process_id = 0;
+        other_thread.header.thread_id = 77;
+        let records = [
+            record(1, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]),
+            record(2, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]),
+            other_thread,
+            record(4, SourceFacts::OnDemand { tag: 1 }, &[0x42]),
+        ];
+        let profile = decoded(&table(&records), &Symbolizer::new(sample_map()));
+        assert_eq!(profile.string_table[0], "");
+        assert_eq!(string(&profile, profile.sample_type[0].r#type), "events");
+        assert_eq!(string(&profile, profile.sample_type[0].unit), "count");
+        let described: Vec<(Vec<&str>, i64, String)> = profile
+            .sample
+            .iter()
+            .map(|sample| {
+                let labels = sample
+                    .label
+                    .iter()
+                    .map(|label| {
+                        format!(
+                            "{}={}",
+                            string(&profile, label.key),
+                            string(&profile, label.str)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let names = sample
+                    .location_id
+                    .iter()
+                    .map(|&id| function_name(&profile, id))
+                    .collect();
+                (names, sample.value[0], labels)
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                (
+                    vec!["kstack.sys+0x1020", "ntoskrnl.exe+0x20"],
+                    1,
+                    "source=timer,process_id=0,thread_id=77".to_owned()
+                ),
+                (
+                    vec!["kstack.sys+0x1020", "ntoskrnl.exe+0x20"],
+                    2,
+                    "source=timer,process_id=4,thread_id=8".to_owned()
+                ),
+                (
+                    vec!["0x42"],
+                    1,
+                    "source=ondemand,process_id=4,thread_id=8".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn locations_sit_in_their_module_mapping_and_the_time_range_is_kept() {
+        let records = [
+            record(1, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]),
+            record(5, SourceFacts::OnDemand { tag: 1 }, &[0x42]),
+        ];
+        let profile = decoded(&table(&records), &Symbolizer::new(sample_map()));
+        let mappings: Vec<_> = profile
+            .mapping
+            .iter()
+            .map(|mapping| {
+                (
+                    string(&profile, mapping.filename),
+                    mapping.memory_start,
+                    mapping.memory_limit,
+                    mapping.has_functions,
+                )
+            })
+            .collect();
+        assert_eq!(
+            mappings,
+            [
+                (
+                    "kstack.sys",
+                    0xFFFF_F801_2340_0000,
+                    0xFFFF_F801_2342_0000,
+                    true
+                ),
+                (
+                    "ntoskrnl.exe",
+                    0xFFFF_F800_0000_0000,
+                    0xFFFF_F800_0100_0000,
+                    true
+                ),
+            ]
+        );
+        let by_address = |address| {
+            profile
+                .location
+                .iter()
+                .find(|location| location.address == address)
+                .unwrap()
+        };
+        assert_eq!(by_address(DISPATCH + 0x20).mapping_id, 1);
+        assert_eq!(by_address(NT_FRAME).mapping_id, 2);
+        assert_eq!(by_address(0x42).mapping_id, 0, "no module, no mapping");
+        let (first, last) = (records[0].header.timestamp, records[1].header.timestamp);
+        assert_eq!(
+            profile.time_nanos,
+            i64::try_from(system_time_unix_nanos(first).unwrap()).unwrap()
+        );
+        assert_eq!(
+            profile.duration_nanos,
+            i64::try_from((last - first) * 100).unwrap()
+        );
+        assert_eq!(
+            string(&profile, profile.comment[0]),
+            "kstack: 2 records, 2 unique stacks"
+        );
+    }
+
+    #[test]
+    fn known_functions_group_their_addresses() {
+        let (symbolizer, _) = with_dispatch();
+        let records = [
+            record(1, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]),
+            record(2, SourceFacts::Timer, &[DISPATCH + 0x48, NT_FRAME]),
+        ];
+        let profile = decoded(&table(&records), &symbolizer);
+        assert_eq!(profile.location.len(), 3, "one location per address");
+        let names: Vec<_> = profile
+            .function
+            .iter()
+            .map(|function| string(&profile, function.name))
+            .collect();
+        assert_eq!(
+            names,
+            ["kstack.sys!kstack::dispatch::dispatch", "ntoskrnl.exe+0x20"]
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! What the offline tests share: a synthetic capture written as
+//! `kstack save` writes one, the real `kstack` binary, and golden files.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use kstack_abi::{
+    RecordFlags, RecordHeader, SourceFacts,
+    source::{HandleOperation, Lifecycle, ObjectKind},
+    stack_id,
+};
+use kstack_client::{
+    capture_file::CaptureWriter,
+    modules::{Module, ModuleMap},
+    trace::TraceRecord,
+};
+
+const NT: u64 = 0xFFFF_F806_2A00_0000;
+const KSTACK: u64 = 0xFFFF_F806_3110_0000;
+const FLTMGR: u64 = 0xFFFF_F806_2C40_0000;
+
+fn modules() -> ModuleMap {
+    ModuleMap::new([
+        Module {
+            base: NT,
+            size: 0x104_6000,
+            name: "ntoskrnl.exe".to_owned(),
+        },
+        Module {
+            base: KSTACK,
+            size: 0x2_4000,
+            name: "kstack.sys".to_owned(),
+        },
+        Module {
+            base: FLTMGR,
+            size: 0x8_2000,
+            name: "FLTMGR.SYS".to_owned(),
+        },
+    ])
+}
+
+const TIMER: &[u64] = &[
+    KSTACK + 0x1A10,
+    NT + 0x4_2F30,
+    NT + 0x4_1B02,
+    NT + 0x41_7C44,
+];
+const PROCESS: &[u64] = &[
+    KSTACK + 0x2230,
+    NT + 0x6E_1050,
+    NT + 0x6E_0F11,
+    NT + 0x42_A2B5,
+];
+const IMAGE: &[u64] = &[
+    KSTACK + 0x2480,
+    NT + 0x70_11A0,
+    FLTMGR + 0x5_3D10,
+    NT + 0x42_A2B5,
+];
+const REGISTRY: &[u64] = &[KSTACK + 0x2610, NT + 0x69_B7C0, 0x7FF6_1234_5678];
+const OBJECT: &[u64] = &[KSTACK + 0x2890, NT + 0x6A_0010, NT + 0x6A_1F33];
+const ONDEMAND: &[u64] = &[
+    KSTACK + 0x3010,
+    KSTACK + 0x2F40,
+    NT + 0x3_A1C5,
+    NT + 0x66_70B1,
+];
+const THREAD: &[u64] = &[KSTACK + 0x2350, NT + 0x6F_4410];
+
+/// A capture with every source, repeated stacks, a truncated record, a
+/// capture-now record and a frame outside every module.
+fn records() -> Vec<TraceRecord> {
+    let mut records = Vec::new();
+    // Captured on two processors in turn, each with its own ring shard and
+    // sequence numbers.
+    let mut spent = [0_u64; 2];
+    let mut push = |facts: SourceFacts, frames: &[u64], irql: u8, flags: RecordFlags| {
+        let index = records.len() as u64 + 1;
+        let shard = u16::try_from(index % 2).unwrap();
+        spent[usize::from(shard)] += 1;
+        records.push(TraceRecord {
+            header: RecordHeader {
+                sequence: spent[usize::from(shard)],
+                // 2025-11-23T06:00:00Z plus 1 ms per record.
+                timestamp: 134_083_512_000_000_000 + index * 10_000,
+                process_id: if irql == 2 { 0 } else { 4312 },
+                thread_id: 5000 + u32::try_from(index % 3).unwrap(),
+                processor: shard,
+                shard,
+                irql,
+                flags,
+                os_hash: u32::try_from(stack_id(frames.iter().copied()) & 0xFFFF_FFFF).unwrap(),
+                stack_id: stack_id(frames.iter().copied()),
+                facts,
+            },
+            frames: frames.to_vec(),
+        });
+    };
+    for _ in 0..5 {
+        push(SourceFacts::Timer, TIMER, 2, RecordFlags::NONE);
+    }
+    push(
+        SourceFacts::Process {
+            event: Lifecycle::Create,
+            process_id: 4312,
+            parent_process_id: 1024,
+        },
+        PROCESS,
+        0,
+        RecordFlags::NONE,
+    );
+    push(
+        SourceFacts::Thread {
+            event: Lifecycle::Exit,
+            process_id: 4312,
+            thread_id: 5001,
+        },
+        THREAD,
+        0,
+        RecordFlags::NONE,
+    );
+    for _ in 0..2 {
+        push(
+            SourceFacts::ImageLoad {
+                image_base: 0x7FF6_1230_0000,
+                image_size: 0x5_0000,
+                process_id: 4312,
+            },
+            IMAGE,
+            0,
+            RecordFlags::NONE,
+        );
+    }
+    push(
+        SourceFacts::Registry { notify_class: 1 },
+        REGISTRY,
+        0,
+        RecordFlags::NONE,
+    );
+    push(
+        SourceFacts::ObjectHandle {
+            operation: HandleOperation::Create,
+            object: ObjectKind::Process,
+            desired_access: 0x1F_FFFF,
+            target_process_id: 4,
+        },
+        OBJECT,
+        0,
+        RecordFlags::TRUNCATED,
+    );
+    push(
+        SourceFacts::OnDemand { tag: 4312 },
+        ONDEMAND,
+        0,
+        RecordFlags::NONE,
+    );
+    push(SourceFacts::Timer, TIMER, 2, RecordFlags::NONE);
+    records
+}
+
+pub fn write_capture(path: &Path) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = CaptureWriter::new(file, &modules()).unwrap();
+    for record in records() {
+        writer.append(&record).unwrap();
+    }
+    writer.finish().unwrap();
+}
+
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn kstack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kstack"))
+        .args(args)
+        .output()
+        .expect("running kstack")
+}
+
+/// Compares `actual` with `tests/golden/<name>`, or rewrites that file
+/// when `KSTACK_UPDATE_GOLDEN` is set.
+pub fn check_golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("KSTACK_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|error| {
+        panic!(
+            "{}: {error} (set KSTACK_UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    assert!(
+        expected == actual,
+        "{name} differs from its golden file {}\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+pub fn stdout_of(args: &[&str]) -> String {
+    let output = kstack(args);
+    assert!(
+        output.status.success(),
+        "kstack {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}

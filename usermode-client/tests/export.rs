@@ -1,0 +1,386 @@
+//! `kstack export` of the synthetic capture, read back by the tools each
+//! format is for: `go tool pprof` (Debian's golang-go), speedscope's own
+//! file-format schema (from its npm package), and the trace-event rules
+//! Perfetto and `chrome://tracing` follow. `cargo xtask test` installs Go
+//! and npm; without them these tests fail and say how to install them.
+//! Deterministic outputs are also compared with `tests/golden/`.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use common::{check_golden, kstack, scratch_dir, stdout_of, write_capture};
+use kstack_client::{capture_file::CaptureWriter, modules::ModuleMap};
+use serde_json::Value;
+
+/// The speedscope release whose schema the speedscope export is checked
+/// against.
+const SPEEDSCOPE_VERSION: &str = "1.25.0";
+
+/// Exports the synthetic capture in `format` into `dir`; returns the file.
+fn export(dir: &Path, format: &str, file_name: &str) -> PathBuf {
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let out = dir.join(file_name);
+    let output = kstack(&[
+        "export",
+        "--format",
+        format,
+        "--input",
+        capture.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "kstack export --format {format} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+/// `kstack top --json` of the capture in `dir`: every stack, every frame.
+fn top_stacks(dir: &Path) -> Vec<Value> {
+    let capture = dir.join("sample.kstack");
+    stdout_of(&[
+        "top",
+        "--json",
+        "--limit",
+        "1000000",
+        "--frames",
+        "1000",
+        "--input",
+        capture.to_str().unwrap(),
+    ])
+    .lines()
+    .map(|line| serde_json::from_str(line).unwrap())
+    .collect()
+}
+
+fn locations(stack: &Value) -> Vec<&str> {
+    stack["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|location| location.as_str().unwrap())
+        .collect()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `go tool pprof -top`'s rows: flat and cum per function name.
+fn pprof_top(profile: &Path) -> (String, BTreeMap<String, (u64, u64)>) {
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(profile)
+        // pprof prints the profile's time in the local zone.
+        .env("TZ", "UTC")
+        .output()
+        .unwrap_or_else(|error| {
+            panic!(
+                "cannot run `go` ({error}): Go is needed to read the pprof export; install it \
+                 with `apt-get install -y golang-go` (cargo xtask test does)"
+            )
+        });
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "go tool pprof -top failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut rows = BTreeMap::new();
+    let table = stdout
+        .split_once("flat  flat%   sum%        cum   cum%\n")
+        .unwrap_or_else(|| panic!("no table in go tool pprof -top's output:\n{stdout}"))
+        .1;
+    for line in table.lines() {
+        // flat flat% sum% cum cum% name
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        let [flat, _, _, cum, _, name] = columns[..] else {
+            panic!("unexpected go tool pprof -top row: {line}");
+        };
+        let previous = rows.insert(
+            name.to_owned(),
+            (flat.parse().unwrap(), cum.parse().unwrap()),
+        );
+        assert!(previous.is_none(), "{name} listed twice:\n{stdout}");
+    }
+    (stdout, rows)
+}
+
+/// pprof ranks functions, `kstack top` whole stacks, so the two are
+/// compared through what each stack contributes to a function. Without
+/// symbols (none off Windows) every frame address is its own pprof
+/// function, named exactly as `kstack top` names the frame; so a name's
+/// flat count is the records of the stacks whose innermost frame it is,
+/// and its cum count the records of the stacks it appears in (once per
+/// stack, as pprof counts recursion). Every function of the capture must
+/// be listed (it is small enough that pprof drops no node).
+#[test]
+fn go_tool_pprof_reads_the_profile_and_agrees_with_kstack_top() {
+    let dir = scratch_dir("export-pprof");
+    let profile = export(&dir, "pprof", "sample.pb.gz");
+    let mut expected = BTreeMap::<String, (u64, u64)>::new();
+    let mut records = 0;
+    for stack in top_stacks(&dir) {
+        let count = stack["count"].as_u64().unwrap();
+        records += count;
+        let names = locations(&stack);
+        expected.entry(names[0].to_owned()).or_default().0 += count;
+        for name in names.into_iter().collect::<BTreeSet<_>>() {
+            expected.entry(name.to_owned()).or_default().1 += count;
+        }
+    }
+    assert_eq!(records, 13, "the synthetic capture's records");
+    let (stdout, actual) = pprof_top(&profile);
+    assert!(
+        stdout.contains(&format!(
+            "Showing nodes accounting for {records}, 100% of {records} total"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Type: events"), "{stdout}");
+    assert!(
+        stdout.contains("Time: Nov 23, 2025 at 6:00am (UTC)"),
+        "{stdout}"
+    );
+    assert_eq!(actual, expected, "go tool pprof -top:\n{stdout}");
+}
+
+/// speedscope's schema from its npm package, fetched once into target/.
+fn speedscope_schema() -> Value {
+    let cache =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("speedscope-{SPEEDSCOPE_VERSION}"));
+    let schema_path = cache.join("file-format-schema.json");
+    if !schema_path.exists() {
+        std::fs::create_dir_all(&cache).unwrap();
+        let output = Command::new("npm")
+            .args(["pack", &format!("speedscope@{SPEEDSCOPE_VERSION}")])
+            .arg("--pack-destination")
+            .arg(&cache)
+            .output()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot run `npm` ({error}): npm fetches speedscope's schema; install it with \
+                     `apt-get install -y npm` (cargo xtask test does)"
+                )
+            });
+        assert!(
+            output.status.success(),
+            "npm pack speedscope@{SPEEDSCOPE_VERSION} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let tarball = cache.join(format!("speedscope-{SPEEDSCOPE_VERSION}.tgz"));
+        let gzipped = std::fs::File::open(&tarball).unwrap();
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gzipped));
+        let mut entry = archive
+            .entries()
+            .unwrap()
+            .map(Result::unwrap)
+            .find(|entry| {
+                entry.path().unwrap().as_ref()
+                    == Path::new("package/dist/release/file-format-schema.json")
+            })
+            .expect("the speedscope package holds dist/release/file-format-schema.json");
+        let mut schema = String::new();
+        entry.read_to_string(&mut schema).unwrap();
+        // Whole or not at all: a later run trusts what it finds.
+        let partial = cache.join("file-format-schema.json.partial");
+        std::fs::write(&partial, schema).unwrap();
+        std::fs::rename(&partial, &schema_path).unwrap();
+    }
+    read_json(&schema_path)
+}
+
+#[test]
+fn the_speedscope_file_is_valid_by_speedscopes_schema() {
+    let dir = scratch_dir("export-speedscope");
+    let document = read_json(&export(&dir, "speedscope", "sample.speedscope.json"));
+    let validator = jsonschema::validator_for(&speedscope_schema()).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&document)
+        .map(|error| error.to_string())
+        .collect();
+    assert!(errors.is_empty(), "schema errors: {errors:#?}");
+    // The schema does reject a file that breaks it.
+    let mut broken = document.clone();
+    broken["profiles"][0]["weights"] = Value::from("13");
+    assert!(!validator.is_valid(&broken));
+
+    // Frames named as `kstack top` names them; weights count records per
+    // source.
+    let stacks = top_stacks(&dir);
+    let frames: BTreeSet<&str> = document["shared"]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|frame| frame["name"].as_str().unwrap())
+        .collect();
+    let top_names: BTreeSet<&str> = stacks.iter().flat_map(locations).collect();
+    assert_eq!(frames, top_names);
+    let mut per_source = BTreeMap::<String, u64>::new();
+    for stack in &stacks {
+        for (source, count) in stack["sources"].as_object().unwrap() {
+            *per_source.entry(source.clone()).or_default() += count.as_u64().unwrap();
+        }
+    }
+    let weights: BTreeMap<String, u64> = document["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|profile| {
+            let total = profile["weights"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|weight| weight.as_u64().unwrap())
+                .sum();
+            (profile["name"].as_str().unwrap().to_owned(), total)
+        })
+        .collect();
+    assert_eq!(weights, per_source);
+    check_golden(
+        "export.speedscope.json",
+        &(serde_json::to_string_pretty(&document).unwrap() + "\n"),
+    );
+}
+
+#[test]
+fn the_chrome_trace_has_every_record_as_an_instant_event_in_time_order() {
+    let dir = scratch_dir("export-chrome-trace");
+    let document = read_json(&export(&dir, "chrome-trace", "sample.trace.json"));
+    let events = document["traceEvents"].as_array().unwrap();
+    let capture = dir.join("sample.kstack");
+    let lines: Vec<Value> = stdout_of(&["read", "--json", "--input", capture.to_str().unwrap()])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let key = |record: &Value| (record["shard"].as_u64(), record["sequence"].as_u64());
+    let read: BTreeSet<_> = lines.iter().map(key).collect();
+    let traced: BTreeSet<_> = events.iter().map(|event| key(&event["args"])).collect();
+    assert_eq!(events.len(), lines.len());
+    assert_eq!(traced, read, "every record, once");
+    let mut previous = 0.0;
+    for event in events {
+        let args = &event["args"];
+        let ts = event["ts"].as_f64().unwrap();
+        assert!(ts >= previous, "{ts} after {previous}");
+        previous = ts;
+        assert_eq!(event["ph"], "i");
+        assert_eq!(event["name"], args["source"]);
+        assert_eq!(event["pid"], args["process_id"]);
+        assert_eq!(event["tid"], args["thread_id"]);
+        assert!(args["facts"].is_object(), "{event}");
+        assert!(args["processor"].is_u64(), "{event}");
+        let line = lines.iter().find(|line| key(line) == key(args)).unwrap();
+        assert_eq!(args, line, "args are the record's JSON line");
+        assert!(!args["locations"].as_array().unwrap().is_empty());
+    }
+    // The synthetic records are 1 ms apart.
+    assert_eq!(events.last().unwrap()["ts"].as_f64(), Some(12_000.0));
+    check_golden(
+        "export.chrome-trace.json",
+        &(serde_json::to_string_pretty(&document).unwrap() + "\n"),
+    );
+}
+
+#[test]
+fn export_bad_inputs_get_a_clear_error_and_lose_nothing() {
+    let dir = scratch_dir("export-bad-inputs");
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let bytes = std::fs::read(&capture).unwrap();
+    let cut = dir.join("cut.kstack");
+    std::fs::write(&cut, &bytes[..bytes.len() - 40]).unwrap();
+    let existing = dir.join("existing.pb.gz");
+    std::fs::write(&existing, "keep me").unwrap();
+    let export_to = |input: &Path, extra: &[&str]| {
+        kstack(
+            &[
+                &[
+                    "export",
+                    "--format",
+                    "pprof",
+                    "--input",
+                    input.to_str().unwrap(),
+                    "-o",
+                    existing.to_str().unwrap(),
+                ],
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    // A damaged capture is refused before anything is written, --force or
+    // not; an existing output is not replaced without --force.
+    for (input, extra, message) in [
+        (&cut, &["--force"][..], "the capture was not finished"),
+        (&capture, &[][..], "--force"),
+    ] {
+        let output = export_to(input, extra);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(8), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+    }
+    // Replaced, whole, with --force; no temporary file is left behind.
+    assert!(export_to(&capture, &["--force"]).status.success());
+    assert_eq!(&std::fs::read(&existing).unwrap()[..2], [0x1F, 0x8B]);
+    let names: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["cut.kstack", "existing.pb.gz", "sample.kstack"].map(str::to_owned))
+    );
+    // A capture of no records is nothing to export (exit code 9).
+    let empty = dir.join("empty.kstack");
+    let file = std::fs::File::create(&empty).unwrap();
+    CaptureWriter::new(file, &ModuleMap::default())
+        .unwrap()
+        .finish()
+        .unwrap();
+    let out = dir.join("empty.json");
+    let output = kstack(&[
+        "export",
+        "--format",
+        "chrome-trace",
+        "--input",
+        empty.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(9));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no records to export"));
+    assert!(!out.exists());
+    // An unknown format is a usage error.
+    let output = kstack(&["export", "--format", "svg", "-o", "x"]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[cfg(not(windows))]
+#[test]
+fn a_live_export_off_windows_says_it_needs_windows() {
+    let dir = scratch_dir("export-live");
+    let out = dir.join("live.pb.gz");
+    let output = kstack(&[
+        "export",
+        "--format",
+        "pprof",
+        "--duration",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("runs on Windows"));
+    assert!(!out.exists());
+}
