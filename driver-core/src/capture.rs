@@ -612,10 +612,12 @@ pub(crate) mod tests {
             core.capture(&platform, PROCESS_EXIT),
             CaptureOutcome::Published(1)
         );
+        assert_eq!(platform.walks.get(), 1, "one walk per capture");
         assert_eq!(
             core.capture(&platform, PROCESS_EXIT),
             CaptureOutcome::Published(2)
         );
+        assert_eq!(platform.walks.get(), 2, "one walk per capture");
         let records = drain_all(&core);
         assert_eq!(records.len(), 2);
         let (header, frames) = &records[0];

@@ -530,6 +530,7 @@ mod tests {
         assert_eq!(ring.publish(record(8, 1)), Ok(1));
         assert_eq!(ring.publish(record(16, 2)), Ok(2));
         assert_eq!(ring.len(), 2);
+        assert!(!ring.is_empty());
         let mut out = [0_u8; 64];
         let drained = ring.consumer().unwrap().drain(&mut out);
         assert_eq!(

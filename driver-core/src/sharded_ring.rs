@@ -495,6 +495,9 @@ pub(crate) mod tests {
         assert_eq!(shard_count(2, 16_384), 2);
         assert_eq!(shard_count(0, 16_384), 1, "at least one shard");
         assert_eq!(shard_count(1000, 1 << 20), SHARDS);
+        assert_eq!(shard_count(MAX_SHARDS.into(), 1 << 20), SHARDS);
+        assert_eq!(shard_count(u32::from(MAX_SHARDS) + 1, 1 << 20), SHARDS);
+        assert_eq!(shard_count(u32::from(MAX_SHARDS) - 1, 1 << 20), SHARDS - 1);
         assert_eq!(shard_count(64, 16), 8, "every shard keeps MIN_CAPACITY");
         assert_eq!(shard_count(u32::MAX, 2), 1);
     }
@@ -503,11 +506,40 @@ pub(crate) mod tests {
     fn capacity_is_split_with_the_remainder_in_front() {
         let sizes: Vec<_> = (0..4).map(|index| shard_capacity(18, 4, index)).collect();
         assert_eq!(sizes, [5, 5, 4, 4]);
-        for (capacity, shards) in [(16, 1), (16, 2), (17, 3), (16_384, 64), (262_144, 7)] {
+        // The driver's default and largest rings take 9 and 150 MiB: too
+        // much for Miri, which checks the small ones.
+        let large: &[(usize, usize)] = if cfg!(miri) {
+            &[]
+        } else {
+            &[(16_384, 64), (262_144, 7)]
+        };
+        for &(capacity, shards) in [(16, 1), (16, 2), (17, 3)].iter().chain(large) {
             let ring = leaked_ring(capacity, shards);
             assert_eq!(ring.capacity(), capacity);
             assert_eq!(ring.shards().len(), shards);
         }
+    }
+
+    #[test]
+    fn as_many_shards_as_max_shards_are_made_and_drained() {
+        let ring = leaked_ring(SHARDS * MIN_CAPACITY, SHARDS);
+        let last = ring.shard_for(MAX_SHARDS.into()).index();
+        assert_eq!(last, 0, "processor MAX_SHARDS wraps to shard 0");
+        let last = ring.shard_for(u32::from(MAX_SHARDS) - 1);
+        assert_eq!(last.publish(Source::Timer, record(18, 7, 0)), Ok(1));
+        assert!(!ring.is_empty(), "a record in the last shard");
+        let mut out = [0_u8; 64];
+        let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
+        assert_eq!(drained.records, 1, "the last shard is drained too");
+        assert!(ring.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "at most MAX_SHARDS shards")]
+    fn more_shards_than_max_shards_are_refused() {
+        let capacity = (SHARDS + 1) * MIN_CAPACITY;
+        let slots: Vec<Slot> = fresh_slots(capacity, SHARDS + 1).collect();
+        let _ = shards_over(&slots, SHARDS + 1).count();
     }
 
     #[test]
@@ -540,6 +572,7 @@ pub(crate) mod tests {
             (ring.len(), ring.dropped(), ring.sequences_spent()),
             (3, 1, 4)
         );
+        assert!(!ring.is_empty());
         let mut out = [0_u8; 256];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
         let keys: Vec<_> = out[..drained.bytes].chunks_exact(18).map(key).collect();

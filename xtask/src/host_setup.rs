@@ -41,10 +41,44 @@ const DEBIAN_PACKAGES_FOR_COMMANDS: &[(&str, &str, &str)] = &[(
 /// runs under Wine (gnu, linked by mingw-w64).
 const RUST_TARGETS: &[&str] = &["x86_64-pc-windows-msvc", "x86_64-pc-windows-gnu"];
 
+/// The nightly toolchain `cargo miri` runs on, pinned so that a new nightly
+/// cannot turn CI red on its own (the newest at the time of writing).
+pub const MIRI_TOOLCHAIN: &str = "nightly-2026-10-30";
+
 /// Installs whatever is missing; does nothing on a machine that has it all.
 pub fn ensure() -> Result<()> {
     ensure_debian_packages()?;
-    ensure_rust_targets()
+    ensure_rust_targets()?;
+    ensure_miri()
+}
+
+/// The pinned nightly with Miri, and Miri's own sysroot.
+fn ensure_miri() -> Result<()> {
+    let installed = Run::new("rustup")
+        .args(["run", MIRI_TOOLCHAIN, "cargo", "miri", "--version"])
+        .stdout()
+        .is_ok();
+    if !installed {
+        process::step(&format!(
+            "installing {MIRI_TOOLCHAIN} with Miri, which checks kstack-abi's and kstack-driver-core's tests \
+             for undefined behaviour and data races"
+        ));
+        Run::new("rustup")
+            .args([
+                "toolchain",
+                "install",
+                MIRI_TOOLCHAIN,
+                "--profile",
+                "minimal",
+            ])
+            .args(["--component", "miri,rust-src"])
+            .run()?;
+    }
+    // Builds Miri's sysroot once; quick when it is there.
+    Run::new("rustup")
+        .args(["run", MIRI_TOOLCHAIN, "cargo", "miri", "setup"])
+        .stdout()
+        .map(drop)
 }
 
 fn ensure_debian_packages() -> Result<()> {

@@ -145,6 +145,20 @@ fn test(workspace: &Path) -> Result<()> {
     .env("RUSTFLAGS", "--cfg loom")
     .env("CARGO_TARGET_DIR", workspace.join("target/loom"))
     .run()?;
+    process::step(
+        "Miri: kstack-abi's and kstack-driver-core's unit tests, then the concurrency scenarios under 4 seeds \
+         (undefined behaviour, data races, leaks)",
+    );
+    miri(
+        workspace,
+        &["-p", "kstack-abi", "-p", "kstack-driver-core", "--lib"],
+        &[],
+    )?;
+    miri(
+        workspace,
+        &["-p", "kstack-driver-core", "--test", "concurrency"],
+        &["-Zmiri-many-seeds=0..4"],
+    )?;
     process::step("tests");
     process::cargo(
         workspace,
@@ -189,6 +203,34 @@ fn demo(workspace: &Path) -> Result<()> {
         built.dir.display()
     );
     Ok(())
+}
+
+#[cfg(target_os = "linux")]
+/// `cargo miri test` with `args` on the pinned nightly. Proptests run 8
+/// cases each (Miri interprets every access) and keep no failure files (Miri
+/// isolates the tests from the file system); `flags` go to Miri.
+fn miri(workspace: &Path, args: &[&str], flags: &[&str]) -> Result<()> {
+    let forwarded = ["PROPTEST_CASES", "PROPTEST_DISABLE_FAILURE_PERSISTENCE"];
+    let miri_flags: Vec<String> = forwarded
+        .iter()
+        .map(|name| format!("-Zmiri-env-forward={name}"))
+        .chain(flags.iter().map(|&flag| flag.to_owned()))
+        .collect();
+    process::Run::new("rustup")
+        .args([
+            "run",
+            host_setup::MIRI_TOOLCHAIN,
+            "cargo",
+            "miri",
+            "test",
+            "--locked",
+        ])
+        .args(args)
+        .current_dir(workspace)
+        .env("PROPTEST_CASES", "8")
+        .env("PROPTEST_DISABLE_FAILURE_PERSISTENCE", "true")
+        .env("MIRIFLAGS", miri_flags.join(" "))
+        .run()
 }
 
 /// The demo's capture and flamegraph, in the client's folder in the prefix.
