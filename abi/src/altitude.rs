@@ -165,6 +165,25 @@ pub fn register_at_free_altitude(
 mod tests {
     use super::*;
 
+    #[test]
+    fn only_a_whole_part_means_registered() {
+        assert!(!Altitude::default().is_some());
+        assert!(
+            Altitude {
+                whole: 385_291,
+                fraction: 0
+            }
+            .is_some()
+        );
+        assert!(
+            !Altitude {
+                whole: 0,
+                fraction: 3
+            }
+            .is_some()
+        );
+    }
+
     fn text(altitude: Altitude) -> String {
         let mut out = [0_u16; ALTITUDE_CHARS];
         let written = altitude.to_utf16(&mut out);

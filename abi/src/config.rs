@@ -199,6 +199,42 @@ mod tests {
     use crate::Source;
 
     #[test]
+    fn the_process_filter_admits_its_process_or_every_process_when_0() {
+        let mut config = CaptureConfig::default();
+        assert!(
+            config.admits_process(0) && config.admits_process(4) && config.admits_process(u32::MAX)
+        );
+        config.process_filter = 4;
+        assert!(config.admits_process(4));
+        assert!(!config.admits_process(0) && !config.admits_process(8));
+    }
+
+    #[test]
+    fn errors_say_which_field_and_its_range() {
+        let texts = [
+            (
+                ConfigError::UnknownSources { bits: 0x80 },
+                "source bits 0x80 name no source",
+            ),
+            (
+                ConfigError::FramesToSkip { value: 99 },
+                "frames to skip is 99; the most is",
+            ),
+            (
+                ConfigError::FramesToCapture { value: 0 },
+                "frames to capture is 0; it must be 1 to",
+            ),
+            (
+                ConfigError::TimerPeriod { value: 0 },
+                "timer period is 0 ms; it must be",
+            ),
+        ];
+        for (error, text) in texts {
+            assert!(error.to_string().starts_with(text), "{error}");
+        }
+    }
+
+    #[test]
     fn default_is_valid_and_captures_nothing() {
         let config = CaptureConfig::default();
         assert_eq!(config.validate(), Ok(()));

@@ -246,6 +246,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn buffer_limits_are_the_documented_sizes() {
+        // A read header (24) and one largest record (568).
+        assert_eq!(MIN_READ_BUFFER, 592);
+        // The configure request (8 + 16) is the largest input.
+        assert_eq!(MAX_INPUT_LENGTH, 24);
+        assert!(MAX_INPUT_LENGTH >= CAPTURE_NOW_REQUEST_SIZE);
+    }
+
+    #[test]
+    fn every_code_has_its_own_name_and_errors_say_what_is_wrong() {
+        let names: Vec<&str> = Ioctl::ALL.into_iter().map(Ioctl::name).collect();
+        assert_eq!(
+            names,
+            ["status", "configure", "read", "clear", "capture-now"]
+        );
+        let texts = [
+            (
+                RequestError::UnknownCode { code: 0x1234 },
+                "control code 0x00001234 is not kstack's",
+            ),
+            (
+                RequestError::InputLength {
+                    expected: 24,
+                    actual: 3,
+                },
+                "input buffer is 3 bytes; this request takes exactly 24",
+            ),
+            (
+                RequestError::UnexpectedOutput { actual: 9 },
+                "output buffer is 9 bytes; this request returns nothing",
+            ),
+        ];
+        for (error, text) in texts {
+            assert_eq!(error.to_string(), text);
+        }
+        let too_small = RequestError::OutputTooSmall {
+            needed: 600,
+            actual: 8,
+        }
+        .to_string();
+        assert!(
+            too_small.contains("600") && too_small.contains('8'),
+            "{too_small}"
+        );
+    }
+
+    #[test]
     fn codes_match_ctl_code_by_hand() {
         // CTL_CODE(0x8B5C, 0x800, METHOD_BUFFERED, FILE_READ_ACCESS)
         assert_eq!(Ioctl::Status.code(), 0x8B5C_6000);

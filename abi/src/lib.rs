@@ -254,6 +254,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn version_parts_parse_every_digit() {
+        assert_eq!(parse_version_part("0"), 0);
+        assert_eq!(parse_version_part("7"), 7);
+        assert_eq!(parse_version_part("123"), 123);
+    }
+
+    #[test]
+    fn decode_errors_say_what_was_wrong() {
+        let texts = [
+            (
+                DecodeError::Truncated {
+                    needed: 8,
+                    actual: 2,
+                },
+                "truncated: 2 bytes where 8 are needed",
+            ),
+            (
+                DecodeError::Length {
+                    expected: 24,
+                    actual: 25,
+                },
+                "25 bytes where exactly 24 are expected",
+            ),
+            (
+                DecodeError::AbiVersion { ours: 5, theirs: 4 },
+                "ABI version mismatch: this side speaks 5, the other side 4",
+            ),
+            (
+                DecodeError::SizeField {
+                    expected: 24,
+                    declared: 9,
+                },
+                "message declares 9 bytes; its layout has 24",
+            ),
+            (DecodeError::UnknownSource { value: 9 }, "unknown source 9"),
+            (
+                DecodeError::UnknownFlags { bits: 0x10 },
+                "unknown flag bits 0x10",
+            ),
+            (
+                DecodeError::PagingState { value: 7 },
+                "paging state 7 is unknown or contradicts the DisablePagingExecutive value",
+            ),
+        ];
+        for (error, text) in texts {
+            assert_eq!(error.to_string(), text);
+        }
+    }
+
+    #[test]
     fn names_agree_with_each_other() {
         assert!(DOS_DEVICE_NAME.ends_with(DEVICE_NAME.rsplit('\\').next().unwrap()));
         assert!(USER_DEVICE_PATH.ends_with(DEVICE_NAME.rsplit('\\').next().unwrap()));

@@ -530,6 +530,9 @@ mod tests {
         sources[Source::Registry.index()].skipped_stack = 9;
         sources[Source::Process.index()].filtered = 11;
         sources[Source::OnDemand.index()].not_kept = 13;
+        // Every byte of the last source's counters set, so a field written
+        // at a wrong offset next to them shows.
+        sources[Source::OnDemand.index()].filtered = u64::MAX - 1;
         StatusResponse {
             driver_version: (0, 1, 0),
             paging_executive: PagingExecutive::decide(
@@ -562,8 +565,40 @@ mod tests {
                 whole: 385_291,
                 fraction: 2,
             },
-            registry_altitude: Altitude::default(),
+            registry_altitude: Altitude {
+                whole: 385_290,
+                fraction: 0xFFFF,
+            },
         }
+    }
+
+    #[test]
+    fn message_sizes_are_the_documented_ones() {
+        assert_eq!(CONFIGURE_REQUEST_SIZE, 24);
+        assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
+        assert_eq!(INJECT_REQUEST_SIZE, 40);
+        assert_eq!(READ_HEADER_SIZE, 24);
+    }
+
+    #[test]
+    fn a_status_written_over_old_bytes_has_zero_reserved_bytes_and_every_field() {
+        let status = sample_status();
+        let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
+        status.encode(&mut out);
+        let reserved = [
+            DRIVER_IMAGE_OFFSET + 12..DRIVER_IMAGE_OFFSET + 16,
+            RING_SHARDS_OFFSET + 4..RING_SHARDS_OFFSET + 8,
+            ALTITUDES_OFFSET + 6..ALTITUDES_OFFSET + 8,
+            ALTITUDES_OFFSET + 14..ALTITUDES_OFFSET + 16,
+            PAGING_OFFSET + 4..PAGING_OFFSET + 8,
+        ];
+        for range in reserved {
+            assert!(
+                out[range.clone()].iter().all(|&byte| byte == 0),
+                "{range:?}"
+            );
+        }
+        assert_eq!(StatusResponse::decode(&out), Ok(status));
     }
 
     #[test]
