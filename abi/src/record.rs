@@ -360,6 +360,54 @@ mod tests {
     }
 
     #[test]
+    fn flags_combine_and_contain_bit_by_bit() {
+        let both = RecordFlags::TRUNCATED.union(RecordFlags::NOT_IN_RING);
+        assert_eq!(both.bits(), 3);
+        assert_eq!(
+            RecordFlags::TRUNCATED.union(RecordFlags::TRUNCATED).bits(),
+            1
+        );
+        assert!(both.contains(RecordFlags::TRUNCATED) && both.contains(RecordFlags::NOT_IN_RING));
+        assert!(!RecordFlags::TRUNCATED.contains(RecordFlags::NOT_IN_RING));
+        assert!(!RecordFlags::TRUNCATED.contains(both));
+        assert!(RecordFlags::default().contains(RecordFlags::default()));
+    }
+
+    #[test]
+    fn a_view_counts_its_frames() {
+        let frames = [0x1111, 0x2222, 0x3333];
+        let header = sample_header(SourceFacts::OnDemand { tag: 1 }, &frames);
+        let mut out = [0_u8; 128];
+        let size = encode_record(&header, &frames, &mut out).unwrap();
+        let (view, _) = decode_record(&out[..size]).unwrap();
+        assert_eq!(view.frame_count(), 3);
+        assert!(view.frames().eq(frames));
+    }
+
+    #[test]
+    fn stack_ids_are_the_documented_hash() {
+        // Pinned values: clients and saved captures group by these ids, so a
+        // change of the hash is a change of the ABI.
+        assert_eq!(stack_id([]), STACK_ID_OF_NOTHING);
+        assert_eq!(stack_id([0x1000]), STACK_ID_OF_ONE_FRAME);
+        assert_eq!(stack_id([0x1000, 0x2000]), STACK_ID_OF_TWO_FRAMES);
+        assert_ne!(
+            stack_id([0x2000, 0x1000]),
+            STACK_ID_OF_TWO_FRAMES,
+            "order matters"
+        );
+        assert_ne!(
+            stack_id([0x1000, 0x2000, 0]),
+            STACK_ID_OF_TWO_FRAMES,
+            "length matters"
+        );
+    }
+
+    const STACK_ID_OF_NOTHING: u64 = 0;
+    const STACK_ID_OF_ONE_FRAME: u64 = 0x5f80_4597_7cb1_58c2;
+    const STACK_ID_OF_TWO_FRAMES: u64 = 0xc3bf_b8d8_ed72_dd59;
+
+    #[test]
     fn layout_matches_the_documented_offsets() {
         let frames = [0x1111, 0x2222];
         let header = sample_header(SourceFacts::OnDemand { tag: 0xABCD }, &frames);
