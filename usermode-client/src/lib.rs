@@ -8,6 +8,7 @@ pub mod device;
 pub mod error;
 pub mod export;
 pub mod flamegraph;
+pub mod live_top;
 pub mod modules;
 #[cfg(windows)]
 pub mod pdb_symbols;

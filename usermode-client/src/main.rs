@@ -37,7 +37,8 @@ enum Command {
     Selftest(output::RecordFormat),
     /// Save records and the module list to a file for offline analysis.
     Save(save::SaveArgs),
-    /// Unique stacks by stack id: count, sources, first and last seen.
+    /// Unique stacks by stack id: count, sources, first and last seen;
+    /// with --live, a refreshing full-screen view of the driver.
     Top(top::TopArgs),
     /// Folded stacks (`source;outermost;...;innermost count`) for
     /// flamegraph tools.

@@ -46,7 +46,9 @@ pub struct Origin {
 }
 
 impl Origin {
-    const fn of(header: &RecordHeader) -> Self {
+    /// Where `header`'s record says its stack ran.
+    #[must_use]
+    pub const fn of(header: &RecordHeader) -> Self {
         Self {
             source: header.facts.source(),
             process_id: header.process_id,
@@ -91,7 +93,7 @@ impl StackSummary {
 }
 
 /// Unique stacks, by stack id.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct StackTable {
     stacks: HashMap<u64, StackSummary>,
     records: u64,
@@ -133,6 +135,11 @@ impl StackTable {
     #[must_use]
     pub fn len(&self) -> usize {
         self.stacks.len()
+    }
+
+    /// Every unique stack, in no particular order.
+    pub fn stacks(&self) -> impl Iterator<Item = &StackSummary> {
+        self.stacks.values()
     }
 
     /// Whether no record was counted.

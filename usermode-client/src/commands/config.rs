@@ -36,7 +36,7 @@ pub struct ConfigArgs {
 }
 
 /// Source names as the command line takes them.
-fn parse_sources(text: &str) -> Result<SourceSet, String> {
+pub fn parse_sources(text: &str) -> Result<SourceSet, String> {
     if text == "all" {
         return Ok(SourceSet::ALL);
     }

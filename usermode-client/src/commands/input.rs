@@ -30,6 +30,13 @@ pub struct AnalysisInput {
     follow: FollowArgs,
 }
 
+impl AnalysisInput {
+    /// How long to follow the driver, and how often to read it.
+    pub const fn follow(&self) -> &FollowArgs {
+        &self.follow
+    }
+}
+
 /// Reads the capture file at `path` and hands each of its records, in
 /// order, to `each` with the symbolizer for the file's module list and
 /// `symbols`; returns that symbolizer. A damaged record ends it with the

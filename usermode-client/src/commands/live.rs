@@ -25,20 +25,30 @@ pub struct FollowArgs {
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// Milliseconds between reads when the ring is empty.
-    #[arg(long, value_name = "MS", default_value_t = 50)]
-    interval: u64,
+    /// Milliseconds between reads when the ring is empty [default: 50];
+    /// with `top --live`, between refreshes of the view [default: 1000].
+    #[arg(long, value_name = "MS")]
+    interval: Option<u64>,
 }
 
 impl FollowArgs {
     /// Follow until stopped (Ctrl-C or --duration).
     pub fn until_stopped(&self) -> Follow {
         Follow::UntilStopped {
-            deadline: self
-                .duration
-                .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds.max(0.0))),
-            interval: Duration::from_millis(self.interval),
+            deadline: self.deadline(),
+            interval: Duration::from_millis(self.interval.unwrap_or(50)),
         }
+    }
+
+    /// When --duration, counted from now, ends.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.duration
+            .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds.max(0.0)))
+    }
+
+    /// Between refreshes of `top --live`.
+    pub fn refresh(&self) -> Duration {
+        Duration::from_millis(self.interval.unwrap_or(1000))
     }
 
     /// Drain once, unless --duration asks to follow.

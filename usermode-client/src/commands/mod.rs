@@ -17,4 +17,5 @@ pub mod selftest;
 pub mod status;
 pub mod symbols;
 pub mod top;
+pub mod top_live;
 pub mod watch;

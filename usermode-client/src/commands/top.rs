@@ -1,15 +1,20 @@
-//! `kstack top`: unique stacks by stack id, most frequent first.
+//! `kstack top`: unique stacks by stack id, most frequent first; with
+//! --live, a refreshing view of the driver (`top_live`).
 
 use clap::Args;
+use kstack_abi::SourceSet;
 use kstack_client::{
     error::ClientError,
+    live_top::Filter,
     stack_table::{self, TopLimits},
 };
 
 use super::{
+    config::parse_sources,
     input::{AnalysisInput, stack_table},
     output::JsonArg,
     symbols::SymbolsArg,
+    top_live,
 };
 
 #[derive(Args)]
@@ -21,19 +26,44 @@ pub struct TopArgs {
     /// Stacks to show.
     #[arg(long, default_value_t = 20)]
     limit: usize,
-    /// Frames to show per stack.
-    #[arg(long, default_value_t = 8)]
-    frames: usize,
+    /// Frames to show per stack [default: 8; 3 with --live].
+    #[arg(long)]
+    frames: Option<usize>,
     #[command(flatten)]
     symbols: SymbolsArg,
+    /// Follow the driver in a full-screen view refreshed every --interval
+    /// (default 1000 ms): events per second and counts per stack and
+    /// source, the ring's fill and drops. Keys: r/c/s sort by rate, count
+    /// or source; f steps the source filter; space pauses; q, Esc or
+    /// Ctrl-C quits. When stdout is not a terminal, prints the `top` text
+    /// every interval instead.
+    #[arg(long, conflicts_with_all = ["input", "json"])]
+    live: bool,
+    /// With --live: count only these sources (comma-separated names, or
+    /// `all`).
+    #[arg(long, value_parser = parse_sources, requires = "live")]
+    source: Option<SourceSet>,
+    /// With --live: count only records of this process id.
+    #[arg(long, requires = "live")]
+    pid: Option<u32>,
 }
 
 pub fn run(args: &TopArgs) -> Result<(), ClientError> {
-    let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
+    let frames = args
+        .frames
+        .unwrap_or(if args.live { top_live::FRAMES } else { 8 });
     let limits = TopLimits {
         stacks: args.limit,
-        frames: args.frames,
+        frames,
     };
+    if args.live {
+        let filter = Filter {
+            sources: args.source.unwrap_or(SourceSet::ALL),
+            process_id: args.pid,
+        };
+        return top_live::run(args.input.follow(), &args.symbols, filter, limits);
+    }
+    let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
     if args.json.json {
         for line in stack_table::top_json(&table, &symbolizer, limits) {
             println!("{line}");
