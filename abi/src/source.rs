@@ -369,6 +369,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn adding_a_source_twice_keeps_it() {
+        let set = SourceSet::EMPTY.with(Source::Timer).with(Source::Timer);
+        assert!(set.contains(Source::Timer));
+        assert_eq!(set, SourceSet::EMPTY.with(Source::Timer));
+    }
+
+    #[test]
     fn wire_values_index_and_names_round_trip() {
         for (position, source) in Source::ALL.into_iter().enumerate() {
             assert_eq!(source.index(), position);
