@@ -426,7 +426,7 @@ impl<'a> DriverCore<'a> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 pub(crate) mod tests {
     use std::{cell::Cell, vec::Vec};
 

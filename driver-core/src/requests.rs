@@ -245,7 +245,7 @@ fn timer_change(previous: &CaptureConfig, next: &CaptureConfig) -> TimerChange {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use std::{cell::RefCell, vec::Vec};
 
@@ -388,6 +388,19 @@ mod tests {
         assert_eq!(
             core.altitude(Source::Timer),
             kstack_abi::Altitude::default()
+        );
+        let registry_at = kstack_abi::Altitude {
+            whole: 385_290,
+            fraction: 2,
+        };
+        core.set_altitude(Source::Registry, registry_at);
+        assert_eq!(
+            (
+                core.altitude(Source::Registry),
+                core.altitude(Source::ObjectHandle)
+            ),
+            (registry_at, at),
+            "each source its own altitude"
         );
         assert_eq!((status.ring_capacity, status.ring_shards), (8, 1));
         assert_eq!(status.paging_executive, PagingExecutive::assumed());

@@ -488,7 +488,7 @@ impl Drop for Consumer<'_, '_> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use std::{collections::VecDeque, vec::Vec};
 

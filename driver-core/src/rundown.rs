@@ -83,7 +83,7 @@ impl Drop for RundownGuard<'_> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

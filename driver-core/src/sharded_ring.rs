@@ -451,7 +451,7 @@ impl ShardedConsumer<'_, '_> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 pub(crate) mod tests {
     use std::{collections::VecDeque, vec::Vec};
 
