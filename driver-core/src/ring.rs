@@ -580,6 +580,22 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_word_never_returns_to_an_earlier_value() {
+        // A reader that saw a section inside tells its end from a later
+        // section by the word having moved on: it must count sections.
+        let slots = slots(2);
+        let ring = RecordRing::new(&slots);
+        let word = || ring.producers.writer.load(Ordering::Relaxed);
+        assert_eq!(word(), 0);
+        for sections in 1..=3 {
+            let section = ring.enter();
+            assert_eq!(word(), 2 * sections - 1, "odd inside");
+            drop(section);
+            assert_eq!(word(), 2 * sections, "even outside, one step on");
+        }
+    }
+
+    #[test]
     fn a_reader_settles_when_no_section_is_inside_and_reports_one_that_stays() {
         let slots = slots(2);
         let ring = RecordRing::new(&slots);
