@@ -425,23 +425,31 @@ impl<'a> Consumer<'_, 'a> {
 
     /// Copies whole records into `out`, oldest first, while they fit. A
     /// record still being written ends the drain (it is read next time).
+    /// At most one ring's worth per call, so a drain ends even while
+    /// producers refill the ring behind it (then more is pending).
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
     pub fn drain(&mut self, out: &mut [u8]) -> Drained {
         let mut drained = Drained::default();
-        while self.take_front(|record| drained.copy(record, out)) == Some(true) {}
+        for _ in 0..self.ring.capacity() {
+            if self.take_front(|record| drained.copy(record, out)) != Some(true) {
+                return drained;
+            }
+        }
+        drained.more_pending = self.peek(|_| ()).is_some();
         drained
     }
 
-    /// Discards every written record; returns how many.
+    /// Discards every written record, up to one ring's worth (so a clear
+    /// ends even while producers refill the ring); returns how many.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub fn discard_all(&mut self) -> u64 {
         let mut discarded = 0;
-        while self.take_front(|_| true).is_some() {
+        while discarded < self.ring.capacity() && self.take_front(|_| true).is_some() {
             discarded += 1;
         }
-        discarded
+        discarded as u64
     }
 
     /// Runs `read` on the oldest record, if it is completely written.

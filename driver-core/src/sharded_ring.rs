@@ -417,12 +417,18 @@ impl ShardedConsumer<'_, '_> {
         for (key, consumer) in oldest.iter_mut().zip(self.consumers.iter().flatten()) {
             *key = consumer.peek(before_cut).flatten();
         }
-        while let Some((_, index)) = oldest
-            .iter()
-            .zip(0_usize..)
-            .filter_map(|(key, index)| key.map(|key| (key, index)))
-            .min()
-        {
+        // Records stamped before the cut are all written when the drain
+        // starts, so there are at most the ring's capacity of them: the
+        // bound only keeps a broken consumer from looping forever.
+        for _ in 0..self.ring.capacity() {
+            let Some((_, index)) = oldest
+                .iter()
+                .zip(0_usize..)
+                .filter_map(|(key, index)| key.map(|key| (key, index)))
+                .min()
+            else {
+                break;
+            };
             let Some(consumer) = self.consumers[index].as_mut() else {
                 break;
             };
