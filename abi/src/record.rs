@@ -391,6 +391,9 @@ mod tests {
         assert_eq!(stack_id([]), STACK_ID_OF_NOTHING);
         assert_eq!(stack_id([0x1000]), STACK_ID_OF_ONE_FRAME);
         assert_eq!(stack_id([0x1000, 0x2000]), STACK_ID_OF_TWO_FRAMES);
+        // Frames whose bits overlap the running hash: xor is not or.
+        assert_eq!(stack_id([u64::MAX; 3]), 0x4c59_b49b_79e0_d808);
+        assert_eq!(stack_id([u64::MAX, 1]), 0xcbe8_2371_19bc_c53c);
         assert_ne!(
             stack_id([0x2000, 0x1000]),
             STACK_ID_OF_TWO_FRAMES,

@@ -445,10 +445,9 @@ impl<'a> Consumer<'_, 'a> {
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub fn discard_all(&mut self) -> u64 {
-        let mut discarded = 0;
-        while discarded < self.ring.capacity() && self.take_front(|_| true).is_some() {
-            discarded += 1;
-        }
+        let discarded = (0..self.ring.capacity())
+            .take_while(|_| self.take_front(|_| true).is_some())
+            .count();
         discarded as u64
     }
 
