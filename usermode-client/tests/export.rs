@@ -1,17 +1,19 @@
 //! `kstack export` of the synthetic capture, read back by the tools each
 //! format is for: `go tool pprof` (Debian's golang-go), speedscope's own
-//! file-format schema (from its npm package), and the trace-event rules
-//! Perfetto and `chrome://tracing` follow. `cargo xtask test` installs Go
-//! and npm; without them these tests fail and say how to install them.
+//! file-format schema and its viewer in headless Chromium (both from its
+//! npm package), and the trace-event rules Perfetto and `chrome://tracing`
+//! follow. `cargo xtask test` installs Go, npm and Chromium; without them
+//! these tests fail and say how to install them.
 //! Deterministic outputs are also compared with `tests/golden/`.
 
+mod browser;
 mod common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::Read as _,
     path::{Path, PathBuf},
     process::Command,
+    sync::OnceLock,
 };
 
 use common::{check_golden, kstack, scratch_dir, stdout_of, write_capture};
@@ -115,30 +117,47 @@ fn pprof_top(profile: &Path) -> (String, BTreeMap<String, (u64, u64)>) {
     (stdout, rows)
 }
 
+/// What `stacks` (`kstack top --json`) contribute to each frame name, the
+/// way profilers rank functions: its self count is the records (as
+/// `count_of` counts them) of the stacks whose innermost frame it is, its
+/// total the records of the stacks it appears in, once per stack however
+/// often it recurs. Names with neither are left out.
+fn self_and_total(
+    stacks: &[Value],
+    count_of: impl Fn(&Value) -> u64,
+) -> BTreeMap<String, (u64, u64)> {
+    let mut table = BTreeMap::<String, (u64, u64)>::new();
+    for stack in stacks {
+        let count = count_of(stack);
+        if count == 0 {
+            continue;
+        }
+        let names = locations(stack);
+        table.entry(names[0].to_owned()).or_default().0 += count;
+        for name in names.into_iter().collect::<BTreeSet<_>>() {
+            table.entry(name.to_owned()).or_default().1 += count;
+        }
+    }
+    table
+}
+
 /// pprof ranks functions, `kstack top` whole stacks, so the two are
 /// compared through what each stack contributes to a function. Without
 /// symbols (none off Windows) every frame address is its own pprof
-/// function, named exactly as `kstack top` names the frame; so a name's
-/// flat count is the records of the stacks whose innermost frame it is,
-/// and its cum count the records of the stacks it appears in (once per
-/// stack, as pprof counts recursion). Every function of the capture must
-/// be listed (it is small enough that pprof drops no node).
+/// function, named exactly as `kstack top` names the frame; so its flat
+/// and cum counts are its self and total counts. Every function of the
+/// capture must be listed (it is small enough that pprof drops no node).
 #[test]
 fn go_tool_pprof_reads_the_profile_and_agrees_with_kstack_top() {
     let dir = scratch_dir("export-pprof");
     let profile = export(&dir, "pprof", "sample.pb.gz");
-    let mut expected = BTreeMap::<String, (u64, u64)>::new();
-    let mut records = 0;
-    for stack in top_stacks(&dir) {
-        let count = stack["count"].as_u64().unwrap();
-        records += count;
-        let names = locations(&stack);
-        expected.entry(names[0].to_owned()).or_default().0 += count;
-        for name in names.into_iter().collect::<BTreeSet<_>>() {
-            expected.entry(name.to_owned()).or_default().1 += count;
-        }
-    }
+    let stacks = top_stacks(&dir);
+    let records: u64 = stacks
+        .iter()
+        .map(|stack| stack["count"].as_u64().unwrap())
+        .sum();
     assert_eq!(records, 13, "the synthetic capture's records");
+    let expected = self_and_total(&stacks, |stack| stack["count"].as_u64().unwrap());
     let (stdout, actual) = pprof_top(&profile);
     assert!(
         stdout.contains(&format!(
@@ -154,12 +173,18 @@ fn go_tool_pprof_reads_the_profile_and_agrees_with_kstack_top() {
     assert_eq!(actual, expected, "go tool pprof -top:\n{stdout}");
 }
 
-/// speedscope's schema from its npm package, fetched once into target/.
-fn speedscope_schema() -> Value {
-    let cache =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("speedscope-{SPEEDSCOPE_VERSION}"));
-    let schema_path = cache.join("file-format-schema.json");
-    if !schema_path.exists() {
+/// speedscope's built viewer and schema (its npm package's
+/// `dist/release/`), fetched and unpacked once into target/; the tests of
+/// one run share it.
+fn speedscope_release() -> &'static Path {
+    static RELEASE: OnceLock<PathBuf> = OnceLock::new();
+    RELEASE.get_or_init(|| {
+        let cache =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("speedscope-{SPEEDSCOPE_VERSION}"));
+        let release = cache.join("release");
+        if release.exists() {
+            return release;
+        }
         std::fs::create_dir_all(&cache).unwrap();
         let output = Command::new("npm")
             .args(["pack", &format!("speedscope@{SPEEDSCOPE_VERSION}")])
@@ -168,8 +193,8 @@ fn speedscope_schema() -> Value {
             .output()
             .unwrap_or_else(|error| {
                 panic!(
-                    "cannot run `npm` ({error}): npm fetches speedscope's schema; install it with \
-                     `apt-get install -y npm` (cargo xtask test does)"
+                    "cannot run `npm` ({error}): npm fetches speedscope's viewer and schema; \
+                     install it with `apt-get install -y npm` (cargo xtask test does)"
                 )
             });
         assert!(
@@ -180,23 +205,32 @@ fn speedscope_schema() -> Value {
         let tarball = cache.join(format!("speedscope-{SPEEDSCOPE_VERSION}.tgz"));
         let gzipped = std::fs::File::open(&tarball).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gzipped));
-        let mut entry = archive
-            .entries()
-            .unwrap()
-            .map(Result::unwrap)
-            .find(|entry| {
-                entry.path().unwrap().as_ref()
-                    == Path::new("package/dist/release/file-format-schema.json")
-            })
-            .expect("the speedscope package holds dist/release/file-format-schema.json");
-        let mut schema = String::new();
-        entry.read_to_string(&mut schema).unwrap();
         // Whole or not at all: a later run trusts what it finds.
-        let partial = cache.join("file-format-schema.json.partial");
-        std::fs::write(&partial, schema).unwrap();
-        std::fs::rename(&partial, &schema_path).unwrap();
-    }
-    read_json(&schema_path)
+        let partial = cache.join(format!("release.partial.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&partial).unwrap();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().into_owned();
+            if let Ok(relative) = path.strip_prefix("package/dist/release") {
+                let destination = partial.join(relative);
+                std::fs::create_dir_all(destination.parent().unwrap()).unwrap();
+                entry.unpack(&destination).unwrap();
+            }
+        }
+        for file in ["index.html", "file-format-schema.json"] {
+            assert!(
+                partial.join(file).is_file(),
+                "the speedscope package holds dist/release/{file}"
+            );
+        }
+        std::fs::rename(&partial, &release).unwrap();
+        release
+    })
+}
+
+fn speedscope_schema() -> Value {
+    read_json(&speedscope_release().join("file-format-schema.json"))
 }
 
 #[test]
@@ -225,12 +259,7 @@ fn the_speedscope_file_is_valid_by_speedscopes_schema() {
         .collect();
     let top_names: BTreeSet<&str> = stacks.iter().flat_map(locations).collect();
     assert_eq!(frames, top_names);
-    let mut per_source = BTreeMap::<String, u64>::new();
-    for stack in &stacks {
-        for (source, count) in stack["sources"].as_object().unwrap() {
-            *per_source.entry(source.clone()).or_default() += count.as_u64().unwrap();
-        }
-    }
+    let per_source = records_per_source(&stacks);
     let weights: BTreeMap<String, u64> = document["profiles"]
         .as_array()
         .unwrap()
@@ -250,6 +279,140 @@ fn the_speedscope_file_is_valid_by_speedscopes_schema() {
         "export.speedscope.json",
         &(serde_json::to_string_pretty(&document).unwrap() + "\n"),
     );
+}
+
+/// The records of `stacks` (`kstack top --json`) per source.
+fn records_per_source(stacks: &[Value]) -> BTreeMap<String, u64> {
+    let mut per_source = BTreeMap::<String, u64>::new();
+    for stack in stacks {
+        for (source, count) in stack["sources"].as_object().unwrap() {
+            *per_source.entry(source.clone()).or_default() += count.as_u64().unwrap();
+        }
+    }
+    per_source
+}
+
+/// What speedscope's sandwich view shows in its DOM: the profile list (a
+/// row per profile: number, name, weight) and the shown profile's frames
+/// (a row per frame: total, self, name; here keyed by name, self first).
+#[derive(Debug, Default)]
+struct SandwichView {
+    profiles: BTreeMap<String, u64>,
+    frames: BTreeMap<String, (u64, u64)>,
+}
+
+fn sandwich_view(dom: &str) -> SandwichView {
+    let text = |html: &str| {
+        // Each cell's HTML starts inside its `<td` tag.
+        let mut in_tag = true;
+        let mut text = String::new();
+        for character in html.chars() {
+            match character {
+                '<' => in_tag = true,
+                '>' => in_tag = false,
+                _ if !in_tag => text.push(character),
+                _ => {}
+            }
+        }
+        text.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    let count = |cell: &str| -> u64 {
+        // "6", "6 (100%)", or "0 (<0.01%)".
+        let number = cell.split_whitespace().next().unwrap_or_default();
+        number
+            .parse()
+            .unwrap_or_else(|_| panic!("a count in speedscope's table: {cell:?}"))
+    };
+    let mut view = SandwichView::default();
+    let rows = dom
+        .split("<tr")
+        .skip(1)
+        .map(|row| row.split("</tr>").next().unwrap());
+    // Header rows hold `<th>` cells, and are left out.
+    for row in rows.filter(|row| !row.contains("<th")) {
+        let cells: Vec<String> = row
+            .split("<td")
+            .skip(1)
+            .map(|cell| text(cell.split("</td>").next().unwrap()))
+            .collect();
+        let [first, second, third] = &cells[..] else {
+            panic!("a row of speedscope's tables: {cells:?}");
+        };
+        if first.ends_with("%)") {
+            view.frames
+                .insert(third.clone(), (count(second), count(first)));
+        } else {
+            view.profiles.insert(second.clone(), count(third));
+        }
+    }
+    view
+}
+
+/// speedscope's own viewer, from the npm package the schema comes from,
+/// in headless Chromium: it fetches the export, lists every source with
+/// its records and the shown profile's frames with the self and total
+/// counts `kstack top` gives them (the sandwich view's DOM), and draws its
+/// flame graph (on a WebGL canvas, so read from a screenshot: a bar, in a
+/// colour of its own, per frame). A profile it cannot import shows its
+/// error page, which the same checks reject.
+#[test]
+fn speedscopes_viewer_loads_the_profile_and_draws_it() {
+    let dir = scratch_dir("export-speedscope-viewer");
+    let document = read_json(&export(&dir, "speedscope", "sample.speedscope.json"));
+    let shown = usize::try_from(document["activeProfileIndex"].as_u64().unwrap()).unwrap();
+    let source = document["profiles"][shown]["name"].as_str().unwrap();
+    let stacks = top_stacks(&dir);
+    let expected = self_and_total(&stacks, |stack| {
+        stack["sources"][source].as_u64().unwrap_or(0)
+    });
+    assert!(expected.len() >= 3, "{source}: {expected:?}");
+    // Valid JSON that speedscope's import rejects: a frame index out of
+    // range.
+    let mut broken = document.clone();
+    broken["profiles"][shown]["samples"][0][0] = Value::from(999);
+    std::fs::write(dir.join("broken.speedscope.json"), broken.to_string()).unwrap();
+    let server = browser::Server::start(vec![dir.clone(), speedscope_release().to_owned()]);
+    let page = |file: &str, view: &str| {
+        format!(
+            "http://127.0.0.1:{}/index.html#profileURL={file}{view}",
+            server.port
+        )
+    };
+
+    let dom = browser::dom(&page("sample.speedscope.json", "&view=sandwich"));
+    assert!(!dom.contains("Something went wrong"), "{dom}");
+    let title = format!(
+        "<title>{} - speedscope</title>",
+        document["name"].as_str().unwrap()
+    );
+    assert!(dom.contains(&title), "{title} in\n{dom}");
+    let view = sandwich_view(&dom);
+    assert_eq!(view.frames, expected, "{dom}");
+    assert_eq!(view.profiles, records_per_source(&stacks), "{dom}");
+    let requests = server.requests();
+    assert!(
+        requests.contains(&"GET /sample.speedscope.json 200".to_owned()),
+        "{requests:?}"
+    );
+    // A full-width bar of a 1400-pixel window covers over 20,000 pixels.
+    let pixels = browser::screenshot(&page("sample.speedscope.json", ""));
+    let bars = browser::large_colour_areas(&pixels, 10_000);
+    assert!(
+        bars.len() >= expected.len(),
+        "a bar per frame of {expected:?}, in colours of their own: {bars:?}"
+    );
+
+    let dom = browser::dom(&page("broken.speedscope.json", "&view=sandwich"));
+    assert!(dom.contains("Something went wrong"), "{dom}");
+    let view = sandwich_view(&dom);
+    assert!(
+        view.frames.is_empty() && view.profiles.is_empty(),
+        "{view:?}"
+    );
+    let pixels = browser::screenshot(&page("broken.speedscope.json", ""));
+    assert!(browser::large_colour_areas(&pixels, 10_000).len() < expected.len());
 }
 
 #[test]

@@ -8,6 +8,11 @@ use crate::process::{self, Run};
 /// Debian 12 packages, and what each one is for.
 const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     (
+        "chromium",
+        "headless Chromium, which opens the speedscope export in speedscope's own viewer in the \
+         client's export tests",
+    ),
+    (
         "golang-go",
         "go tool pprof, which reads the client's pprof export in its tests",
     ),
@@ -34,7 +39,7 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
 const DEBIAN_PACKAGES_FOR_COMMANDS: &[(&str, &str, &str)] = &[(
     "npm",
     "npm",
-    "npm pack fetches speedscope's file-format schema for the client's export tests",
+    "npm pack fetches speedscope's file-format schema and viewer for the client's export tests",
 )];
 
 /// Rust targets: the driver (msvc, linked by rust-lld) and the client that
