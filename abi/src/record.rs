@@ -394,6 +394,8 @@ mod tests {
         // Frames whose bits overlap the running hash: xor is not or.
         assert_eq!(stack_id([u64::MAX; 3]), 0x4c59_b49b_79e0_d808);
         assert_eq!(stack_id([u64::MAX, 1]), 0xcbe8_2371_19bc_c53c);
+        // A folded hash with bit 0 set, mixed with the count 1.
+        assert_eq!(stack_id([1]), 0x8f50_561b_0640_fe46);
         assert_ne!(
             stack_id([0x2000, 0x1000]),
             STACK_ID_OF_TWO_FRAMES,
