@@ -15,7 +15,7 @@ use wdk_sys::{
     },
 };
 
-use crate::kernel::{KERNEL_MODE, unicode_string};
+use crate::{kernel::KERNEL_MODE, unicode::unicode_string};
 
 /// Creates the device and its link. On failure nothing is left behind.
 ///

@@ -1,5 +1,5 @@
 //! The thin layer over raw kernel structures: the only place that reads or
-//! writes fields of WDK structs.
+//! writes fields of WDK structs (but `UNICODE_STRING`, in `unicode`).
 //!
 //! On Linux the bindings come from mingw-w64 headers, which are older than
 //! the WDK and not identical to it. Every field touched here is pinned below
@@ -13,7 +13,7 @@ use kstack_driver_core::Platform;
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
-    NTSTATUS, OB_PRE_OPERATION_INFORMATION, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO, UNICODE_STRING,
+    NTSTATUS, OB_PRE_OPERATION_INFORMATION, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO,
     ntddk::{
         IoGetStackLimits, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
         KeQueryActiveProcessorCountEx, PsGetCurrentProcessId, PsGetCurrentThreadId,
@@ -59,7 +59,6 @@ const _: () = {
     );
     assert!(offset_of!(IO_STACK_LOCATION, Parameters.DeviceIoControl.IoControlCode) == 0x18);
     assert!(size_of::<IO_STACK_LOCATION>() == 0x48);
-    assert!(size_of::<UNICODE_STRING>() == 0x10);
     assert!(offset_of!(PS_CREATE_NOTIFY_INFO, ParentProcessId) == 0x10);
     assert!(offset_of!(IMAGE_INFO, ImageBase) == 0x08);
     assert!(offset_of!(IMAGE_INFO, ImageSize) == 0x18);
@@ -68,17 +67,6 @@ const _: () = {
     assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, ObjectType) == 0x10);
     assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Parameters) == 0x20);
 };
-
-/// A static UTF-16 copy of an ASCII string (a literal or a `&str` constant),
-/// for `UNICODE_STRING`s.
-macro_rules! utf16 {
-    ($text:expr) => {{
-        const TEXT: &str = $text;
-        static UTF16: [u16; TEXT.len()] = kstack_abi::ascii_to_utf16(TEXT);
-        &UTF16
-    }};
-}
-pub(crate) use utf16;
 
 // ntoskrnl's object types are data exports. They are imported as the WDK
 // declares them (a data import, through the import table; present on every
@@ -341,33 +329,6 @@ impl Platform for KernelPlatform<'_> {
             )
         };
         (usize::from(captured), hash)
-    }
-}
-
-/// A `UNICODE_STRING` over a static UTF-16 array.
-///
-/// Max IRQL: any.
-pub fn unicode_string(text: &'static [u16]) -> UNICODE_STRING {
-    let bytes = u16::try_from(size_of_val(text)).unwrap_or(u16::MAX);
-    UNICODE_STRING {
-        Length: bytes,
-        MaximumLength: bytes,
-        // The kernel takes a mutable pointer but never writes through a
-        // string it is only given to read.
-        Buffer: text.as_ptr().cast_mut(),
-    }
-}
-
-/// A `UNICODE_STRING` over `text`, which the caller keeps alive and
-/// unchanged while the kernel may read the string.
-///
-/// Max IRQL: any.
-pub fn unicode_string_over(text: &[u16]) -> UNICODE_STRING {
-    let bytes = u16::try_from(size_of_val(text)).unwrap_or(u16::MAX);
-    UNICODE_STRING {
-        Length: bytes,
-        MaximumLength: bytes,
-        Buffer: text.as_ptr().cast_mut(),
     }
 }
 

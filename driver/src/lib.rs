@@ -4,7 +4,7 @@
 //! gate; [`sources`] has one file per capture source; [`dispatch`] serves
 //! the IRPs; [`device`] owns the device, its DACL and its link; [`pool`]
 //! allocates (tags in one place); [`routines`] finds optional kernel exports;
-//! [`registry`] reads settings; [`paging_executive`] reads what decides
+//! [`registry`] reads settings; [`unicode`] makes the kernel's strings; [`paging_executive`] reads what decides
 //! whether `DisablePagingExecutive` is in effect; [`kernel`] is the only module touching WDK
 //! struct fields. The logic (ring, paging policy, capture, requests) is in
 //! kstack-driver-core, tested on the host. `DriverEntry` and `DriverUnload`
@@ -26,6 +26,7 @@ mod pool;
 mod registry;
 mod routines;
 mod sources;
+mod unicode;
 
 use kstack_abi::DriverImage;
 use kstack_driver_core::ring::capacity_for_setting;
@@ -35,9 +36,9 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::utf16,
     registry::{ParametersKey, read_setting},
     routines::Routines,
+    unicode::utf16,
 };
 
 // kstack's own code does not allocate through `alloc` (all memory is set up

@@ -20,13 +20,14 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{Clock, KERNEL_MODE, KernelPlatform, utf16},
+    kernel::{Clock, KERNEL_MODE, KernelPlatform},
     pool,
     registry::ParametersKey,
     routines::Routines,
     sources::{
         object_handles::ObjectCallbacks, registry_operations::RegistryCallback, timer::TimerSource,
     },
+    unicode::utf16,
 };
 
 /// Everything one load of the driver keeps.

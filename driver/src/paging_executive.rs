@@ -6,9 +6,9 @@
 use kstack_abi::{PagingExecutive, paging::ASSUME_IN_EFFECT_VALUE};
 
 use crate::{
-    kernel::{unicode_string, utf16},
     registry::{self, Dword, ParametersKey, read_setting},
     routines::Routines,
+    unicode::{unicode_string, utf16},
 };
 
 /// `SystemTimeOfDayInformation`, the class of `ZwQuerySystemInformation`.

@@ -11,7 +11,7 @@ use wdk_sys::{
     ntddk::{ZwClose, ZwCreateKey, ZwOpenKey, ZwQueryKey, ZwQueryValueKey, ZwSetValueKey},
 };
 
-use crate::kernel::unicode_string;
+use crate::unicode::{unicode_string, unicode_string_over};
 
 /// What a DWORD look-up found.
 pub enum Dword {
@@ -148,12 +148,7 @@ impl ParametersKey {
     /// The path as a `UNICODE_STRING` over this value's buffer (the
     /// registry routines only read a key name).
     fn unicode_string(&self) -> UNICODE_STRING {
-        let bytes = u16::try_from(self.chars * 2).unwrap_or(u16::MAX);
-        UNICODE_STRING {
-            Length: bytes,
-            MaximumLength: bytes,
-            Buffer: self.path.as_ptr().cast_mut(),
-        }
+        unicode_string_over(&self.path[..self.chars])
     }
 
     /// Reads a DWORD under the key.

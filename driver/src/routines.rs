@@ -13,7 +13,7 @@ use wdk_sys::{
     ntddk::MmGetSystemRoutineAddress,
 };
 
-use crate::kernel::{unicode_string, utf16};
+use crate::unicode::{unicode_string, utf16};
 
 /// `ExAllocatePool2(Flags, NumberOfBytes, Tag)`.
 pub type AllocatePool2 = unsafe extern "system" fn(u64, usize, u32) -> *mut c_void;

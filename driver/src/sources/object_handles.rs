@@ -22,8 +22,9 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{ObjectType, handle_to_id, unicode_string_over},
+    kernel::{ObjectType, handle_to_id},
     loaded,
+    unicode::unicode_string_over,
 };
 
 /// The registration and the operation table it points to (kept where the

@@ -16,7 +16,7 @@ use wdk_sys::{
     DRIVER_OBJECT, LARGE_INTEGER, NTSTATUS, PVOID, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
 };
 
-use crate::{kernel::unicode_string_over, loaded, routines::Routines};
+use crate::{loaded, routines::Routines, unicode::unicode_string_over};
 
 /// The callback's registration, and the text of its altitude (kept in the
 /// driver state while registered).
