@@ -134,6 +134,9 @@ fn chromium(args: &[&str], url: &str) -> String {
             // to be asked for now that Chromium no longer falls back to it.
             "--disable-gpu",
             "--enable-unsafe-swiftshader",
+            // A container's /dev/shm can be 64 MiB, too small for Chromium's
+            // shared memory: use /tmp instead.
+            "--disable-dev-shm-usage",
             // Without these Chromium opens connections of its own, which are
             // refused many at a time on an offline machine.
             "--disable-background-networking",
