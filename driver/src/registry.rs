@@ -28,7 +28,7 @@ pub enum Dword {
 ///
 /// Max IRQL: `PASSIVE_LEVEL` (Zw registry routines).
 pub fn read_dword(key: &UNICODE_STRING, value_name: &'static [u16]) -> Result<Dword, NTSTATUS> {
-    Ok(read_dword_and_key_time(key, value_name)?.0)
+    with_key(key, Dword::Absent, |handle| query_dword(handle, value_name))
 }
 
 /// Reads a `REG_DWORD` value and when its key was last written (100 ns
@@ -40,18 +40,30 @@ pub fn read_dword_and_key_time(
     key: &UNICODE_STRING,
     value_name: &'static [u16],
 ) -> Result<(Dword, Option<u64>), NTSTATUS> {
+    with_key(key, (Dword::Absent, None), |handle| {
+        query_dword(handle, value_name).map(|dword| (dword, last_write_time(handle)))
+    })
+}
+
+/// Opens `key` for reading, runs `read` on it and closes it; `absent` when
+/// the key does not exist.
+fn with_key<T>(
+    key: &UNICODE_STRING,
+    absent: T,
+    read: impl FnOnce(HANDLE) -> Result<T, NTSTATUS>,
+) -> Result<T, NTSTATUS> {
     let mut key_name = *key;
     let mut attributes = object_attributes(&mut key_name);
     let mut handle: HANDLE = ptr::null_mut();
     // SAFETY: every pointer refers to a live local; the handle is closed below.
     let status = unsafe { ZwOpenKey(&raw mut handle, KEY_QUERY_VALUE, &raw mut attributes) };
     if status == STATUS_OBJECT_NAME_NOT_FOUND {
-        return Ok((Dword::Absent, None));
+        return Ok(absent);
     }
     if status < 0 {
         return Err(status);
     }
-    let result = query_dword(handle, value_name).map(|dword| (dword, last_write_time(handle)));
+    let result = read(handle);
     // SAFETY: `handle` was opened above and is closed exactly once.
     let _ = unsafe { ZwClose(handle) };
     result
