@@ -200,20 +200,21 @@ const fn in_effect_name(in_effect: PagingInEffect) -> &'static str {
     }
 }
 
-/// A status time (100 ns since 1601, 0: unknown) as JSON.
-fn time_json(filetime: u64) -> Value {
+/// A status time (100 ns since 1601, 0: unknown) in RFC 3339, if known.
+fn known_time(filetime: u64) -> Option<String> {
     (filetime != 0)
         .then(|| system_time_text(filetime))
         .flatten()
-        .map_or(Value::Null, Value::from)
+}
+
+/// A status time as JSON.
+fn time_json(filetime: u64) -> Value {
+    known_time(filetime).map_or(Value::Null, Value::from)
 }
 
 /// A status time as text.
 fn time_text(filetime: u64) -> String {
-    (filetime != 0)
-        .then(|| system_time_text(filetime))
-        .flatten()
-        .unwrap_or_else(|| "an unknown time".to_owned())
+    known_time(filetime).unwrap_or_else(|| "an unknown time".to_owned())
 }
 
 /// `DisablePagingExecutive`: configured, in effect, why, and what that
