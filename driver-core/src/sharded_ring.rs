@@ -420,15 +420,17 @@ impl ShardedConsumer<'_, '_> {
         // Records stamped before the cut are all written when the drain
         // starts, so there are at most the ring's capacity of them: the
         // bound only keeps a broken consumer from looping forever.
-        for _ in 0..self.ring.capacity() {
-            let Some((_, index)) = oldest
-                .iter()
-                .zip(0_usize..)
-                .filter_map(|(key, index)| key.map(|key| (key, index)))
-                .min()
-            else {
+        let mut steps_left = self.ring.capacity();
+        while let Some((_, index)) = oldest
+            .iter()
+            .zip(0_usize..)
+            .filter_map(|(key, index)| key.map(|key| (key, index)))
+            .min()
+        {
+            let Some(steps) = steps_left.checked_sub(1) else {
                 break;
             };
+            steps_left = steps;
             let Some(consumer) = self.consumers[index].as_mut() else {
                 break;
             };
