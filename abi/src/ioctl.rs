@@ -75,7 +75,9 @@ pub enum Ioctl {
     /// the previous read's limit. Records held back wait for a later read;
     /// `more_pending` reports only records that did not fit the buffer.
     Read,
-    /// Discard every record in the ring.
+    /// Discard every record in the ring: per shard, every record written
+    /// when the clear reaches it, up to the shard's capacity (a record
+    /// published while the clear runs may remain). Counted as `cleared`.
     Clear,
     /// Capture the calling request's stack and return the record.
     CaptureNow,
