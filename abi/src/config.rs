@@ -1,11 +1,13 @@
-//! The capture configuration: which sources run and how much stack each
-//! record keeps. Validated here, once, for both sides.
+//! The capture configuration: which sources run, for which processes, how
+//! many of their events are kept, and how much stack each record keeps.
+//! Validated here, once, for both sides.
 
 use crate::{
-    DecodeError, MAX_FRAMES, SourceSet,
+    DecodeError, MAX_FRAMES, Source, SourceSet,
     ntstatus::{
         NtStatus, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
-        STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4,
+        STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_INVALID_PARAMETER_5,
+        STATUS_INVALID_PARAMETER_6,
     },
     wire::{Reader, Writer},
 };
@@ -23,12 +25,103 @@ pub const TIMER_PERIOD_MS_RANGE: core::ops::RangeInclusive<u32> = 1..=10_000;
 /// every walk's total under 128 frames.
 pub const MAX_FRAMES_TO_SKIP: u16 = 64;
 
-/// Encoded size of a [`CaptureConfig`].
-pub const CAPTURE_CONFIG_SIZE: usize = 16;
+/// The most process ids each list of a [`ProcessFilter`] holds.
+pub const MAX_PROCESS_IDS: usize = 8;
 
-/// What the driver captures. Wire layout (16 bytes): `sources` u32,
-/// `frames_to_skip` u16, `frames_to_capture` u16, `process_filter` u32,
-/// `timer_period_ms` u32.
+/// Encoded size of a [`CaptureConfig`].
+pub const CAPTURE_CONFIG_SIZE: usize = 96;
+/// Offset of `sample_every` in an encoded [`CaptureConfig`]: one u16 per
+/// source in [`Source::ALL`] order, then zeros to 16 bytes.
+const SAMPLE_EVERY_OFFSET: usize = 16;
+/// Offset of the include list (`MAX_PROCESS_IDS` u32, unused ones 0).
+const INCLUDE_OFFSET: usize = 32;
+/// Offset of the exclude list (`MAX_PROCESS_IDS` u32, unused ones 0).
+const EXCLUDE_OFFSET: usize = INCLUDE_OFFSET + 4 * MAX_PROCESS_IDS;
+
+/// Which processes' events the sources keep, by the process the callback
+/// runs in (the record's `process_id`; for process, thread and image events
+/// that need not be the process the event's facts name; timer samples on
+/// an idle processor run in the idle process, id 0).
+///
+/// An event is admitted when the include list is empty or holds its
+/// process id, and the exclude list does not. Each list holds up to
+/// [`MAX_PROCESS_IDS`] ids; an id may not be in both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessFilter {
+    include: [u32; MAX_PROCESS_IDS],
+    include_len: u8,
+    exclude: [u32; MAX_PROCESS_IDS],
+    exclude_len: u8,
+}
+
+impl ProcessFilter {
+    /// Admits every process.
+    pub const ALL: Self = Self {
+        include: [0; MAX_PROCESS_IDS],
+        include_len: 0,
+        exclude: [0; MAX_PROCESS_IDS],
+        exclude_len: 0,
+    };
+
+    /// A filter keeping `include` (every process when empty) minus
+    /// `exclude`. Repeated ids count once.
+    ///
+    /// # Errors
+    /// [`ConfigError::Processes`] when a list has more than
+    /// [`MAX_PROCESS_IDS`] distinct ids or an id is in both.
+    pub fn new(include: &[u32], exclude: &[u32]) -> Result<Self, ConfigError> {
+        let mut filter = Self::ALL;
+        for &id in include {
+            if !filter.include().contains(&id) {
+                filter.include_len = push(&mut filter.include, filter.include_len, id)?;
+            }
+        }
+        for &id in exclude {
+            if filter.include().contains(&id) {
+                return Err(ConfigError::Processes);
+            }
+            if !filter.exclude().contains(&id) {
+                filter.exclude_len = push(&mut filter.exclude, filter.exclude_len, id)?;
+            }
+        }
+        Ok(filter)
+    }
+
+    /// The ids admitted; empty: every process not excluded.
+    #[must_use]
+    pub fn include(&self) -> &[u32] {
+        &self.include[..usize::from(self.include_len)]
+    }
+
+    /// The ids left out.
+    #[must_use]
+    pub fn exclude(&self) -> &[u32] {
+        &self.exclude[..usize::from(self.exclude_len)]
+    }
+
+    /// Whether an event of `process_id` is admitted.
+    #[must_use]
+    pub fn admits(&self, process_id: u32) -> bool {
+        (self.include().is_empty() || self.include().contains(&process_id))
+            && !self.exclude().contains(&process_id)
+    }
+}
+
+/// Puts `id` after the `len` ids of `list`; returns the new length.
+fn push(list: &mut [u32; MAX_PROCESS_IDS], len: u8, id: u32) -> Result<u8, ConfigError> {
+    let slot = list
+        .get_mut(usize::from(len))
+        .ok_or(ConfigError::Processes)?;
+    *slot = id;
+    Ok(len + 1)
+}
+
+/// What the driver captures. Wire layout (96 bytes): `sources` u32 at 0,
+/// `frames_to_skip` u16 at 4, `frames_to_capture` u16 at 6,
+/// `timer_period_ms` u32 at 8, the include and exclude list lengths (u8
+/// each) at 12 and 13, 2 zero bytes, `sample_every` (a u16 per source in
+/// [`Source::ALL`] order, then zeros) at 16, the include list at 32 and the
+/// exclude list at 64 ([`MAX_PROCESS_IDS`] u32 each, unused entries 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CaptureConfig {
     /// Sources whose records enter the ring. A disabled source's events are
@@ -42,15 +135,20 @@ pub struct CaptureConfig {
     pub frames_to_skip: u16,
     /// `RtlCaptureStackBackTrace`'s FramesToCapture, 1 to [`MAX_FRAMES`].
     pub frames_to_capture: u16,
-    /// Only records of this process id enter the ring; 0 admits every
-    /// process. It applies to every source, capture-now included, and is
-    /// checked against the process the callback runs in (the record's
-    /// `process_id`), which for process, thread and image events need not
-    /// be the process the event's facts name. An event
-    /// left out is counted as `filtered` for its source; a capture-now
-    /// from another process still answers its caller, flagged
-    /// `NOT_IN_RING`.
-    pub process_filter: u32,
+    /// Which processes' records enter the ring. It applies to every
+    /// source, capture-now included, before sampling and before the walk.
+    /// An event left out is counted as `filtered` for its source; a
+    /// capture-now from a process left out still answers its caller,
+    /// flagged `NOT_IN_RING`.
+    pub processes: ProcessFilter,
+    /// Per source, in [`Source::ALL`] order: keep one event in this many
+    /// (1: every event), after the process filter and before the walk.
+    /// Each processor counts its own events of each source and keeps the
+    /// first and then every N-th, so over all processors the share kept is
+    /// about 1/N. An event not kept is counted as `sampled_out` for its
+    /// source. 1 to 65535; the on-demand source's must be 1 (a capture-now
+    /// is a request, always answered).
+    pub sample_every: [u16; Source::COUNT],
     /// The timer source's period in milliseconds.
     pub timer_period_ms: u32,
 }
@@ -62,18 +160,10 @@ impl Default for CaptureConfig {
             sources: SourceSet::EMPTY,
             frames_to_skip: DEFAULT_FRAMES_TO_SKIP,
             frames_to_capture: DEFAULT_FRAMES_TO_CAPTURE,
-            process_filter: 0,
+            processes: ProcessFilter::ALL,
+            sample_every: [1; Source::COUNT],
             timer_period_ms: DEFAULT_TIMER_PERIOD_MS,
         }
-    }
-}
-
-impl CaptureConfig {
-    /// Whether a record of `process_id` may enter the ring under
-    /// [`CaptureConfig::process_filter`].
-    #[must_use]
-    pub const fn admits_process(&self, process_id: u32) -> bool {
-        self.process_filter == 0 || self.process_filter == process_id
     }
 }
 
@@ -100,6 +190,16 @@ pub enum ConfigError {
         /// The value given.
         value: u32,
     },
+    /// A process list is longer than [`MAX_PROCESS_IDS`], or an id is in
+    /// both.
+    Processes,
+    /// A source's `sample_every` is 0, or the on-demand source's is not 1.
+    SampleEvery {
+        /// The source.
+        source: Source,
+        /// The value given.
+        value: u16,
+    },
 }
 
 impl ConfigError {
@@ -111,6 +211,8 @@ impl ConfigError {
             Self::FramesToSkip { .. } => STATUS_INVALID_PARAMETER_2,
             Self::FramesToCapture { .. } => STATUS_INVALID_PARAMETER_3,
             Self::TimerPeriod { .. } => STATUS_INVALID_PARAMETER_4,
+            Self::Processes => STATUS_INVALID_PARAMETER_5,
+            Self::SampleEvery { .. } => STATUS_INVALID_PARAMETER_6,
         }
     }
 }
@@ -136,6 +238,16 @@ impl core::fmt::Display for ConfigError {
                 "timer period is {value} ms; it must be {} to {} ms",
                 TIMER_PERIOD_MS_RANGE.start(),
                 TIMER_PERIOD_MS_RANGE.end()
+            ),
+            Self::Processes => write!(
+                f,
+                "a process list holds more than {MAX_PROCESS_IDS} ids, or an id is both included and \
+                 excluded"
+            ),
+            Self::SampleEvery { source, value } => write!(
+                f,
+                "{} keeps one event in {value}; it must be 1 to 65535 (1 for ondemand)",
+                source.name()
             ),
         }
     }
@@ -164,29 +276,79 @@ impl CaptureConfig {
                 value: self.timer_period_ms,
             });
         }
+        let mut index = 0;
+        while index < Source::COUNT {
+            let (source, value) = (Source::ALL[index], self.sample_every[index]);
+            if value == 0 || (value != 1 && matches!(source, Source::OnDemand)) {
+                return Err(ConfigError::SampleEvery { source, value });
+            }
+            index += 1;
+        }
         Ok(())
+    }
+
+    /// One event of `source` in how many is kept.
+    #[must_use]
+    pub const fn sample_every(&self, source: Source) -> u16 {
+        self.sample_every[source.index()]
     }
 
     pub(crate) fn encode(&self, w: &mut Writer<'_>, at: usize) {
         w.u32(at, self.sources.bits());
         w.u16(at + 4, self.frames_to_skip);
         w.u16(at + 6, self.frames_to_capture);
-        w.u32(at + 8, self.process_filter);
-        w.u32(at + 12, self.timer_period_ms);
+        w.u32(at + 8, self.timer_period_ms);
+        w.u8(at + 12, self.processes.include_len);
+        w.u8(at + 13, self.processes.exclude_len);
+        w.u16(at + 14, 0);
+        for index in 0..8 {
+            let value = self.sample_every.get(index).copied().unwrap_or(0);
+            w.u16(at + SAMPLE_EVERY_OFFSET + 2 * index, value);
+        }
+        for index in 0..MAX_PROCESS_IDS {
+            w.u32(
+                at + INCLUDE_OFFSET + 4 * index,
+                self.processes.include[index],
+            );
+            w.u32(
+                at + EXCLUDE_OFFSET + 4 * index,
+                self.processes.exclude[index],
+            );
+        }
     }
 
-    /// Decodes and validates the configuration at `at`.
+    /// Decodes and validates the configuration at `at`. Unused list
+    /// entries and the bytes after `sample_every` are not looked at.
     pub(crate) fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
         let bits = r.u32(at)?;
         let sources = SourceSet::from_bits(bits).ok_or(ConfigError::UnknownSources {
             bits: bits & !SourceSet::ALL.bits(),
         })?;
+        let list =
+            |offset: usize, len: u8| -> Result<([u32; MAX_PROCESS_IDS], usize), DecodeError> {
+                let len = usize::from(len);
+                if len > MAX_PROCESS_IDS {
+                    return Err(ConfigError::Processes.into());
+                }
+                let mut ids = [0; MAX_PROCESS_IDS];
+                for (index, id) in ids.iter_mut().enumerate().take(len) {
+                    *id = r.u32(at + offset + 4 * index)?;
+                }
+                Ok((ids, len))
+            };
+        let (include, include_len) = list(INCLUDE_OFFSET, r.u8(at + 12)?)?;
+        let (exclude, exclude_len) = list(EXCLUDE_OFFSET, r.u8(at + 13)?)?;
+        let mut sample_every = [0; Source::COUNT];
+        for (index, value) in sample_every.iter_mut().enumerate() {
+            *value = r.u16(at + SAMPLE_EVERY_OFFSET + 2 * index)?;
+        }
         let config = Self {
             sources,
             frames_to_skip: r.u16(at + 4)?,
             frames_to_capture: r.u16(at + 6)?,
-            process_filter: r.u32(at + 8)?,
-            timer_period_ms: r.u32(at + 12)?,
+            processes: ProcessFilter::new(&include[..include_len], &exclude[..exclude_len])?,
+            sample_every,
+            timer_period_ms: r.u32(at + 8)?,
         };
         config.validate()?;
         Ok(config)
@@ -199,14 +361,60 @@ mod tests {
     use crate::Source;
 
     #[test]
-    fn the_process_filter_admits_its_process_or_every_process_when_0() {
-        let mut config = CaptureConfig::default();
-        assert!(
-            config.admits_process(0) && config.admits_process(4) && config.admits_process(u32::MAX)
+    fn the_process_filter_admits_the_included_minus_the_excluded() {
+        let every = ProcessFilter::ALL;
+        assert!(every.admits(0) && every.admits(4) && every.admits(u32::MAX));
+        let some = ProcessFilter::new(&[4, 8, 4], &[]).unwrap();
+        assert_eq!(some.include(), [4, 8], "repeats count once");
+        assert!(some.admits(4) && some.admits(8));
+        assert!(!some.admits(0) && !some.admits(5));
+        let but_idle = ProcessFilter::new(&[], &[0, 4]).unwrap();
+        assert!(!but_idle.admits(0) && !but_idle.admits(4) && but_idle.admits(8));
+        assert_eq!(
+            ProcessFilter::new(&[4], &[4]),
+            Err(ConfigError::Processes),
+            "both"
         );
-        config.process_filter = 4;
-        assert!(config.admits_process(4));
-        assert!(!config.admits_process(0) && !config.admits_process(8));
+        let full: Vec<u32> = (1..=8).collect();
+        assert!(
+            ProcessFilter::new(&full, &full.iter().map(|id| id + 8).collect::<Vec<_>>()).is_ok()
+        );
+        let too_many: Vec<u32> = (1..=9).collect();
+        assert_eq!(
+            ProcessFilter::new(&too_many, &[]),
+            Err(ConfigError::Processes)
+        );
+        assert_eq!(
+            ProcessFilter::new(&[], &too_many),
+            Err(ConfigError::Processes)
+        );
+    }
+
+    #[test]
+    fn sampling_is_1_to_65535_and_1_for_ondemand() {
+        let at = |source: Source, value| {
+            let mut config = CaptureConfig::default();
+            config.sample_every[source.index()] = value;
+            config.validate()
+        };
+        assert_eq!(at(Source::Timer, 1), Ok(()));
+        assert_eq!(at(Source::Registry, u16::MAX), Ok(()));
+        assert_eq!(
+            at(Source::Timer, 0),
+            Err(ConfigError::SampleEvery {
+                source: Source::Timer,
+                value: 0
+            })
+        );
+        assert_eq!(at(Source::OnDemand, 1), Ok(()));
+        assert_eq!(
+            at(Source::OnDemand, 2),
+            Err(ConfigError::SampleEvery {
+                source: Source::OnDemand,
+                value: 2
+            })
+        );
+        assert_eq!(CaptureConfig::default().sample_every(Source::ImageLoad), 1);
     }
 
     #[test]
@@ -227,6 +435,17 @@ mod tests {
             (
                 ConfigError::TimerPeriod { value: 0 },
                 "timer period is 0 ms; it must be",
+            ),
+            (
+                ConfigError::Processes,
+                "a process list holds more than 8 ids",
+            ),
+            (
+                ConfigError::SampleEvery {
+                    source: Source::Timer,
+                    value: 0,
+                },
+                "timer keeps one event in 0; it must be 1 to 65535",
             ),
         ];
         for (error, text) in texts {
@@ -271,6 +490,12 @@ mod tests {
             ConfigError::FramesToSkip { value: 99 }.ntstatus(),
             ConfigError::FramesToCapture { value: 0 }.ntstatus(),
             ConfigError::TimerPeriod { value: 0 }.ntstatus(),
+            ConfigError::Processes.ntstatus(),
+            ConfigError::SampleEvery {
+                source: Source::Timer,
+                value: 0,
+            }
+            .ntstatus(),
         ];
         for (i, a) in statuses.iter().enumerate() {
             for b in &statuses[i + 1..] {
@@ -296,16 +521,57 @@ mod tests {
 
     #[test]
     fn decode_checks_every_field() {
+        let mut sample_every = [1; Source::COUNT];
+        sample_every[Source::Registry.index()] = 100;
         let config = CaptureConfig {
             sources: SourceSet::EMPTY.with(Source::Timer),
             frames_to_skip: 2,
             frames_to_capture: 16,
-            process_filter: 4,
+            processes: ProcessFilter::new(&[4, 0x1234_5678], &[0]).unwrap(),
+            sample_every,
             timer_period_ms: 250,
         };
-        let mut bytes = [0_u8; CAPTURE_CONFIG_SIZE];
+        let mut bytes = [0xAA_u8; CAPTURE_CONFIG_SIZE];
         config.encode(&mut Writer::new(&mut bytes), 0);
         assert_eq!(CaptureConfig::decode(Reader::new(&bytes), 0), Ok(config));
+        // The documented offsets.
+        assert_eq!(&bytes[8..12], &250_u32.to_le_bytes());
+        assert_eq!(&bytes[12..16], &[2, 1, 0, 0]);
+        assert_eq!(
+            &bytes[16 + 2 * Source::Registry.index()..][..2],
+            &100_u16.to_le_bytes()
+        );
+        assert_eq!(&bytes[30..32], &[0, 0], "after the sources' rates");
+        assert_eq!(&bytes[32..40], &[4, 0, 0, 0, 0x78, 0x56, 0x34, 0x12]);
+        assert!(
+            bytes[40..64].iter().all(|&byte| byte == 0),
+            "unused entries"
+        );
+        assert_eq!(&bytes[64..68], &0_u32.to_le_bytes());
+
+        let mut bad = bytes;
+        bad[12] = 9;
+        assert_eq!(
+            CaptureConfig::decode(Reader::new(&bad), 0),
+            Err(DecodeError::Config(ConfigError::Processes))
+        );
+        let mut bad = bytes;
+        bad[13] = 1;
+        bad[64] = 4;
+        assert_eq!(
+            CaptureConfig::decode(Reader::new(&bad), 0),
+            Err(DecodeError::Config(ConfigError::Processes)),
+            "4 both included and excluded"
+        );
+        let mut bad = bytes;
+        bad[16..18].fill(0);
+        assert_eq!(
+            CaptureConfig::decode(Reader::new(&bad), 0),
+            Err(DecodeError::Config(ConfigError::SampleEvery {
+                source: Source::ALL[0],
+                value: 0
+            }))
+        );
 
         let mut bad = bytes;
         bad[0] |= 1;
@@ -314,7 +580,7 @@ mod tests {
             Err(DecodeError::Config(ConfigError::UnknownSources { bits: 1 }))
         );
         let mut bad = bytes;
-        bad[15] = 1;
+        bad[11] = 1;
         assert_eq!(
             CaptureConfig::decode(Reader::new(&bad), 0),
             Err(DecodeError::Config(ConfigError::TimerPeriod {

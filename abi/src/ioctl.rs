@@ -76,8 +76,9 @@ pub enum Ioctl {
     /// `more_pending` reports only records that did not fit the buffer.
     Read,
     /// Discard every record in the ring: per shard, every record written
-    /// when the clear reaches it, up to the shard's capacity (a record
-    /// published while the clear runs may remain). Counted as `cleared`.
+    /// when the clear reaches it, at most one record per 8-byte word of the
+    /// shard (a record published while the clear runs may remain). Counted
+    /// as `cleared`.
     Clear,
     /// Capture the calling request's stack and return the record.
     CaptureNow,
@@ -251,8 +252,8 @@ mod tests {
     fn buffer_limits_are_the_documented_sizes() {
         // A read header (24) and one largest record (568).
         assert_eq!(MIN_READ_BUFFER, 592);
-        // The configure request (8 + 16) is the largest input.
-        assert_eq!(MAX_INPUT_LENGTH, 24);
+        // The configure request (8 + 96) is the largest input.
+        assert_eq!(MAX_INPUT_LENGTH, 104);
     }
 
     #[test]

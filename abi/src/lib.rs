@@ -26,13 +26,13 @@ pub mod source;
 mod wire;
 
 pub use altitude::Altitude;
-pub use config::{CaptureConfig, ConfigError};
+pub use config::{CaptureConfig, ConfigError, MAX_PROCESS_IDS, ProcessFilter};
 pub use ioctl::{Access, Ioctl, RequestError};
 pub use messages::{DriverImage, ReadHeader, SourceStatus, StatusResponse};
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
     MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
-    decode_record, encode_record, record_timestamp, stack_id,
+    decode_record, encode_record, record_size, record_timestamp, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
 
@@ -42,7 +42,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (
@@ -71,8 +71,10 @@ pub const DRIVER_FILE_NAME: &str = "kstack.sys";
 /// The subkey of the service key that holds the driver's settings.
 pub const PARAMETERS_KEY: &str = "Parameters";
 /// The `REG_DWORD` under [`PARAMETERS_KEY`] that sets the ring's capacity in
-/// records, over all its shards (read at load; see
-/// `kstack_driver_core::sharded_ring`).
+/// KiB, over all its shards: 16 to 147456 (144 MiB), 9216 (9 MiB) when
+/// absent, a value outside brought to the nearer bound; read at load (see
+/// `kstack_driver_core::sharded_ring`). Status reports the capacity in
+/// force, in bytes. (Up to ABI 5 the value counted 576-byte records.)
 pub const RING_CAPACITY_VALUE: &str = "RingCapacity";
 /// The kernel name of the device object.
 pub const DEVICE_NAME: &str = r"\Device\KStack";

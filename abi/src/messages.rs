@@ -19,12 +19,17 @@ pub const CAPTURE_NOW_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
 /// Read response header.
 pub const READ_HEADER_SIZE: usize = 24;
 /// Bytes per source in the status response.
-const SOURCE_STATUS_SIZE: usize = 48;
+const SOURCE_STATUS_SIZE: usize = 56;
+/// Offset of the configuration in force in the status response.
+const CONFIG_OFFSET: usize = 32;
+/// Offset of `dropped`, `cleared` and `sequences_spent` (u64 each), after
+/// the configuration.
+const COUNTERS_OFFSET: usize = CONFIG_OFFSET + CAPTURE_CONFIG_SIZE;
 /// Offset of the per-source part of the status response.
-const SOURCES_OFFSET: usize = 72;
+const SOURCES_OFFSET: usize = COUNTERS_OFFSET + 24;
 /// Offset of the driver's image range, after the per-source part.
 const DRIVER_IMAGE_OFFSET: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source::COUNT;
-/// Offset of the ring's shard count (u32, then 4 reserved zero bytes),
+/// Offset of the ring's shard count (u32), then the bytes in use (u32),
 /// after the image range (a u64 base, a u32 size and 4 reserved zero bytes).
 const RING_SHARDS_OFFSET: usize = DRIVER_IMAGE_OFFSET + 16;
 /// Offset of the records read so far (u64), after the shard count.
@@ -154,14 +159,20 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
     }
 }
 
-/// One source's part of the status response. Layout (48 bytes):
+/// One source's part of the status response. Layout (56 bytes):
 /// `registration` i32, state u32 (bit 0: available), then the counters
 /// `captured`, `skipped_irql`, `skipped_stack`, `filtered`, `not_kept`,
-/// u64 each.
+/// `sampled_out`, u64 each.
 ///
 /// The counters count events of an enabled source (a disabled source's
 /// events are not looked at), each event under exactly one of them, from
-/// load on (a clear resets none):
+/// load on (a clear resets none). An event meets, in this order, the
+/// process filter (`filtered`), the sampling (`sampled_out`), the paging
+/// policy and the stack check (`skipped_irql`, `skipped_stack`), then the
+/// ring (`captured`, of which the ring's `dropped` are the ones that found
+/// their shard full). So for every enabled source, the events that reached
+/// its callback are `captured + filtered + sampled_out + skipped_irql +
+/// skipped_stack` (and capture-now requests add `not_kept`):
 ///
 /// - `captured`: records that entered the ring, kept or dropped because
 ///   their shard was full. Summed over sources, it equals
@@ -179,6 +190,8 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 ///   because the on-demand source is disabled. Capture-now walks whether
 ///   or not the source is enabled, so this is the one counter of a
 ///   disabled source.
+/// - `sampled_out`: admitted by the process filter, then not kept by the
+///   source's sampling (see [`CaptureConfig::sample_every`]); no walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SourceStatus {
     /// The NTSTATUS of registering the source's callback at load
@@ -199,6 +212,8 @@ pub struct SourceStatus {
     /// Capture-now records answered to the caller only (the on-demand
     /// source disabled).
     pub not_kept: u64,
+    /// Events not kept by the source's sampling (no walk).
+    pub sampled_out: u64,
 }
 
 /// Where the driver's own image is loaded, from its `DRIVER_OBJECT`
@@ -222,10 +237,17 @@ pub struct StatusResponse {
     /// the value exists, bit 1: the override is set), the value u32 at 16
     /// (0 when absent); the rest after the altitudes.
     pub paging_executive: PagingExecutive,
-    /// Ring capacity in records, over all shards.
+    /// Ring capacity in bytes, over all shards. Records take the bytes
+    /// they need ([`crate::record_size`]), so how many fit depends on their
+    /// stacks' depths.
     pub ring_capacity: u32,
     /// Records in the ring now, over all shards.
     pub ring_used: u32,
+    /// Bytes in use in the ring now, over all shards: the records waiting,
+    /// and the space a shard skipped at the end of its memory because the
+    /// next record would not fit there (a record never wraps). At most
+    /// `ring_capacity`.
+    pub ring_used_bytes: u32,
     /// The ring's shards (one per processor, up to [`crate::MAX_SHARDS`]).
     pub ring_shards: u32,
     /// Pool allocations the driver holds.
@@ -294,10 +316,10 @@ impl StatusResponse {
         w.u32(20, self.ring_capacity);
         w.u32(24, self.ring_used);
         w.u32(28, self.outstanding_allocations);
-        self.config.encode(&mut w, 32);
-        w.u64(48, self.dropped);
-        w.u64(56, self.cleared);
-        w.u64(64, self.sequences_spent);
+        self.config.encode(&mut w, CONFIG_OFFSET);
+        w.u64(COUNTERS_OFFSET, self.dropped);
+        w.u64(COUNTERS_OFFSET + 8, self.cleared);
+        w.u64(COUNTERS_OFFSET + 16, self.sequences_spent);
         for (index, source) in self.sources.iter().enumerate() {
             let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
             w.i32(at, source.registration);
@@ -314,12 +336,13 @@ impl StatusResponse {
             w.u64(at + 24, source.skipped_stack);
             w.u64(at + 32, source.filtered);
             w.u64(at + 40, source.not_kept);
+            w.u64(at + 48, source.sampled_out);
         }
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
         w.u32(DRIVER_IMAGE_OFFSET + 12, 0);
         w.u32(RING_SHARDS_OFFSET, self.ring_shards);
-        w.u32(RING_SHARDS_OFFSET + 4, 0);
+        w.u32(RING_SHARDS_OFFSET + 4, self.ring_used_bytes);
         w.u64(READ_OFFSET, self.read);
         for (index, altitude) in [self.object_altitude, self.registry_altitude]
             .into_iter()
@@ -360,6 +383,7 @@ impl StatusResponse {
             skipped_stack: 0,
             filtered: 0,
             not_kept: 0,
+            sampled_out: 0,
         }; Source::COUNT];
         for (index, source) in sources.iter_mut().enumerate() {
             let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
@@ -375,6 +399,7 @@ impl StatusResponse {
                 skipped_stack: r.u64(at + 24)?,
                 filtered: r.u64(at + 32)?,
                 not_kept: r.u64(at + 40)?,
+                sampled_out: r.u64(at + 48)?,
             };
         }
         let configured = if flags & FLAG_PAGING_EXECUTIVE_SET == 0 {
@@ -400,12 +425,13 @@ impl StatusResponse {
             ring_capacity: r.u32(20)?,
             ring_used: r.u32(24)?,
             ring_shards: r.u32(RING_SHARDS_OFFSET)?,
+            ring_used_bytes: r.u32(RING_SHARDS_OFFSET + 4)?,
             outstanding_allocations: r.u32(28)?,
-            config: CaptureConfig::decode(r, 32)?,
-            dropped: r.u64(48)?,
-            cleared: r.u64(56)?,
+            config: CaptureConfig::decode(r, CONFIG_OFFSET)?,
+            dropped: r.u64(COUNTERS_OFFSET)?,
+            cleared: r.u64(COUNTERS_OFFSET + 8)?,
             read: r.u64(READ_OFFSET)?,
-            sequences_spent: r.u64(64)?,
+            sequences_spent: r.u64(COUNTERS_OFFSET + 16)?,
             sources,
             driver_image: DriverImage {
                 base: r.u64(DRIVER_IMAGE_OFFSET)?,
@@ -516,6 +542,7 @@ mod tests {
             skipped_stack: 0,
             filtered: 0,
             not_kept: 0,
+            sampled_out: 0,
         }; Source::COUNT];
         sources[Source::Registry.index()] = SourceStatus {
             registration: STATUS_NOT_SUPPORTED,
@@ -525,6 +552,7 @@ mod tests {
             skipped_stack: 0,
             filtered: 0,
             not_kept: 0,
+            sampled_out: 7,
         };
         sources[Source::Timer.index()].skipped_irql = 7;
         sources[Source::Registry.index()].skipped_stack = 9;
@@ -541,15 +569,17 @@ mod tests {
                 Some(0x01DC_0000_0000_0001),
                 true,
             ),
-            ring_capacity: 4096,
+            ring_capacity: 4096 * 576,
             ring_used: 12,
+            ring_used_bytes: 12 * 96,
             ring_shards: 2,
             outstanding_allocations: 1,
             config: CaptureConfig {
                 sources: SourceSet::EMPTY.with(Source::Timer).with(Source::OnDemand),
                 frames_to_skip: 1,
                 frames_to_capture: 62,
-                process_filter: 0,
+                processes: crate::ProcessFilter::new(&[4, 8], &[0]).unwrap(),
+                sample_every: [1, 2, 3, 4, 5, 6, 1],
                 timer_period_ms: 10,
             },
             dropped: 5,
@@ -574,7 +604,7 @@ mod tests {
 
     #[test]
     fn message_sizes_are_the_documented_ones() {
-        assert_eq!(CONFIGURE_REQUEST_SIZE, 24);
+        assert_eq!(CONFIGURE_REQUEST_SIZE, 104);
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
         assert_eq!(READ_HEADER_SIZE, 24);
@@ -587,7 +617,6 @@ mod tests {
         status.encode(&mut out);
         let reserved = [
             DRIVER_IMAGE_OFFSET + 12..DRIVER_IMAGE_OFFSET + 16,
-            RING_SHARDS_OFFSET + 4..RING_SHARDS_OFFSET + 8,
             ALTITUDES_OFFSET + 6..ALTITUDES_OFFSET + 8,
             ALTITUDES_OFFSET + 14..ALTITUDES_OFFSET + 16,
             PAGING_OFFSET + 4..PAGING_OFFSET + 8,
@@ -624,7 +653,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 480);
+        assert_eq!(STATUS_RESPONSE_SIZE, 616);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -639,7 +668,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &480_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &616_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

@@ -40,6 +40,12 @@ pub const STATUS_INVALID_PARAMETER_2: NtStatus = nt(0xC000_00F0);
 pub const STATUS_INVALID_PARAMETER_3: NtStatus = nt(0xC000_00F1);
 /// Configuration field 4 (`timer_period_ms`) is out of range.
 pub const STATUS_INVALID_PARAMETER_4: NtStatus = nt(0xC000_00F2);
+/// Configuration field 5 (`processes`) is malformed: a list longer than
+/// `MAX_PROCESS_IDS`, or a process id in both lists.
+pub const STATUS_INVALID_PARAMETER_5: NtStatus = nt(0xC000_00F3);
+/// Configuration field 6 (`sample_every`) is out of range: 0, or other
+/// than 1 for the on-demand source.
+pub const STATUS_INVALID_PARAMETER_6: NtStatus = nt(0xC000_00F4);
 /// Another read, clear or configure request is in progress; retry
 /// (Win32 `ERROR_BUSY`). A warning status: no data is returned.
 pub const STATUS_DEVICE_BUSY: NtStatus = nt(0x8000_0011);
@@ -83,6 +89,8 @@ const _: () = {
         STATUS_INVALID_PARAMETER_2,
         STATUS_INVALID_PARAMETER_3,
         STATUS_INVALID_PARAMETER_4,
+        STATUS_INVALID_PARAMETER_5,
+        STATUS_INVALID_PARAMETER_6,
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
         KSTACK_STATUS_STACK_TOO_LOW,
     ];

@@ -4,8 +4,8 @@
 //!
 //! The ring is the driver's: two shards, as on a two-processor machine, and
 //! a publish is the capture's whole path into it: pick the processor's
-//! shard, claim a slot and that shard's next sequence number, encode the
-//! record into the slot and release it. Two producers run on two processors, so
+//! shard, claim room and that shard's next sequence number, encode the
+//! record into the room and move the tail past it. Two producers run on two processors, so
 //! each publishes into its own shard, as two CPUs would.
 //!
 //! Run with `cargo bench -p kstack-driver-core --bench ring`. Every
@@ -22,21 +22,24 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
-    MAX_RECORD_SIZE, RecordFlags, RecordHeader, Records, Source, SourceFacts, encode_record,
+    RecordFlags, RecordHeader, Records, Source, SourceFacts, encode_record, record_size,
     record_timestamp, stack_id,
 };
 use kstack_driver_core::{
-    Shard, ShardedRing, Slot,
-    sharded_ring::{fresh_slots, shards_over},
+    Shard, ShardedRing, Word,
+    sharded_ring::{ring_words, shards_over},
 };
 
 /// Frames per benchmarked record (the default `frames_to_capture`).
 const FRAMES: usize = 32;
 /// Shards of every benchmarked ring: one per processor of this machine.
 const SHARDS: usize = 2;
-/// Slots per shard: 4096 records of 576 bytes, 2.25 MiB; and the most
-/// records a round publishes, so no round meets a full shard.
+/// Records per shard: 4096 records of 32 frames (328 bytes each), 1.3 MiB;
+/// and the most records a round publishes, so no round meets a full shard.
 const RING_CAPACITY: u64 = 4096;
+/// The bytes of one benchmarked record.
+#[expect(clippy::cast_possible_truncation, reason = "32 frames")]
+const RECORD_BYTES: usize = record_size(FRAMES as u16);
 /// Bytes one drain may copy out, as a client's read buffer.
 const DRAIN_BUFFER: usize = 256 * 1024;
 
@@ -79,19 +82,24 @@ fn timer_header(frames: &[u64; FRAMES], processor: u16) -> RecordHeader {
     }
 }
 
-/// The slots of a fresh ring of `SHARDS` shards of `RING_CAPACITY` records.
-fn ring_slots() -> Vec<Slot> {
-    let capacity = usize::try_from(RING_CAPACITY).expect("4096 fits a usize");
-    fresh_slots(SHARDS * capacity, SHARDS).collect()
+/// Bytes of one shard: exactly `RING_CAPACITY` benchmarked records.
+fn shard_bytes() -> usize {
+    usize::try_from(RING_CAPACITY).expect("4096 fits a usize") * RECORD_BYTES
 }
 
-/// The shards over `slots`.
-fn ring_shards(slots: &[Slot]) -> Vec<Shard<'_>> {
-    shards_over(slots, SHARDS).collect()
+/// The memory of a fresh ring of `SHARDS` shards of `RING_CAPACITY`
+/// records.
+fn ring_memory() -> Vec<Word> {
+    ring_words(SHARDS * shard_bytes()).collect()
 }
 
-/// Empties the ring (not timed) so the next round's publishes all find a
-/// free slot.
+/// The shards over `words`.
+fn ring_shards(words: &[Word]) -> Vec<Shard<'_>> {
+    shards_over(words, SHARDS).collect()
+}
+
+/// Empties the ring (not timed) so the next round's publishes all find
+/// room.
 fn empty(ring: &ShardedRing<'_>) {
     ring.consumer()
         .expect("the benchmark is the only consumer")
@@ -101,7 +109,7 @@ fn empty(ring: &ShardedRing<'_>) {
 
 /// Publishes `count` records from `processor` as the capture path does:
 /// its shard, the shard's next sequence number, the record encoded straight
-/// into the claimed slot. Returns how many found the shard full.
+/// into the claimed room. Returns how many found the shard full.
 fn publish_records(
     ring: &ShardedRing<'_>,
     processor: u32,
@@ -111,15 +119,15 @@ fn publish_records(
 ) -> u64 {
     let mut full = 0;
     for _ in 0..count {
-        let published = ring
-            .shard_for(processor)
-            .publish(Source::Timer, |sequence, slot| {
-                let header = RecordHeader {
-                    sequence,
-                    ..*header
-                };
-                encode_record(&header, frames, slot).expect("32 frames fit a slot");
-            });
+        let published =
+            ring.shard_for(processor)
+                .publish(Source::Timer, RECORD_BYTES, |sequence, room| {
+                    let header = RecordHeader {
+                        sequence,
+                        ..*header
+                    };
+                    encode_record(&header, frames, room).expect("the room fits 32 frames");
+                });
         if published.is_err() {
             full += 1;
         }
@@ -128,24 +136,24 @@ fn publish_records(
 }
 
 /// Encodes `count` records with sequence numbers from `first` into
-/// `buffer`, one slot-sized place after the other: `publish_records`
-/// without the ring, into as much memory as a shard, so it meets the same
-/// cache misses.
+/// `buffer`, one after the other: `publish_records` without the ring, into
+/// as much memory as a shard, so it meets the same cache misses.
 fn copy_records(
-    buffer: &mut [[u8; MAX_RECORD_SIZE]],
+    buffer: &mut [u8],
     header: &RecordHeader,
     frames: &[u64; FRAMES],
     first: u64,
     count: u64,
 ) {
-    let places = buffer.len() as u64;
+    let places = (buffer.len() / RECORD_BYTES) as u64;
     for sequence in first..first + count {
         let header = RecordHeader {
             sequence,
             ..*header
         };
-        let place = &mut buffer[usize::try_from(sequence % places).expect("below the length")];
-        encode_record(&header, frames, place).expect("32 frames fit a slot");
+        let index = usize::try_from(sequence % places).expect("below the length");
+        let place = &mut buffer[index * RECORD_BYTES..(index + 1) * RECORD_BYTES];
+        encode_record(&header, frames, place).expect("the place fits 32 frames");
         // As the ring's Release store does, make every record's bytes count.
         black_box(&mut *place);
     }
@@ -224,7 +232,7 @@ fn record_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, Wall
 }
 
 /// Publishing one 32-frame timer record (sequence number taken, encoded
-/// straight into the claimed slot), by one producer and by two concurrent
+/// straight into the claimed room), by one producer and by two concurrent
 /// producers on two processors, beside the same encode into a plain buffer.
 ///
 /// A publish that finds its shard full costs far less than a real one (no
@@ -237,8 +245,8 @@ fn publish_32_frames(c: &mut Criterion) {
     let frames = kernel_frames();
     let mut group = record_group(c, "publish_32_frames");
 
-    let slots = ring_slots();
-    let shards = ring_shards(&slots);
+    let words = ring_memory();
+    let shards = ring_shards(&words);
     let ring = ShardedRing::new(&shards);
     let header = timer_header(&frames, 0);
     group.bench_function("ring_1_producer", |b| {
@@ -260,8 +268,8 @@ fn publish_32_frames(c: &mut Criterion) {
     // their own shard. The time of a round is from the first producer's
     // start to the last one's end, as each thread measures it: thread
     // start-up and the barriers are not timed.
-    let slots = ring_slots();
-    let shards = ring_shards(&slots);
+    let words = ring_memory();
+    let shards = ring_shards(&words);
     let ring = ShardedRing::new(&shards);
     group.bench_function("ring_2_producers", |b| {
         b.iter_custom(|iters| {
@@ -297,8 +305,8 @@ fn copy_floors(
     frames: &[u64; FRAMES],
 ) {
     // The floor: the same loop and encode into plain memory as large as a
-    // shard (RING_CAPACITY slot-sized places, written in turn), no ring.
-    let mut buffer = vec![[0_u8; MAX_RECORD_SIZE]; usize::try_from(RING_CAPACITY).expect("fits")];
+    // shard (RING_CAPACITY records, written in turn), no ring.
+    let mut buffer = vec![0_u8; shard_bytes()];
     group.bench_function("plain_copy_shard_sized", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
@@ -309,13 +317,8 @@ fn copy_floors(
 
     // Two threads doing that floor at once, each into its own memory: the
     // 2-producer floor, run in the same rounds as the 2-producer publish.
-    let buffers: Vec<std::sync::Mutex<Vec<[u8; MAX_RECORD_SIZE]>>> = (0..2)
-        .map(|_| {
-            std::sync::Mutex::new(vec![
-                [0_u8; MAX_RECORD_SIZE];
-                usize::try_from(RING_CAPACITY).expect("fits")
-            ])
-        })
+    let buffers: Vec<std::sync::Mutex<Vec<u8>>> = (0..2)
+        .map(|_| std::sync::Mutex::new(vec![0_u8; shard_bytes()]))
         .collect();
     group.bench_function("plain_copy_shard_sized_2_threads", |b| {
         b.iter_custom(|iters| {
@@ -374,8 +377,8 @@ fn fill_alternating(ring: &ShardedRing<'_>, frames: &[u64; FRAMES], count: u64) 
 /// filled outside the timed region before each round.
 fn drain_and_decode(c: &mut Criterion) {
     let frames = kernel_frames();
-    let slots = ring_slots();
-    let shards = ring_shards(&slots);
+    let words = ring_memory();
+    let shards = ring_shards(&words);
     let ring = ShardedRing::new(&shards);
     let mut buffer = vec![0_u8; DRAIN_BUFFER];
     let mut group = record_group(c, "drain_and_decode");

@@ -12,17 +12,17 @@
 //! most for one copy of a record by a running processor.
 
 use kstack_abi::{
-    Altitude, CaptureConfig, DriverImage, MAX_FRAMES, PagingExecutive, RecordFlags, RecordHeader,
-    Source, SourceFacts, SourceSet, encode_record,
+    Altitude, CaptureConfig, DriverImage, MAX_FRAMES, MAX_PROCESS_IDS, PagingExecutive,
+    ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet, encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
-    stack_id,
+    record_size, stack_id,
 };
 
 use crate::{
     paging_policy::{WalkDecision, walk_decision},
     ring::Full,
     sharded_ring::{ShardedRing, Uncaptured},
-    sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
+    sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, Wait, fence},
 };
 
 /// What the capture needs from the kernel. Every method is callable at up
@@ -94,8 +94,10 @@ impl SourceRegistration {
 pub enum CaptureOutcome {
     /// The source is disabled.
     Disabled,
-    /// The current process is not the one filtered for; counted.
+    /// The process filter left the current process out; counted.
     Filtered,
+    /// The source's sampling did not keep this event; counted.
+    SampledOut,
     /// The IRQL was too high for the paging policy; counted.
     SkippedIrql,
     /// Less kernel stack was left than [`MIN_REMAINING_STACK`]; counted.
@@ -107,47 +109,117 @@ pub enum CaptureOutcome {
     Dropped(u64),
 }
 
-/// The capture configuration, readable by callbacks in one atomic load.
-/// Packed: sources (bits 0-7), frames to skip (8-15), frames to capture
-/// (16-23), process filter (32-63). The timer period, which no callback
-/// needs, sits beside it.
+/// The capture configuration, read by callbacks at up to `DISPATCH_LEVEL`
+/// and written by configure requests, as a sequence lock: a writer makes
+/// `version` odd, writes the fields, and makes it even again; a reader
+/// copies the fields between two equal even readings of `version`, so it
+/// never acts on a mix of two configurations. Every field is an atomic, so
+/// a reader racing a writer reads stale values, never torn memory, and
+/// throws them away. The writer runs at `DISPATCH_LEVEL` (configure
+/// requests are one at a time), so on Windows a reader waits at most for
+/// one copy of these few words by a running processor.
 struct ConfigCell {
+    version: AtomicU64,
+    /// Sources (bits 0-7), frames to skip (8-15) and to capture (16-23),
+    /// the include and exclude list lengths (24-31, 32-39): every field
+    /// of a validated configuration fits its bits.
     packed: AtomicU64,
     timer_period_ms: AtomicU32,
+    sample_every: [AtomicU32; Source::COUNT],
+    include: [AtomicU32; MAX_PROCESS_IDS],
+    exclude: [AtomicU32; MAX_PROCESS_IDS],
 }
 
 impl ConfigCell {
     fn new(config: &CaptureConfig) -> Self {
-        Self {
-            packed: AtomicU64::new(Self::pack(config)),
-            timer_period_ms: AtomicU32::new(config.timer_period_ms),
+        let cell = Self {
+            version: AtomicU64::new(0),
+            packed: AtomicU64::new(0),
+            timer_period_ms: AtomicU32::new(0),
+            sample_every: core::array::from_fn(|_| AtomicU32::new(1)),
+            include: core::array::from_fn(|_| AtomicU32::new(0)),
+            exclude: core::array::from_fn(|_| AtomicU32::new(0)),
+        };
+        cell.write(config);
+        cell
+    }
+
+    /// The configuration in force.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    fn load(&self) -> CaptureConfig {
+        let mut wait = Wait::new("a configure to finish writing the configuration");
+        loop {
+            // Acquire: the fields read below are no older than this version.
+            let version = self.version.load(Ordering::Acquire);
+            if version.is_multiple_of(2) {
+                let config = self.read();
+                // Acquire: the field loads above complete before the check.
+                fence(Ordering::Acquire);
+                if self.version.load(Ordering::Relaxed) == version {
+                    return config;
+                }
+            }
+            wait.turn();
         }
     }
 
-    fn pack(config: &CaptureConfig) -> u64 {
-        u64::from(config.sources.bits())
-            | u64::from(config.frames_to_skip) << 8
-            | u64::from(config.frames_to_capture) << 16
-            | u64::from(config.process_filter) << 32
-    }
-
-    /// Every field of a validated configuration fits its bits (sources < 2^8,
-    /// skip <= 64, capture <= 62), so unpacking is exact.
-    fn load(&self) -> CaptureConfig {
+    /// Reads every field (the caller checks they belong together).
+    fn read(&self) -> CaptureConfig {
         let packed = self.packed.load(Ordering::Relaxed).to_le_bytes();
+        let list = |ids: &[AtomicU32; MAX_PROCESS_IDS], len: u8| {
+            let mut copy = [0; MAX_PROCESS_IDS];
+            let len = usize::from(len).min(MAX_PROCESS_IDS);
+            for (id, cell) in copy.iter_mut().zip(ids).take(len) {
+                *id = cell.load(Ordering::Relaxed);
+            }
+            (copy, len)
+        };
+        let (include, include_len) = list(&self.include, packed[3]);
+        let (exclude, exclude_len) = list(&self.exclude, packed[4]);
         CaptureConfig {
             sources: SourceSet::from_bits(u32::from(packed[0])).unwrap_or(SourceSet::EMPTY),
             frames_to_skip: u16::from(packed[1]),
             frames_to_capture: u16::from(packed[2]),
-            process_filter: u32::from_le_bytes([packed[4], packed[5], packed[6], packed[7]]),
+            // A torn read (thrown away by `load`) may not be a valid
+            // filter: admit every process then.
+            processes: ProcessFilter::new(&include[..include_len], &exclude[..exclude_len])
+                .unwrap_or(ProcessFilter::ALL),
+            sample_every: core::array::from_fn(|index| {
+                u16::try_from(self.sample_every[index].load(Ordering::Relaxed)).unwrap_or(1)
+            }),
             timer_period_ms: self.timer_period_ms.load(Ordering::Relaxed),
         }
     }
 
-    fn store(&self, config: &CaptureConfig) {
+    /// Replaces the configuration. One writer at a time (the caller's
+    /// `configuring` lock), at `DISPATCH_LEVEL`.
+    fn write(&self, config: &CaptureConfig) {
+        let version = self.version.load(Ordering::Relaxed);
+        self.version.store(version + 1, Ordering::Relaxed);
+        // Release: a reader that sees any field below also sees the odd
+        // version (and retries).
+        fence(Ordering::Release);
+        let include = config.processes.include();
+        let exclude = config.processes.exclude();
+        let packed = u64::from(config.sources.bits())
+            | u64::from(config.frames_to_skip) << 8
+            | u64::from(config.frames_to_capture) << 16
+            | (include.len() as u64) << 24
+            | (exclude.len() as u64) << 32;
+        self.packed.store(packed, Ordering::Relaxed);
         self.timer_period_ms
             .store(config.timer_period_ms, Ordering::Relaxed);
-        self.packed.store(Self::pack(config), Ordering::Relaxed);
+        for (cell, &every) in self.sample_every.iter().zip(&config.sample_every) {
+            cell.store(u32::from(every), Ordering::Relaxed);
+        }
+        for (cells, ids) in [(&self.include, include), (&self.exclude, exclude)] {
+            for (cell, &id) in cells.iter().zip(ids) {
+                cell.store(id, Ordering::Relaxed);
+            }
+        }
+        // Release: the fields are written before the version is even again.
+        self.version.store(version + 2, Ordering::Release);
     }
 }
 
@@ -218,11 +290,17 @@ impl Stack {
         }
     }
 
-    /// Encodes `header` and the frames into a slot-sized buffer; returns
-    /// the record's size.
+    /// The size of this stack's record.
+    pub(crate) fn record_size(&self) -> usize {
+        // At most MAX_FRAMES frames: the count fits a u16.
+        record_size(u16::try_from(self.count).unwrap_or(MAX_FRAMES))
+    }
+
+    /// Encodes `header` and the frames into `out`, at least
+    /// [`Stack::record_size`] bytes; returns the record's size.
     pub(crate) fn encode(&self, header: &RecordHeader, out: &mut [u8]) -> usize {
         // Cannot fail: at most MAX_FRAMES frames, and callers pass at least
-        // MAX_RECORD_SIZE bytes.
+        // the record's size.
         encode_record(header, self.frames(), out).unwrap_or(0)
     }
 }
@@ -299,8 +377,12 @@ impl<'a> DriverCore<'a> {
         self.config.load()
     }
 
-    pub(crate) fn set_config(&self, config: &CaptureConfig) {
-        self.config.store(config);
+    /// Replaces the configuration, at `DISPATCH_LEVEL` so that callbacks
+    /// never wait on a preempted writer. The caller holds `configuring`.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub(crate) fn set_config(&self, platform: &impl Platform, config: &CaptureConfig) {
+        platform.at_dispatch(|_| self.config.write(config));
     }
 
     /// Captures the current stack for one event of `facts.source()`, if that
@@ -315,9 +397,12 @@ impl<'a> DriverCore<'a> {
             return CaptureOutcome::Disabled;
         }
         let ids = platform.current_ids();
-        if !config.admits_process(ids.0) {
+        if !config.processes.admits(ids.0) {
             self.count(platform, source, Uncaptured::Filtered);
             return CaptureOutcome::Filtered;
+        }
+        if !self.sampled_in(platform, source, config.sample_every(source)) {
+            return CaptureOutcome::SampledOut;
         }
         let mut stack = Stack::EMPTY;
         match self.walk(platform, &config, source, &mut stack) {
@@ -337,6 +422,18 @@ impl<'a> DriverCore<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn count(&self, platform: &impl Platform, source: Source, why: Uncaptured) {
         self.ring.shard_for(platform.processor()).count(source, why);
+    }
+
+    /// Whether the source's 1-in-`every` sampling keeps this event, in the
+    /// shard of the processor it runs on now; an event not kept is counted.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    fn sampled_in(&self, platform: &impl Platform, source: Source, every: u16) -> bool {
+        every <= 1
+            || self
+                .ring
+                .shard_for(platform.processor())
+                .sample(source, every)
     }
 
     /// Walks the stack at the current IRQL into `stack` (the caller's, so
@@ -396,10 +493,10 @@ impl<'a> DriverCore<'a> {
         platform.at_dispatch(|processor| {
             let shard = self.ring.shard_for(processor);
             let mut header = stack.header(facts, ids, processor, shard.index());
-            let result = shard.publish(facts.source(), |sequence, slot| {
+            let result = shard.publish(facts.source(), stack.record_size(), |sequence, record| {
                 header.sequence = sequence;
                 header.timestamp = platform.timestamp();
-                stack.encode(&header, slot);
+                stack.encode(&header, record);
             });
             if let Err(Full { sequence }) = result {
                 header.sequence = sequence;
@@ -437,7 +534,17 @@ pub(crate) mod tests {
     };
 
     use super::*;
-    pub(crate) use crate::sharded_ring::tests::leaked_ring;
+    use crate::sharded_ring::tests::leaked_ring;
+
+    /// The fake platform's usual stack depth.
+    const FAKE_DEPTH: u16 = 5;
+
+    /// A ring each of whose `shards` shards holds exactly `records` records
+    /// of the fake platform's usual stack.
+    pub(crate) fn ring_of_records(records: usize, shards: usize) -> ShardedRing<'static> {
+        let record_words = kstack_abi::record_size(FAKE_DEPTH) / crate::ring::WORD_SIZE;
+        leaked_ring(records * shards * record_words, shards)
+    }
 
     /// The machine's clock for every fake platform: it moves on by one tick
     /// per reading, so whatever a test does later is stamped later.
@@ -476,7 +583,7 @@ pub(crate) mod tests {
                 processor: Cell::new(1),
                 processor_after_raise: Cell::new(None),
                 process_id: Cell::new(4),
-                stack_depth: 5,
+                stack_depth: FAKE_DEPTH.into(),
                 remaining_stack: Cell::new(MIN_REMAINING_STACK),
                 walks: Cell::new(0),
                 last_skip: Cell::new(0),
@@ -578,10 +685,13 @@ pub(crate) mod tests {
     }
 
     fn enable(core: &DriverCore<'_>, sources: SourceSet) {
-        core.set_config(&CaptureConfig {
-            sources,
-            ..CaptureConfig::default()
-        });
+        core.set_config(
+            &FakePlatform::default(),
+            &CaptureConfig {
+                sources,
+                ..CaptureConfig::default()
+            },
+        );
     }
 
     const PROCESS_EXIT: SourceFacts = SourceFacts::Process {
@@ -592,7 +702,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_disabled_source_does_not_walk() {
-        let ring = leaked_ring(4, 1);
+        let ring = ring_of_records(4, 1);
         let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         let platform = FakePlatform::default();
         assert_eq!(
@@ -604,7 +714,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_enabled_source_publishes_a_complete_record() {
-        let ring = leaked_ring(4, 1);
+        let ring = ring_of_records(4, 1);
         let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         enable(&core, SourceSet::EMPTY.with(Source::Process));
         let platform = FakePlatform::default();
@@ -648,7 +758,7 @@ pub(crate) mod tests {
     #[test]
     fn each_processor_publishes_into_its_shard_with_its_own_sequence() {
         let core = registered_core(
-            leaked_ring(8, 2),
+            ring_of_records(8, 2),
             PagingExecutive::NOT_SET,
             all_registered(),
         );
@@ -681,14 +791,17 @@ pub(crate) mod tests {
 
     #[test]
     fn a_full_walk_is_flagged_truncated_and_skip_is_passed_through() {
-        let ring = leaked_ring(4, 1);
+        let ring = ring_of_records(4, 1);
         let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
-        core.set_config(&CaptureConfig {
-            sources: SourceSet::ALL,
-            frames_to_skip: 3,
-            frames_to_capture: 2,
-            ..CaptureConfig::default()
-        });
+        core.set_config(
+            &FakePlatform::default(),
+            &CaptureConfig {
+                sources: SourceSet::ALL,
+                frames_to_skip: 3,
+                frames_to_capture: 2,
+                ..CaptureConfig::default()
+            },
+        );
         let platform = FakePlatform::default();
         core.capture(&platform, SourceFacts::OnDemand { tag: 1 });
         assert_eq!(platform.last_skip.get(), 3);
@@ -699,14 +812,17 @@ pub(crate) mod tests {
 
     #[test]
     fn the_process_filter_keeps_other_processes_out() {
-        let ring = leaked_ring(4, 1);
+        let ring = ring_of_records(4, 1);
         let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
-        core.set_config(&CaptureConfig {
-            sources: SourceSet::ALL,
-            process_filter: 99,
-            ..CaptureConfig::default()
-        });
         let platform = FakePlatform::default();
+        core.set_config(
+            &platform,
+            &CaptureConfig {
+                sources: SourceSet::ALL,
+                processes: ProcessFilter::new(&[99, 98], &[]).unwrap(),
+                ..CaptureConfig::default()
+            },
+        );
         assert_eq!(
             core.capture(&platform, PROCESS_EXIT),
             CaptureOutcome::Filtered
@@ -716,17 +832,35 @@ pub(crate) mod tests {
             core.capture(&platform, PROCESS_EXIT),
             CaptureOutcome::Published(1)
         );
+        core.set_config(
+            &platform,
+            &CaptureConfig {
+                sources: SourceSet::ALL,
+                processes: ProcessFilter::new(&[], &[99, 0]).unwrap(),
+                ..CaptureConfig::default()
+            },
+        );
+        assert_eq!(
+            core.capture(&platform, PROCESS_EXIT),
+            CaptureOutcome::Filtered,
+            "excluded"
+        );
+        platform.process_id.set(5);
+        assert_eq!(
+            core.capture(&platform, PROCESS_EXIT),
+            CaptureOutcome::Published(2)
+        );
         assert_eq!(
             core.ring.uncaptured(Source::Process, Uncaptured::Filtered),
-            1
+            2
         );
-        assert_eq!(platform.walks.get(), 1, "a filtered event is not walked");
+        assert_eq!(platform.walks.get(), 2, "a filtered event is not walked");
     }
 
     #[test]
     fn the_walk_comes_first_then_a_raised_section_on_the_processor_it_then_runs_on() {
         let core = registered_core(
-            leaked_ring(8, 2),
+            ring_of_records(8, 2),
             PagingExecutive::NOT_SET,
             all_registered(),
         );
@@ -760,7 +894,7 @@ pub(crate) mod tests {
     #[test]
     fn too_little_kernel_stack_skips_the_walk_and_counts_it() {
         let core = registered_core(
-            leaked_ring(8, 1),
+            ring_of_records(8, 1),
             PagingExecutive::NOT_SET,
             all_registered(),
         );
@@ -789,7 +923,7 @@ pub(crate) mod tests {
     #[test]
     fn a_capture_at_dispatch_level_does_not_raise_again() {
         let core = registered_core(
-            leaked_ring(8, 2),
+            ring_of_records(8, 2),
             PagingExecutive::assumed(),
             all_registered(),
         );
@@ -819,7 +953,7 @@ pub(crate) mod tests {
             (before_boot, CaptureOutcome::Published(1)),
             (PagingExecutive::assumed(), CaptureOutcome::Published(1)),
         ] {
-            let ring = leaked_ring(4, 1);
+            let ring = ring_of_records(4, 1);
             let core = registered_core(ring, paging, all_registered());
             enable(&core, SourceSet::ALL);
             let platform = FakePlatform::default();
@@ -846,7 +980,7 @@ pub(crate) mod tests {
 
     #[test]
     fn drops_spend_sequence_numbers_so_gaps_equal_drops() {
-        let ring = leaked_ring(2, 1);
+        let ring = ring_of_records(2, 1);
         let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
@@ -881,21 +1015,97 @@ pub(crate) mod tests {
         assert!(registrations[Source::Process.index()].available());
     }
 
+    /// The largest valid configuration: every field at its top.
+    fn extreme_config() -> CaptureConfig {
+        let ids = |base: u32| -> Vec<u32> { (0..8).map(|n| base - n).collect() };
+        let mut sample_every = [u16::MAX; Source::COUNT];
+        sample_every[Source::OnDemand.index()] = 1;
+        CaptureConfig {
+            sources: SourceSet::ALL,
+            frames_to_skip: kstack_abi::config::MAX_FRAMES_TO_SKIP,
+            frames_to_capture: MAX_FRAMES,
+            processes: ProcessFilter::new(&ids(u32::MAX), &ids(u32::MAX - 8)).unwrap(),
+            sample_every,
+            timer_period_ms: 10_000,
+        }
+    }
+
     #[test]
     fn config_cell_round_trips_every_valid_extreme() {
         let cell = ConfigCell::new(&CaptureConfig::default());
-        for config in [
-            CaptureConfig::default(),
-            CaptureConfig {
-                sources: SourceSet::ALL,
-                frames_to_skip: kstack_abi::config::MAX_FRAMES_TO_SKIP,
-                frames_to_capture: MAX_FRAMES,
-                process_filter: u32::MAX,
-                timer_period_ms: 10_000,
-            },
-        ] {
-            cell.store(&config);
+        assert_eq!(cell.load(), CaptureConfig::default());
+        for config in [extreme_config(), CaptureConfig::default()] {
+            cell.write(&config);
             assert_eq!(cell.load(), config);
         }
+    }
+
+    #[test]
+    fn a_reader_never_sees_a_mix_of_two_configurations() {
+        let cell = ConfigCell::new(&CaptureConfig::default());
+        let configs = [CaptureConfig::default(), extreme_config()];
+        let rounds = if cfg!(miri) { 20 } else { 20_000 };
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for round in 0..rounds {
+                    cell.write(&configs[round % 2]);
+                }
+            });
+            for _ in 0..rounds {
+                let seen = cell.load();
+                assert!(configs.contains(&seen), "a mixed configuration: {seen:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn sampling_keeps_the_first_then_every_nth_event_per_processor_and_counts_the_rest() {
+        let ring = ring_of_records(8, 2);
+        let core = registered_core(ring, PagingExecutive::NOT_SET, all_registered());
+        let platform = FakePlatform::default();
+        let mut sample_every = [1; Source::COUNT];
+        sample_every[Source::Process.index()] = 3;
+        core.set_config(
+            &platform,
+            &CaptureConfig {
+                sources: SourceSet::ALL,
+                sample_every,
+                ..CaptureConfig::default()
+            },
+        );
+        let outcomes: Vec<_> = [0, 0, 0, 0, 1, 1]
+            .into_iter()
+            .map(|processor| {
+                platform.processor.set(processor);
+                core.capture(&platform, PROCESS_EXIT)
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                CaptureOutcome::Published(1),
+                CaptureOutcome::SampledOut,
+                CaptureOutcome::SampledOut,
+                CaptureOutcome::Published(2),
+                CaptureOutcome::Published(1),
+                CaptureOutcome::SampledOut,
+            ],
+            "each processor keeps its 1st and 4th"
+        );
+        assert_eq!(
+            core.ring
+                .uncaptured(Source::Process, Uncaptured::SampledOut),
+            3
+        );
+        assert_eq!(platform.walks.get(), 3, "no walk for an event sampled out");
+        assert_eq!(
+            core.capture(&platform, SourceFacts::Timer),
+            CaptureOutcome::Published(2),
+            "other sources keep every event"
+        );
+        assert_eq!(
+            core.ring.uncaptured(Source::Timer, Uncaptured::SampledOut),
+            0
+        );
     }
 }

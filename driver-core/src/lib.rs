@@ -27,7 +27,7 @@ pub mod test_support;
 
 pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration};
 pub use requests::SourceControl;
-pub use ring::{RecordRing, Slot};
+pub use ring::{RecordRing, Word};
 pub use rundown::{Rundown, RundownGuard};
 pub use sharded_ring::{Shard, ShardedRing};
 pub use sync::Wait;

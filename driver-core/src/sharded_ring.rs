@@ -11,17 +11,18 @@
 //! The design:
 //!
 //! - **Shards.** [`shard_count`]: one per active processor, at most
-//!   [`MAX_SHARDS`], and no more than leaves each shard [`MIN_CAPACITY`]
-//!   slots. A capture publishes at `DISPATCH_LEVEL`, into the shard of the
+//!   [`MAX_SHARDS`], and no more than leaves each shard [`MIN_SHARD_BYTES`]
+//!   (room for two records of the deepest stack). A capture publishes at `DISPATCH_LEVEL`, into the shard of the
 //!   processor it reads after raising, so on Windows a shard is written by
 //!   its own processor only, one section at a time, and a section is never
 //!   descheduled ([`RecordRing`]). Processors past the shard count share
 //!   shards; the ring's writer word then makes the second wait for the
 //!   first's section. A full shard drops the newest record and counts it.
-//! - **Capacity.** `Parameters\RingCapacity` stays the total over all
-//!   shards: shard `i` of `n` gets `capacity / n` slots, and the first
-//!   `capacity % n` shards one more ([`shard_capacity`]). Status reports the
-//!   total capacity, and the sums of records in use and dropped.
+//! - **Capacity.** `Parameters\RingCapacity` is the total over all shards,
+//!   in KiB: of its `w` eight-byte words, shard `i` of `n` gets `w / n`,
+//!   and the first `w % n` shards one more ([`shard_capacity`]). Status
+//!   reports the total capacity in bytes, and the sums of bytes and records
+//!   in use and of records dropped.
 //! - **Which shard.** The processor's index modulo the shard count
 //!   ([`ShardedRing::shard_for`]); with one shard per processor that is the
 //!   processor's own.
@@ -64,14 +65,19 @@
 use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source};
 
 use crate::{
-    ring::{Consumer, Drained, Full, MIN_CAPACITY, RecordRing, Slot},
+    ring::{Consumer, Drained, Full, RecordRing, WORD_SIZE, Word},
     sync::{AtomicU64, Ordering, fence},
 };
 
 /// [`MAX_SHARDS`] as an array length.
 const SHARDS: usize = MAX_SHARDS as usize;
 
-/// How many shards a ring of `capacity` records gets on a machine with
+/// The least memory the driver gives a shard: two records of
+/// [`MAX_RECORD_SIZE`], so a record of any depth fits an empty shard
+/// wherever its tail stands (see [`RecordRing`]'s wrap mark).
+pub const MIN_SHARD_BYTES: usize = 2 * MAX_RECORD_SIZE;
+
+/// How many shards a ring of `capacity` bytes gets on a machine with
 /// `processors` active processors (at least one).
 ///
 /// Max IRQL: any.
@@ -80,38 +86,31 @@ pub fn shard_count(processors: u32, capacity: usize) -> usize {
     usize::try_from(processors)
         .unwrap_or(SHARDS)
         .clamp(1, SHARDS)
-        .min((capacity / MIN_CAPACITY).max(1))
+        .min((capacity / MIN_SHARD_BYTES).max(1))
 }
 
-/// The slots of shard `index` when `capacity` slots are split over `shards`.
+/// The words of shard `index` when `words` words are split over `shards`.
 ///
 /// Max IRQL: any.
 #[must_use]
-pub const fn shard_capacity(capacity: usize, shards: usize, index: usize) -> usize {
-    capacity / shards + if index < capacity % shards { 1 } else { 0 }
+pub const fn shard_capacity(words: usize, shards: usize, index: usize) -> usize {
+    words / shards + if index < words % shards { 1 } else { 0 }
 }
 
-/// The fresh slots of a ring of `capacity` records in `shards` shards: each
-/// shard's in turn, numbered from 0 within its shard, as [`shards_over`]
-/// expects them.
-pub fn fresh_slots(capacity: usize, shards: usize) -> impl Iterator<Item = Slot> {
-    (0..shards).flat_map(move |index| {
-        (0_u64..)
-            .take(shard_capacity(capacity, shards, index))
-            .map(Slot::new)
-    })
+/// The words of a ring of `capacity` bytes (rounded down to whole words).
+pub fn ring_words(capacity: usize) -> impl Iterator<Item = Word> {
+    (0..capacity / WORD_SIZE).map(|_| Word::new())
 }
 
-/// The shards over `slots`, which [`fresh_slots`]`(slots.len(), shards)`
-/// made.
+/// The shards over `words`, split as [`shard_capacity`] says.
 ///
 /// # Panics
-/// When a shard would get fewer than [`MIN_CAPACITY`] slots, or there are
+/// When a shard would get fewer than [`crate::ring::MIN_WORDS`] words, or there are
 /// more than [`MAX_SHARDS`] shards.
-pub fn shards_over(slots: &[Slot], shards: usize) -> impl Iterator<Item = Shard<'_>> {
-    let mut rest = slots;
+pub fn shards_over(words: &[Word], shards: usize) -> impl Iterator<Item = Shard<'_>> {
+    let mut rest = words;
     (0..shards).map(move |index| {
-        let (own, others) = rest.split_at(shard_capacity(slots.len(), shards, index));
+        let (own, others) = rest.split_at(shard_capacity(words.len(), shards, index));
         rest = others;
         Shard {
             ring: RecordRing::new(own),
@@ -124,6 +123,8 @@ pub fn shards_over(slots: &[Slot], shards: usize) -> impl Iterator<Item = Shard<
             skipped_stack: core::array::from_fn(|_| AtomicU64::new(0)),
             filtered: core::array::from_fn(|_| AtomicU64::new(0)),
             not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
+            sampled_out: core::array::from_fn(|_| AtomicU64::new(0)),
+            sample_ticks: core::array::from_fn(|_| AtomicU64::new(0)),
         }
     })
 }
@@ -146,6 +147,11 @@ pub struct Shard<'a> {
     /// Capture-now records answered to their caller only, the on-demand
     /// source being disabled, per source.
     not_kept: [AtomicU64; Source::COUNT],
+    /// Events not kept by their source's sampling, per source.
+    sampled_out: [AtomicU64; Source::COUNT],
+    /// Events that reached this shard's sampling, per source: the n-th
+    /// (from 0) is kept when n is a multiple of the source's rate.
+    sample_ticks: [AtomicU64; Source::COUNT],
 }
 
 /// A per-source counter of a shard, bumped where any processor may be
@@ -160,6 +166,8 @@ pub enum Uncaptured {
     Filtered,
     /// A capture-now record answered to its caller only.
     NotKept,
+    /// An event not kept by its source's sampling.
+    SampledOut,
 }
 
 impl Shard<'_> {
@@ -171,21 +179,22 @@ impl Shard<'_> {
         self.index
     }
 
-    /// Publishes one record of `source` under this shard's next sequence
-    /// number (see [`RecordRing::publish`]), and counts it as captured for
-    /// `source`, kept or dropped, inside the same section.
+    /// Publishes one record of `source`, `size` bytes, under this shard's
+    /// next sequence number (see [`RecordRing::publish`]), and counts it as
+    /// captured for `source`, kept or dropped, inside the same section.
     ///
     /// # Errors
-    /// [`Full`] when the shard has no free slot; the drop is counted.
+    /// [`Full`] when the shard lacks room; the drop is counted.
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `DISPATCH_LEVEL`).
     pub fn publish(
         &self,
         source: Source,
-        write: impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]),
+        size: usize,
+        write: impl FnOnce(u64, &mut [u8]),
     ) -> Result<u64, Full> {
         let captured = &self.captured[source.index()];
-        self.ring.publish_counted(write, || {
+        self.ring.publish_counted(size, write, || {
             // Inside the section: only this producer writes the counter,
             // so a plain load and store count exactly, without a second
             // locked instruction.
@@ -202,8 +211,23 @@ impl Shard<'_> {
             Uncaptured::SkippedStack => &self.skipped_stack,
             Uncaptured::Filtered => &self.filtered,
             Uncaptured::NotKept => &self.not_kept,
+            Uncaptured::SampledOut => &self.sampled_out,
         };
         counters[source.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this shard keeps its next event of `source` under
+    /// one-in-`every` sampling: the first, then every `every`-th. One not
+    /// kept is counted as sampled out.
+    ///
+    /// Max IRQL: any.
+    pub fn sample(&self, source: Source, every: u16) -> bool {
+        let tick = self.sample_ticks[source.index()].fetch_add(1, Ordering::Relaxed);
+        let kept = tick.is_multiple_of(u64::from(every.max(1)));
+        if !kept {
+            self.count(source, Uncaptured::SampledOut);
+        }
+        kept
     }
 
     /// This shard's ring.
@@ -267,12 +291,23 @@ impl<'a> ShardedRing<'a> {
             .unwrap_or_else(|| &self.shards[index % self.shards.len()])
     }
 
-    /// Records all shards hold at most.
+    /// Bytes of all shards.
     ///
     /// Max IRQL: any.
     #[must_use]
     pub fn capacity(&self) -> usize {
         self.shards.iter().map(|shard| shard.ring.capacity()).sum()
+    }
+
+    /// Bytes in use in all shards (see [`RecordRing::bytes_used`]).
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn bytes_used(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.ring.bytes_used())
+            .sum()
     }
 
     /// Records waiting in all shards.
@@ -334,6 +369,7 @@ impl<'a> ShardedRing<'a> {
                     Uncaptured::SkippedStack => &shard.skipped_stack,
                     Uncaptured::Filtered => &shard.filtered,
                     Uncaptured::NotKept => &shard.not_kept,
+                    Uncaptured::SampledOut => &shard.sampled_out,
                 };
                 counters[source.index()].load(Ordering::Relaxed)
             })
@@ -418,9 +454,14 @@ impl ShardedConsumer<'_, '_> {
             *key = consumer.peek(before_cut).flatten();
         }
         // Records stamped before the cut are all written when the drain
-        // starts, so there are at most the ring's capacity of them: the
-        // bound only keeps a broken consumer from looping forever.
-        let mut steps_left = self.ring.capacity();
+        // starts, so there are at most the ring's worth of them: the bound
+        // only keeps a broken consumer from looping forever.
+        let mut steps_left: usize = self
+            .consumers
+            .iter()
+            .flatten()
+            .map(|consumer| consumer.ring().max_records())
+            .sum();
         while let Some((_, index)) = oldest
             .iter()
             .zip(0_usize..)
@@ -468,73 +509,81 @@ pub(crate) mod tests {
     use super::*;
     use crate::test_support::keep;
 
-    /// A sharded ring of `capacity` records in `shards` shards, kept for
-    /// the whole run ([`crate::test_support::keep`]) so tests and their
-    /// threads can hold it as long as they like.
-    pub(crate) fn leaked_ring(capacity: usize, shards: usize) -> ShardedRing<'static> {
-        let slots: &'static [Slot] = keep(fresh_slots(capacity, shards).collect::<Vec<_>>());
+    /// A sharded ring of `words` words in `shards` shards, kept for the
+    /// whole run ([`crate::test_support::keep`]) so tests and their threads
+    /// can hold it as long as they like.
+    pub(crate) fn leaked_ring(words: usize, shards: usize) -> ShardedRing<'static> {
+        let words: &'static [Word] = keep((0..words).map(|_| Word::new()).collect::<Vec<_>>());
         let shards: &'static [Shard<'static>] =
-            keep(shards_over(slots, shards).collect::<Vec<_>>());
+            keep(shards_over(words, shards).collect::<Vec<_>>());
         ShardedRing::new(shards)
     }
 
-    /// A fake record of `size` bytes: its size word, the merge key, the
-    /// sequence number the ring gave it, then `fill`.
-    fn record(size: u16, key: u64, fill: u8) -> impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]) {
-        move |sequence, slot| {
-            slot[..size.into()].copy_from_slice(&fake(size, key, sequence, fill));
+    /// A fake record: after the size word the ring writes, its merge key,
+    /// the low bits of the sequence number the ring gave it, then `fill`.
+    fn record(key: u16, fill: u8) -> impl FnOnce(u64, &mut [u8]) {
+        move |sequence, record| {
+            let size = u16::try_from(record.len()).unwrap();
+            record.copy_from_slice(&fake(size, key, sequence, fill));
         }
     }
 
-    fn fake(size: u16, key: u64, sequence: u64, fill: u8) -> Vec<u8> {
+    fn fake(size: u16, key: u16, sequence: u64, fill: u8) -> Vec<u8> {
         let mut bytes = vec![fill; usize::from(size)];
         bytes[..2].copy_from_slice(&size.to_le_bytes());
-        bytes[2..10].copy_from_slice(&key.to_le_bytes());
-        bytes[10..18].copy_from_slice(&sequence.to_le_bytes());
+        bytes[2..4].copy_from_slice(&key.to_le_bytes());
+        bytes[4..6].copy_from_slice(&u16::try_from(sequence % 65_536).unwrap().to_le_bytes());
         bytes
     }
 
     fn key(record: &[u8]) -> u64 {
-        u64::from_le_bytes(record[2..10].try_into().unwrap())
+        u64::from(u16::from_le_bytes([record[2], record[3]]))
     }
 
     #[test]
     fn shard_count_follows_processors_within_bounds() {
-        assert_eq!(shard_count(2, 16_384), 2);
-        assert_eq!(shard_count(0, 16_384), 1, "at least one shard");
+        assert_eq!(shard_count(2, 1 << 20), 2);
+        assert_eq!(shard_count(0, 1 << 20), 1, "at least one shard");
         assert_eq!(shard_count(1000, 1 << 20), SHARDS);
         assert_eq!(shard_count(MAX_SHARDS.into(), 1 << 20), SHARDS);
         assert_eq!(shard_count(u32::from(MAX_SHARDS) + 1, 1 << 20), SHARDS);
         assert_eq!(shard_count(u32::from(MAX_SHARDS) - 1, 1 << 20), SHARDS - 1);
-        assert_eq!(shard_count(64, 16), 8, "every shard keeps MIN_CAPACITY");
+        assert_eq!(
+            shard_count(64, 8 * MIN_SHARD_BYTES + 8),
+            8,
+            "every shard keeps MIN_SHARD_BYTES"
+        );
+        assert_eq!(shard_count(64, 16 * 1024), 14, "the least RingCapacity");
         assert_eq!(shard_count(u32::MAX, 2), 1);
+        assert_eq!(MIN_SHARD_BYTES % WORD_SIZE, 0);
     }
 
     #[test]
     fn capacity_is_split_with_the_remainder_in_front() {
         let sizes: Vec<_> = (0..4).map(|index| shard_capacity(18, 4, index)).collect();
-        assert_eq!(sizes, [5, 5, 4, 4]);
-        // The driver's default and largest rings take 9 and 150 MiB: too
+        assert_eq!(sizes, [5, 5, 4, 4], "words");
+        // The driver's default and largest rings take 9 and 144 MiB: too
         // much for Miri, which checks the small ones.
+        let words_of = |kib| crate::ring::capacity_for_setting(kib) / WORD_SIZE;
         let large: &[(usize, usize)] = if cfg!(miri) {
             &[]
         } else {
-            &[(16_384, 64), (262_144, 7)]
+            &[(words_of(None), 64), (words_of(Some(u32::MAX)), 7)]
         };
-        for &(capacity, shards) in [(16, 1), (16, 2), (17, 3)].iter().chain(large) {
-            let ring = leaked_ring(capacity, shards);
-            assert_eq!(ring.capacity(), capacity);
+        for &(words, shards) in [(16, 1), (16, 2), (17, 3)].iter().chain(large) {
+            let ring = leaked_ring(words, shards);
+            assert_eq!(ring.capacity(), words * WORD_SIZE, "in bytes");
             assert_eq!(ring.shards().len(), shards);
         }
     }
 
     #[test]
     fn as_many_shards_as_max_shards_are_made_and_drained() {
-        let ring = leaked_ring(SHARDS * MIN_CAPACITY, SHARDS);
+        let ring = leaked_ring(SHARDS * crate::ring::MIN_WORDS, SHARDS);
         let last = ring.shard_for(MAX_SHARDS.into()).index();
         assert_eq!(last, 0, "processor MAX_SHARDS wraps to shard 0");
         let last = ring.shard_for(u32::from(MAX_SHARDS) - 1);
-        assert_eq!(last.publish(Source::Timer, record(18, 7, 0)), Ok(1));
+        assert_eq!(last.publish(Source::Timer, 8, record(7, 0)), Ok(1));
         assert!(!ring.is_empty(), "a record in the last shard");
         let mut out = [0_u8; 64];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
@@ -545,9 +594,8 @@ pub(crate) mod tests {
     #[test]
     #[should_panic(expected = "at most MAX_SHARDS shards")]
     fn more_shards_than_max_shards_are_refused() {
-        let capacity = (SHARDS + 1) * MIN_CAPACITY;
-        let slots: Vec<Slot> = fresh_slots(capacity, SHARDS + 1).collect();
-        let _ = shards_over(&slots, SHARDS + 1).count();
+        let words: Vec<Word> = ring_words((SHARDS + 1) * MIN_SHARD_BYTES).collect();
+        let _ = shards_over(&words, SHARDS + 1).count();
     }
 
     #[test]
@@ -569,11 +617,11 @@ pub(crate) mod tests {
     fn sequences_and_drops_are_per_shard() {
         let ring = leaked_ring(4, 2);
         let (first, second) = (ring.shard_for(0), ring.shard_for(1));
-        assert_eq!(first.publish(Source::Timer, record(18, 1, 0)), Ok(1));
-        assert_eq!(second.publish(Source::Timer, record(18, 2, 0)), Ok(1));
-        assert_eq!(first.publish(Source::Timer, record(18, 3, 0)), Ok(2));
+        assert_eq!(first.publish(Source::Timer, 8, record(1, 0)), Ok(1));
+        assert_eq!(second.publish(Source::Timer, 8, record(2, 0)), Ok(1));
+        assert_eq!(first.publish(Source::Timer, 8, record(3, 0)), Ok(2));
         assert_eq!(
-            first.publish(Source::Timer, record(18, 4, 0)),
+            first.publish(Source::Timer, 8, record(4, 0)),
             Err(Full { sequence: 3 })
         );
         assert_eq!(
@@ -583,32 +631,32 @@ pub(crate) mod tests {
         assert!(!ring.is_empty());
         let mut out = [0_u8; 256];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
-        let keys: Vec<_> = out[..drained.bytes].chunks_exact(18).map(key).collect();
+        let keys: Vec<_> = out[..drained.bytes].chunks_exact(8).map(key).collect();
         assert_eq!(keys, [1, 2, 3], "merged by key");
     }
 
     #[test]
     fn a_drain_stops_at_a_record_that_does_not_fit() {
-        let ring = leaked_ring(4, 2);
+        let ring = leaked_ring(8, 2);
         ring.shard_for(0)
-            .publish(Source::Timer, record(18, 1, 0))
+            .publish(Source::Timer, 8, record(1, 0))
             .unwrap();
         ring.shard_for(1)
-            .publish(Source::Timer, record(40, 2, 0))
+            .publish(Source::Timer, 16, record(2, 0))
             .unwrap();
         ring.shard_for(0)
-            .publish(Source::Timer, record(18, 3, 0))
+            .publish(Source::Timer, 8, record(3, 0))
             .unwrap();
-        let mut out = [0_u8; 50];
+        let mut out = [0_u8; 20];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
         assert_eq!(
             drained,
             Drained {
                 records: 1,
-                bytes: 18,
+                bytes: 8,
                 more_pending: true
             },
-            "the older 40-byte record does not fit: the newer 18 waits behind it"
+            "the older 16-byte record does not fit: the newer 8 waits behind it"
         );
     }
 
@@ -634,7 +682,7 @@ pub(crate) mod tests {
         for processor in [0, 1, 0, 0] {
             let _ = ring
                 .shard_for(processor)
-                .publish(Source::Timer, record(18, 1, 0));
+                .publish(Source::Timer, 8, record(1, 0));
         }
         ring.shard_for(1)
             .count(Source::Process, Uncaptured::SkippedIrql);
@@ -657,7 +705,7 @@ pub(crate) mod tests {
         let ring = leaked_ring(8, 2);
         for (processor, key) in [(0, 10), (1, 20), (0, 30), (1, 40)] {
             ring.shard_for(processor)
-                .publish(Source::Timer, record(18, key, 0))
+                .publish(Source::Timer, 8, record(key, 0))
                 .unwrap();
         }
         let mut out = [0_u8; 256];
@@ -665,7 +713,7 @@ pub(crate) mod tests {
         let cut = consumer.cut(30);
         assert_eq!(cut, 30, "every shard settled");
         let drained = consumer.drain(&mut out, key, cut);
-        let keys: Vec<_> = out[..drained.bytes].chunks_exact(18).map(key).collect();
+        let keys: Vec<_> = out[..drained.bytes].chunks_exact(8).map(key).collect();
         assert_eq!(keys, [10, 20], "30 is not before the cut");
         assert!(!drained.more_pending, "held back is not more pending");
         assert_eq!(consumer.cut(25), 30, "a cut never goes backwards");
@@ -682,13 +730,13 @@ pub(crate) mod tests {
         assert_eq!(ring.consumer().unwrap().cut(100), 100);
         // A producer inside shard 1's publish section, as a preempted one
         // would stay.
-        let published = ring.shards()[1].ring().publish(|sequence, slot| {
+        let published = ring.shards()[1].ring().publish(8, |sequence, bytes| {
             assert_eq!(
                 ring.consumer().unwrap().cut(200),
                 100,
                 "shard 1 busy: the previous cut"
             );
-            record(18, 150, 0)(sequence, slot);
+            record(150, 0)(sequence, bytes);
         });
         assert_eq!(published, Ok(1));
         assert_eq!(ring.consumer().unwrap().cut(300), 300, "settled again");
@@ -697,23 +745,23 @@ pub(crate) mod tests {
     #[test]
     #[should_panic(expected = "numbered in order")]
     fn shards_must_be_in_order() {
-        let slots: Vec<Slot> = fresh_slots(8, 2).collect();
-        let mut shards: Vec<Shard<'_>> = shards_over(&slots, 2).collect();
+        let words: Vec<Word> = ring_words(64).collect();
+        let mut shards: Vec<Shard<'_>> = shards_over(&words, 2).collect();
         shards.swap(0, 1);
         let _ = ShardedRing::new(&shards);
     }
 
     #[derive(Clone, Debug)]
     enum Op {
-        Publish { shard: u32, size: u16, key: u64 },
+        Publish { shard: u32, key: u16 },
         Drain(usize),
         Clear,
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            6 => (0_u32..5, 18_u16..=u16::try_from(MAX_RECORD_SIZE).unwrap(), 0_u64..8)
-                .prop_map(|(shard, size, key)| Op::Publish { shard, size, key }),
+            6 => (0_u32..5, 0_u16..8)
+                .prop_map(|(shard, key)| Op::Publish { shard, key }),
             2 => (0_usize..2000).prop_map(Op::Drain),
             1 => Just(Op::Clear),
         ]
@@ -751,16 +799,16 @@ pub(crate) mod tests {
             for (step, op) in ops.into_iter().enumerate() {
                 let fill = u8::try_from(step % 251).unwrap();
                 match op {
-                    Op::Publish { shard: processor, size, key } => {
+                    Op::Publish { shard: processor, key } => {
                         let shard = ring.shard_for(processor);
                         let index = usize::from(shard.index());
                         prop_assert_eq!(index, usize::try_from(processor).unwrap() % shards);
-                        let result = shard.publish(Source::Timer, record(size, key, fill));
+                        let result = shard.publish(Source::Timer, 8, record(key, fill));
                         let expected = &mut model[index];
                         expected.spent += 1;
                         if expected.records.len() < expected.capacity {
                             prop_assert_eq!(result, Ok(expected.spent));
-                            expected.records.push_back((key, fake(size, key, expected.spent, fill)));
+                            expected.records.push_back((u64::from(key), fake(8, key, expected.spent, fill)));
                         } else {
                             prop_assert_eq!(result, Err(Full { sequence: expected.spent }));
                             expected.dropped += 1;

@@ -91,30 +91,3 @@ impl Wait {
         }
     }
 }
-
-/// An `UnsafeCell` with loom's closure-based access, so the same code runs
-/// under the model checker.
-#[cfg(not(loom))]
-#[derive(Debug)]
-pub struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
-
-#[cfg(not(loom))]
-impl<T> UnsafeCell<T> {
-    /// Wraps `value`.
-    pub const fn new(value: T) -> Self {
-        Self(core::cell::UnsafeCell::new(value))
-    }
-
-    /// Runs `f` with a shared pointer to the contents.
-    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-        f(self.0.get())
-    }
-
-    /// Runs `f` with a mutable pointer to the contents.
-    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
-    }
-}
-
-#[cfg(loom)]
-pub use loom::cell::UnsafeCell;

@@ -11,11 +11,9 @@
 //!
 //! `cargo xtask test` runs all three.
 
-use kstack_abi::{MAX_RECORD_SIZE, Source};
+use kstack_abi::Source;
 use kstack_driver_core::{
-    RecordRing, Rundown, Shard, ShardedRing, Slot, Wait,
-    ring::Full,
-    sharded_ring::{fresh_slots, shards_over},
+    RecordRing, Rundown, Shard, ShardedRing, Wait, Word, ring::Full, sharded_ring::shards_over,
     test_support::keep,
 };
 #[cfg(loom)]
@@ -71,26 +69,34 @@ fn bounded_model(_preemptions: usize, body: impl Fn() + Sync + Send + 'static) {
     model(body);
 }
 
-/// A ring over `capacity` fresh slots, kept for the whole run.
-fn ring_of(capacity: u64) -> &'static RecordRing<'static> {
-    let slots: &'static [Slot] = keep((0..capacity).map(Slot::new).collect::<Vec<_>>());
-    keep(RecordRing::new(slots))
+/// `count` words of ring memory, kept for the whole run. The records here
+/// are all one word long, so a ring of `n` words holds `n` records.
+fn words(count: usize) -> &'static [Word] {
+    keep((0..count).map(|_| Word::new()).collect::<Vec<_>>())
 }
 
-/// A ring of `capacity` records in `shards` shards, kept for the whole run.
+/// A ring of `capacity` one-word records, kept for the whole run.
+fn ring_of(capacity: usize) -> &'static RecordRing<'static> {
+    keep(RecordRing::new(words(capacity)))
+}
+
+/// A ring of `capacity` one-word records in `shards` shards, kept for the
+/// whole run.
 fn sharded_ring_of(capacity: usize, shards: usize) -> &'static ShardedRing<'static> {
-    let slots: &'static [Slot] = keep(fresh_slots(capacity, shards).collect::<Vec<_>>());
-    let shards: &'static [Shard<'static>] = keep(shards_over(slots, shards).collect::<Vec<_>>());
+    let shards: &'static [Shard<'static>] =
+        keep(shards_over(words(capacity), shards).collect::<Vec<_>>());
     keep(ShardedRing::new(shards))
 }
 
-/// Writes an 8-byte record: size, producer id, then a check pattern and
-/// the low byte of the sequence number the ring gave it.
-fn record(producer: u8) -> impl FnOnce(u64, &mut [u8; MAX_RECORD_SIZE]) {
-    move |sequence, slot| {
-        slot[..2].copy_from_slice(&8_u16.to_le_bytes());
-        slot[2..7].fill(producer);
-        slot[7] = u8::try_from(sequence).expect("small sequence numbers");
+/// The size of every record here: one word.
+const RECORD: usize = 8;
+
+/// Writes a one-word record (the ring writes its size): producer id, then a
+/// check pattern and the low byte of the sequence number the ring gave it.
+fn record(producer: u8) -> impl FnOnce(u64, &mut [u8]) {
+    move |sequence, record| {
+        record[2..7].fill(producer);
+        record[7] = u8::try_from(sequence).expect("small sequence numbers");
     }
 }
 
@@ -129,15 +135,15 @@ fn numbers_spent(results: &[Result<u64, Full>]) -> Vec<u64> {
 /// is read exactly once and whole, every failure is counted as a drop, the
 /// numbers spent run on without a hole or a repeat, and nothing else
 /// happens. The consumer drains once while they run and once after.
-fn producers_and_consumer(capacity: u64, waiting: u8) {
+fn producers_and_consumer(capacity: usize, waiting: u8) {
     model(move || {
         let ring = ring_of(capacity);
         for _ in 0..waiting {
-            ring.publish(record(0))
+            ring.publish(RECORD, record(0))
                 .expect("room for the waiting records");
         }
         let producers: Vec<_> = (1..=2_u8)
-            .map(|id| thread::spawn(move || ring.publish(record(id))))
+            .map(|id| thread::spawn(move || ring.publish(RECORD, record(id))))
             .collect();
         let mut seen = Vec::new();
         // A drain while the producers run, and one after.
@@ -199,7 +205,7 @@ fn ring_of_two_holding_one_with_two_producers_and_a_consumer() {
 }
 
 /// Two producers on different processors, the first publishing twice and
-/// the second once, each into its own shard of two slots, and a consumer
+/// the second once, each into its own shard of two records, and a consumer
 /// draining all shards while they run: every record arrives whole and
 /// exactly once, from its producer's shard, numbered from 1 in that shard's
 /// order, and nothing is dropped.
@@ -213,7 +219,11 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
                 thread::spawn(move || {
                     let shard = ring.shard_for(u32::from(processor));
                     for _ in 0..2 - processor {
-                        assert!(shard.publish(Source::Timer, record(processor)).is_ok());
+                        assert!(
+                            shard
+                                .publish(Source::Timer, RECORD, record(processor))
+                                .is_ok()
+                        );
                     }
                     finished.fetch_add(1, Ordering::Release);
                 })
@@ -290,10 +300,10 @@ fn rundown_never_frees_under_a_callback() {
 fn a_publish_and_a_drop_take_numbers_in_turn() {
     model(|| {
         let ring = ring_of(2);
-        ring.publish(record(0))
+        ring.publish(RECORD, record(0))
             .expect("room for the waiting record");
         let producers: Vec<_> = (1..=2_u8)
-            .map(|id| thread::spawn(move || ring.publish(record(id))))
+            .map(|id| thread::spawn(move || ring.publish(RECORD, record(id))))
             .collect();
         let results: Vec<Result<u64, Full>> = producers
             .into_iter()
@@ -325,12 +335,12 @@ fn reads_come_out_in_time_order_across_reads() {
                 thread::spawn(move || {
                     let published = ring.shard_for(u32::from(processor)).publish(
                         Source::Timer,
-                        move |_, slot| {
+                        RECORD,
+                        move |_, record: &mut [u8]| {
                             let stamp = clock.fetch_add(1, Ordering::SeqCst);
-                            slot[..2].copy_from_slice(&8_u16.to_le_bytes());
-                            slot[2] = processor;
-                            slot[3] = 0;
-                            slot[4..8].copy_from_slice(
+                            record[2] = processor;
+                            record[3] = 0;
+                            record[4..8].copy_from_slice(
                                 &u32::try_from(stamp).expect("a small clock").to_le_bytes(),
                             );
                         },
@@ -377,7 +387,7 @@ fn a_read_racing_a_clear() {
         let producer = thread::spawn(move || {
             let shard = ring.shard_for(0);
             for _ in 0..2 {
-                assert!(shard.publish(Source::Timer, record(1)).is_ok());
+                assert!(shard.publish(Source::Timer, RECORD, record(1)).is_ok());
             }
         });
         let reader = thread::spawn(move || {

@@ -48,13 +48,15 @@ use crate::{
 #[global_allocator]
 static GLOBAL_ALLOCATOR: wdk_alloc::WdkAllocator = wdk_alloc::WdkAllocator;
 
-/// The ring capacity, over all its shards, from the service's
-/// `Parameters\RingCapacity`.
+/// The ring capacity in bytes, over all its shards, from the service's
+/// `Parameters\RingCapacity` (in KiB).
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn read_ring_capacity(parameters: Option<&ParametersKey>) -> usize {
-    let setting = read_setting(parameters, utf16!(kstack_abi::RING_CAPACITY_VALUE));
-    usize::try_from(capacity_for_setting(setting)).unwrap_or(usize::MAX)
+    capacity_for_setting(read_setting(
+        parameters,
+        utf16!(kstack_abi::RING_CAPACITY_VALUE),
+    ))
 }
 
 /// The driver's entry point: state, sources, then the device; on failure

@@ -12,8 +12,9 @@ use core::{
 
 use kstack_abi::{DriverImage, PagingExecutive, SourceFacts};
 use kstack_driver_core::{
-    CaptureOutcome, DriverCore, Rundown, Shard, ShardedRing, Slot, SourceControl,
-    sharded_ring::{fresh_slots, shard_count, shards_over},
+    CaptureOutcome, DriverCore, Rundown, Shard, ShardedRing, SourceControl, Word,
+    ring::WORD_SIZE,
+    sharded_ring::{ring_words, shard_count, shards_over},
 };
 use wdk_sys::{
     LARGE_INTEGER, NTSTATUS, STATUS_INSUFFICIENT_RESOURCES, ntddk::KeDelayExecutionThread,
@@ -95,23 +96,24 @@ impl SourceControl for LoadedDriver {
     }
 }
 
-/// Bytes of the ring's block for `shards` shards and `capacity` slots in
-/// all: room to align the shards, then the shards, then the slots (a shard's
-/// size is a multiple of its alignment, so the slots after them are aligned).
+/// Bytes of the ring's block for `shards` shards and `capacity` bytes of
+/// records in all: room to align the shards, then the shards, then the
+/// record memory (a shard's size is a multiple of its alignment, so the
+/// words after them are aligned).
 ///
 /// Max IRQL: any.
 fn ring_block_size(shards: usize, capacity: usize) -> Option<usize> {
-    const _: () = assert!(size_of::<Shard<'static>>().is_multiple_of(align_of::<Slot>()));
+    const _: () = assert!(size_of::<Shard<'static>>().is_multiple_of(align_of::<Word>()));
     let shards = shards.checked_mul(size_of::<Shard<'static>>())?;
-    let slots = capacity.checked_mul(size_of::<Slot>())?;
+    let words = (capacity / WORD_SIZE).checked_mul(size_of::<Word>())?;
     (align_of::<Shard<'static>>() - 1)
         .checked_add(shards)?
-        .checked_add(slots)
+        .checked_add(words)
 }
 
 /// Lays out the ring in `block` (of [`ring_block_size`] bytes): one shard
 /// per processor of `processors`, up to kstack-abi's `MAX_SHARDS`, sharing
-/// `capacity` slots.
+/// `capacity` bytes of record memory.
 ///
 /// # Safety
 /// `block` is unused, non-paged, [`ring_block_size`]`(shard_count(..),
@@ -129,19 +131,20 @@ unsafe fn lay_out_ring(
     // SAFETY: the block has room for the padding (below the alignment) in
     // front of the shards.
     let shards = unsafe { block.add(padding) }.cast::<Shard<'static>>();
-    // SAFETY: the slots follow the `count` shards inside the block.
-    let slots = unsafe { shards.add(count) }.cast::<Slot>();
-    for (index, slot) in fresh_slots(capacity, count).enumerate() {
-        // SAFETY: `index` < `capacity`: inside the slots' part.
-        let place = unsafe { slots.add(index) };
+    // SAFETY: the words follow the `count` shards inside the block.
+    let words = unsafe { shards.add(count) }.cast::<Word>();
+    let word_count = capacity / WORD_SIZE;
+    for (index, word) in ring_words(capacity).enumerate() {
+        // SAFETY: `index` < `word_count`: inside the words' part.
+        let place = unsafe { words.add(index) };
         // SAFETY: aligned (see `ring_block_size`) and written once, before
         // anything reads it.
-        unsafe { place.write(slot) };
+        unsafe { place.write(word) };
     }
-    // SAFETY: all `capacity` slots were initialized above; the caller keeps
-    // them allocated as long as the ring is used.
-    let slots: &'static [Slot] = unsafe { slice::from_raw_parts(slots.as_ptr(), capacity) };
-    for (index, shard) in shards_over(slots, count).enumerate() {
+    // SAFETY: all `word_count` words were initialized above; the caller
+    // keeps them allocated as long as the ring is used.
+    let words: &'static [Word] = unsafe { slice::from_raw_parts(words.as_ptr(), word_count) };
+    for (index, shard) in shards_over(words, count).enumerate() {
         // SAFETY: `index` < `count`: inside the shards' part.
         let place = unsafe { shards.add(index) };
         // SAFETY: aligned by the padding and written once, before anything
@@ -149,13 +152,13 @@ unsafe fn lay_out_ring(
         unsafe { place.write(shard) };
     }
     // SAFETY: all `count` shards were initialized above, and live as long
-    // as the slots.
+    // as the words.
     let shards: &'static [Shard<'static>] =
         unsafe { slice::from_raw_parts(shards.as_ptr(), count) };
     ShardedRing::new(shards)
 }
 
-/// Allocates and publishes the state: a ring of `capacity` records in all,
+/// Allocates and publishes the state: a ring of `capacity` bytes in all,
 /// in one shard per active processor (`processors`), nothing enabled, every
 /// source unavailable until registered.
 ///

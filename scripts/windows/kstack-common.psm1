@@ -15,13 +15,14 @@ Set-StrictMode -Version Latest
 $ErrorActionPreference = 'Stop'
 
 # kstack-abi's SERVICE_NAME, DRIVER_FILE_NAME, PARAMETERS_KEY and
-# RING_CAPACITY_VALUE; kstack-driver-core's CAPACITY_RANGE.
+# RING_CAPACITY_VALUE; kstack-driver-core's CAPACITY_RANGE_KIB (RingCapacity
+# is in KiB since ABI 6: 16 KiB to 144 MiB).
 $script:ServiceName = 'kstack'
 $script:DriverFile = 'kstack.sys'
 $script:ParametersKey = 'HKLM:\SYSTEM\CurrentControlSet\Services\kstack\Parameters'
 $script:MemoryManagementKey = 'HKLM:\SYSTEM\CurrentControlSet\Control\Session Manager\Memory Management'
 $script:RingCapacityMin = 16
-$script:RingCapacityMax = 262144
+$script:RingCapacityMax = 147456
 
 # Win32 errors sc.exe reports (its exit code is the error number), with what
 # they mean for kstack and what to do.
@@ -41,7 +42,7 @@ $script:ScErrors = @{
     1072 = 'ERROR_SERVICE_MARKED_FOR_DELETE: the service is marked for deletion and goes once every handle to it is closed: close Services, Event Viewer and any kstack.exe, or reboot.'
     1073 = 'ERROR_SERVICE_EXISTS: a kstack service exists already (kstack-service.ps1 -Action status shows it).'
     1275 = 'ERROR_DRIVER_BLOCKED: a policy blocked the driver: Memory integrity (HVCI), Smart App Control, WDAC or the vulnerable driver blocklist. On a test VM, turn Memory integrity off (Windows Security > Device security > Core isolation) and reboot.'
-    1450 = 'ERROR_NO_SYSTEM_RESOURCES: the ring could not be allocated. Lower Parameters\RingCapacity (kstack-service.ps1 -Action create -RingCapacity 16384).'
+    1450 = 'ERROR_NO_SYSTEM_RESOURCES: the ring could not be allocated. Lower Parameters\RingCapacity, in KiB (e.g. kstack-service.ps1 -Action create -RingCapacity 4096, a 4 MiB ring).'
 }
 
 function Get-ScErrorExplanation {
@@ -214,15 +215,16 @@ function Get-RegistryDword {
 function Set-KStackRingCapacity {
     <#
     .SYNOPSIS
-        Writes Parameters\RingCapacity (records), read at the next driver start.
+        Writes Parameters\RingCapacity (the ring's size in KiB, over all its
+        shards), read at the next driver start.
     #>
     [CmdletBinding()]
-    param([Parameter(Mandatory = $true)] [int] $Records)
-    if ($Records -lt $script:RingCapacityMin -or $Records -gt $script:RingCapacityMax) {
-        throw ('RingCapacity must be {0} to {1} records (the driver would clamp {2}).' -f $script:RingCapacityMin, $script:RingCapacityMax, $Records)
+    param([Parameter(Mandatory = $true)] [int] $KiB)
+    if ($KiB -lt $script:RingCapacityMin -or $KiB -gt $script:RingCapacityMax) {
+        throw ('RingCapacity must be {0} to {1} KiB (the driver would clamp {2}).' -f $script:RingCapacityMin, $script:RingCapacityMax, $KiB)
     }
-    Set-KStackParameter -Name 'RingCapacity' -Value $Records
-    Write-Host ('Parameters\RingCapacity = {0} (read when the driver starts).' -f $Records)
+    Set-KStackParameter -Name 'RingCapacity' -Value $KiB
+    Write-Host ('Parameters\RingCapacity = {0} KiB (read when the driver starts).' -f $KiB)
 }
 
 function Get-PagingExecutive {

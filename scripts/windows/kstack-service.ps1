@@ -27,8 +27,10 @@
     create, start, stop, delete or status.
 
 .PARAMETER RingCapacity
-    With create: the ring's size in records (16 to 262144; the driver uses
-    16384 when unset). Read when the driver starts.
+    With create: the ring's size in KiB, over all its per-processor shards
+    (16 to 147456, that is 16 KiB to 144 MiB; the driver uses 9216, 9 MiB,
+    when unset). Records take 72 bytes plus 8 per frame, so how many fit
+    depends on the stacks' depths. Read when the driver starts.
 
 .PARAMETER PackageDir
     The package folder (default: the folder above this script, else the
@@ -36,6 +38,8 @@
 
 .EXAMPLE
     .\kstack-service.ps1 -Action create -RingCapacity 65536
+
+    Installs the service with a 64 MiB ring (65536 KiB).
 
 .EXAMPLE
     .\kstack-service.ps1 -Action start
@@ -45,7 +49,7 @@ param(
     [Parameter(Mandatory = $true)]
     [ValidateSet('create', 'start', 'stop', 'delete', 'status')]
     [string] $Action,
-    [ValidateRange(16, 262144)]
+    [ValidateRange(16, 147456)]
     [int] $RingCapacity,
     [string] $PackageDir
 )
@@ -66,7 +70,7 @@ switch ($Action) {
             Invoke-Sc -Arguments @('create', 'kstack', 'type=', 'kernel', 'start=', 'demand', 'error=', 'normal', 'binPath=', $binary, 'DisplayName=', 'kstack kernel stack tracer') | Out-Null
         }
         if ($PSBoundParameters.ContainsKey('RingCapacity')) {
-            Set-KStackRingCapacity -Records $RingCapacity
+            Set-KStackRingCapacity -KiB $RingCapacity
         }
         Write-Host 'Next: kstack-service.ps1 -Action start'
     }

@@ -227,8 +227,8 @@ Step 'Driver Verifier watches kstack.sys' {
 Step 'status (text and JSON)' {
     Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))
     $status = Get-KStackStatus -PackageDir $package
-    if ($status.ring.capacity -le 0 -or $status.ring.shards -le 0) {
-        throw ('the ring reports capacity {0} in {1} shards' -f $status.ring.capacity, $status.ring.shards)
+    if ($status.ring.capacity_bytes -le 0 -or $status.ring.shards -le 0) {
+        throw ('the ring reports {0} bytes in {1} shards' -f $status.ring.capacity_bytes, $status.ring.shards)
     }
 }
 
@@ -261,12 +261,14 @@ if ($paging.in_effect) {
 Step 'configuration changes and refusals' {
     Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '16', '--skip', '1', '--pid', "$PID") | Out-Null
     $config = (Get-KStackStatus -PackageDir $package).config
-    if ($config.frames_to_capture -ne 16 -or $config.frames_to_skip -ne 1 -or $config.process_filter -ne $PID) {
+    if ($config.frames_to_capture -ne 16 -or $config.frames_to_skip -ne 1 -or @($config.processes.include).Count -ne 1 -or $config.processes.include[0] -ne $PID) {
         throw ('the driver reports {0}' -f ($config | ConvertTo-Json -Compress))
     }
     Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '63') -Expect @(2) | Out-Null
     Invoke-KStack -PackageDir $package -Arguments @('config', '--timer-period', '0') -Expect @(2) | Out-Null
-    Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '32', '--skip', '0', '--pid', '0') | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--pid', '4', '--exclude-pid', '4') -Expect @(2) | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--sample', 'ondemand=2') -Expect @(2) | Out-Null
+    Invoke-KStack -PackageDir $package -Arguments @('config', '--frames', '32', '--skip', '0', '--pid', 'all') | Out-Null
 }
 
 Step 'read and clear' {

@@ -411,13 +411,13 @@ impl WineHost {
         self.set_assume_paging_executive_in_effect(Some(1))
     }
 
-    /// Sets the service's `Parameters\RingCapacity` (or removes it); read at
-    /// load.
+    /// Sets the service's `Parameters\RingCapacity`, in KiB (or removes
+    /// it); read at load.
     ///
     /// # Errors
     /// When reg fails.
-    pub fn set_ring_capacity(&self, records: Option<u32>) -> WineResult<()> {
-        self.set_dword(PARAMETERS_KEY, "RingCapacity", records)
+    pub fn set_ring_capacity(&self, kib: Option<u32>) -> WineResult<()> {
+        self.set_dword(PARAMETERS_KEY, "RingCapacity", kib)
     }
 
     /// What the driver recorded at its last unload: the pool allocations it

@@ -31,7 +31,7 @@ use std::{
 use kstack_abi::{
     DRIVER_FILE_NAME, KSTACK_VERSION, PARAMETERS_KEY, RING_CAPACITY_VALUE, SERVICE_NAME,
 };
-use kstack_driver_core::ring::{CAPACITY_RANGE, DEFAULT_CAPACITY};
+use kstack_driver_core::ring::{CAPACITY_RANGE_KIB, DEFAULT_CAPACITY_KIB};
 use kstack_tests::inf::Inf;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -205,14 +205,14 @@ fn check_service(inf: &Inf, services: &str) {
     let flags = u32::from_str_radix(ring.values[3].trim_start_matches("0x"), 16)
         .unwrap_or_else(|error| panic!("flags {}: {error}", ring.values[3]));
     assert_eq!(flags, ADDREG_TYPE_DWORD, "RingCapacity is a REG_DWORD");
-    let records: u32 = ring.values[4]
+    let kib: u32 = ring.values[4]
         .parse()
         .unwrap_or_else(|error| panic!("RingCapacity {}: {error}", ring.values[4]));
     assert_eq!(
-        records, DEFAULT_CAPACITY,
+        kib, DEFAULT_CAPACITY_KIB,
         "the INF sets the driver's default"
     );
-    assert!(CAPACITY_RANGE.contains(&records));
+    assert!(CAPACITY_RANGE_KIB.contains(&kib));
 }
 
 #[test]

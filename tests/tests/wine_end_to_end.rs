@@ -97,7 +97,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 14] {
+fn cases() -> [(&'static str, Case); 15] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -130,6 +130,10 @@ fn cases() -> [(&'static str, Case); 14] {
         (
             "injection (test build): process, thread, image, registry and object callbacks record",
             injected_events_are_recorded,
+        ),
+        (
+            "injection (test build): process lists and 1-in-N sampling count every event once",
+            filters_and_sampling_count_every_event,
         ),
         (
             "the release driver refuses injection requests",
@@ -232,7 +236,8 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
         Value::from(kstack_abi::altitude::OBJECT_ALTITUDE_DEFAULT.to_string()),
     )?;
     expect("/altitudes/registry", Value::Null)?;
-    expect("/ring/capacity", Value::from(16_384))?;
+    expect("/ring/capacity_bytes", Value::from(9 * 1024 * 1024))?;
+    expect("/ring/used_bytes", Value::from(0))?;
     expect("/ring/used", Value::from(0))?;
     expect("/sequences_spent", Value::from(0))?;
     // One shard per processor Wine reports (KeQueryActiveProcessorCountEx).
@@ -271,6 +276,7 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
                 "skipped_stack",
                 "filtered",
                 "not_kept",
+                "sampled_out",
             ]
             .iter()
             .all(|counter| source[*counter] == 0),
@@ -293,7 +299,11 @@ fn configure_round_trip(context: &Context) -> WineResult<()> {
         "--frames",
         "40",
         "--pid",
+        "4,8",
+        "--exclude-pid",
         "0",
+        "--sample",
+        "registry=10,timer=2",
         "--timer-period",
         "25",
     ])?;
@@ -302,9 +312,30 @@ fn configure_round_trip(context: &Context) -> WineResult<()> {
     ensure(
         config["frames_to_skip"] == 1
             && config["frames_to_capture"] == 40
-            && config["timer_period_ms"] == 25,
+            && config["timer_period_ms"] == 25
+            && config["processes"]["include"] == serde_json::json!([4, 8])
+            && config["processes"]["exclude"] == serde_json::json!([0]),
         || format!("config after configure: {config}"),
     )?;
+    let rates: Vec<(&str, u64)> = status["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|source| Some((source["name"].as_str()?, source["sample_every"].as_u64()?)))
+        .filter(|&(_, every)| every != 1)
+        .collect();
+    ensure(rates == [("registry", 10), ("timer", 2)], || {
+        format!("sampling after configure: {rates:?}")
+    })?;
+    wine.client_ok(&[
+        "config",
+        "--pid",
+        "all",
+        "--exclude-pid",
+        "none",
+        "--sample",
+        "registry=1,timer=1",
+    ])?;
     let enabled: BTreeSet<&str> = status["sources"]
         .as_array()
         .into_iter()
@@ -710,16 +741,110 @@ fn injected_events() -> Vec<SourceFacts> {
 }
 
 fn injected_events_are_recorded(context: &Context) -> WineResult<()> {
+    with_injection_driver(context, injected_events_case)
+}
+
+fn filters_and_sampling_count_every_event(context: &Context) -> WineResult<()> {
+    with_injection_driver(context, |context, _| filters_and_sampling_case(context))
+}
+
+/// Runs `case` with the test-injection build of the driver loaded.
+fn with_injection_driver(
+    context: &Context,
+    case: impl FnOnce(&Context, &Path) -> WineResult<()>,
+) -> WineResult<()> {
     let wine = &context.wine;
     let injection_build = context.wine_support.join(INJECTION_DRIVER_DIR);
     wine.stop_driver()?;
     wine.install_driver_image(&injection_build)?;
     wine.start_driver()?;
-    let result = injected_events_case(context, &injection_build);
+    let result = case(context, &injection_build);
     // Whatever happened, the next cases get the release driver back.
     wine.stop_driver()?;
     wine.install_driver_image(&context.package)?;
     result
+}
+
+/// The registry source's counters in a status.
+fn registry_counters(wine: &WineHost) -> WineResult<[u64; 3]> {
+    let status = status(wine)?;
+    let registry = status["sources"]
+        .as_array()
+        .and_then(|sources| sources.iter().find(|source| source["name"] == "registry"))
+        .cloned()
+        .ok_or("status without the registry source")?;
+    let counter = |name: &str| {
+        registry[name]
+            .as_u64()
+            .ok_or_else(|| format!("registry without {name}: {registry}"))
+    };
+    Ok([
+        counter("captured")?,
+        counter("filtered")?,
+        counter("sampled_out")?,
+    ])
+}
+
+/// Injects `count` registry events; each must be accepted.
+fn inject_registry(wine: &WineHost, count: u32) -> WineResult<()> {
+    for notify_class in 0..count {
+        let output = inject(wine, &SourceFacts::Registry { notify_class })?;
+        ensure(output.status.success(), || {
+            format!("injecting a registry event: {output:?}")
+        })?;
+    }
+    Ok(())
+}
+
+fn filters_and_sampling_case(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    wine.client_ok(&["config", "--enable", "registry", "--sample", "registry=3"])?;
+    inject_registry(wine, 7)?;
+    let [captured, filtered, sampled_out] = registry_counters(wine)?;
+    // Each processor keeps its first and every third event: of 7, at least
+    // 3 (all on one processor) and at most 7 (never two on one).
+    ensure(
+        captured + sampled_out == 7 && filtered == 0 && (3..=7).contains(&captured),
+        || {
+            format!(
+                "7 events 1-in-3: {captured} captured, {sampled_out} sampled out, {filtered} filtered"
+            )
+        },
+    )?;
+    let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    let kept = records
+        .iter()
+        .filter(|record| record["source"] == "registry")
+        .count();
+    ensure(kept as u64 == captured, || {
+        format!("{kept} registry records read, {captured} captured")
+    })?;
+    // kstack-inject runs in a process of its own: never pid 1 under Wine.
+    wine.client_ok(&["config", "--sample", "registry=1", "--pid", "1"])?;
+    inject_registry(wine, 2)?;
+    let after_include = registry_counters(wine)?;
+    ensure(after_include == [captured, 2, sampled_out], || {
+        format!("2 events of a process not included: {after_include:?}")
+    })?;
+    wine.client_ok(&["config", "--pid", "all", "--exclude-pid", "1"])?;
+    inject_registry(wine, 1)?;
+    let after_exclude = registry_counters(wine)?;
+    ensure(after_exclude == [captured + 1, 2, sampled_out], || {
+        format!("1 event of a process not excluded: {after_exclude:?}")
+    })?;
+    // The driver refuses what the client would refuse: the client says why.
+    let refused = wine.client(&["config", "--pid", "4", "--exclude-pid", "4"])?;
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    ensure(
+        refused.status.code() == Some(2) && stderr.contains("both included and excluded"),
+        || format!("--pid 4 --exclude-pid 4: {:?} {stderr}", refused.status),
+    )?;
+    let config = &status(wine)?["config"];
+    ensure(
+        config["processes"]["include"] == serde_json::json!([])
+            && config["processes"]["exclude"] == serde_json::json!([1]),
+        || format!("the refused config changed nothing: {config}"),
+    )
 }
 
 fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult<()> {
@@ -936,8 +1061,8 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
     let shards = applied["ring"]["shards"]
         .as_u64()
         .ok_or("status without ring/shards")?;
-    ensure(applied["ring"]["capacity"] == 16, || {
-        "RingCapacity=16 not applied".to_owned()
+    ensure(applied["ring"]["capacity_bytes"] == 16 * 1024, || {
+        "RingCapacity=16 (KiB) not applied".to_owned()
     })?;
     wine.client_ok(&["config", "--enable", "timer", "--timer-period", "1"])?;
     // Records are named by shard and sequence number: each shard numbers its
@@ -958,10 +1083,12 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
         }
         Ok(())
     };
-    let deadline = Instant::now() + Duration::from_secs(2);
+    // A timer record takes at least 72 bytes: 500 ms of 1 ms samples is
+    // more than twice what 16 KiB holds.
+    let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         note(wine.client_ok(&["read", "--json"])?)?;
-        thread::sleep(Duration::from_millis(100));
+        thread::sleep(Duration::from_millis(500));
     }
     // Stop the source, then collect what is left: no number is spent after.
     wine.client_ok(&["config", "--disable", "timer"])?;
@@ -973,7 +1100,7 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
     let dropped = status["dropped"].as_u64().ok_or("no dropped")?;
     let missing = spent - received.len() as u64;
     ensure(dropped > 0, || {
-        format!("a 16-record ring read every 100 ms never overflowed: {status}")
+        format!("a 16 KiB ring read every 500 ms never overflowed: {status}")
     })?;
     ensure(missing == dropped, || {
         format!(

@@ -31,6 +31,10 @@ use crate::{
 pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
 /// The version of this layout.
 pub const FORMAT_VERSION: u32 = 1;
+/// The ABI versions whose records this client reads: ABI 6 changed the
+/// ring's units (bytes, not records) and the status, not the record layout,
+/// so captures saved by the ABI 5 client read the same.
+const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
 const HEADER_SIZE: usize = 24;
@@ -83,8 +87,10 @@ impl fmt::Display for CaptureError {
             ),
             Self::AbiVersion(version) => write!(
                 f,
-                "the capture's records use ABI version {version}; this client reads ABI {ABI_VERSION}: \
-                 use the client of the release that saved it"
+                "the capture's records use ABI version {version}; this client reads ABI {} to {}: \
+                 use the client of the release that saved it",
+                READABLE_ABIS.start(),
+                READABLE_ABIS.end()
             ),
             Self::Truncated => write!(f, "the capture's header or module list is cut short"),
             Self::Unfinished => write!(
@@ -212,7 +218,7 @@ impl<'a> CaptureView<'a> {
             return Err(CaptureError::FormatVersion(format));
         }
         let abi = u32_at(12)?;
-        if abi != ABI_VERSION {
+        if !READABLE_ABIS.contains(&abi) {
             return Err(CaptureError::AbiVersion(abi));
         }
         let count = u32_at(16)?;
@@ -372,7 +378,20 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 6"), "{error}");
+        let mut older_abi = bytes.clone();
+        older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
+        assert_eq!(
+            decoded(&older_abi).unwrap_err(),
+            CaptureError::AbiVersion(4)
+        );
+        let mut previous_abi = bytes.clone();
+        previous_abi[12..16].copy_from_slice(&5_u32.to_le_bytes());
+        assert_eq!(
+            decoded(&previous_abi),
+            decoded(&bytes),
+            "ABI 5's records are read as they are"
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use kstack_abi::{
-    ABI_VERSION, KSTACK_VERSION, PagingExecutive, PagingInEffect, Source, StatusResponse,
-    paging::ASSUME_IN_EFFECT_VALUE,
+    ABI_VERSION, KSTACK_VERSION, PagingExecutive, PagingInEffect, ProcessFilter, Source,
+    StatusResponse, paging::ASSUME_IN_EFFECT_VALUE,
 };
 use serde_json::{Value, json};
 
@@ -33,8 +33,9 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(
         out,
-        "ring: {} of {} records in use, in {} (one per processor)",
-        status.ring_used,
+        "ring: {} waiting, {} of {} bytes in use, in {} (one per processor)",
+        counted(u64::from(status.ring_used), "record"),
+        status.ring_used_bytes,
         status.ring_capacity,
         counted(u64::from(status.ring_shards), "shard")
     );
@@ -54,12 +55,13 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(
         out,
-        "not captured: {} skipped (IRQL too high for the paging policy), {} skipped (kernel stack \
-         below 8 KiB), {} filtered \
-         (process filter), {} capture-now answered only (on-demand disabled)",
+        "not captured: {} filtered (process filter), {} sampled out, {} skipped (IRQL too high \
+         for the paging policy), {} skipped (kernel stack below 8 KiB), {} capture-now answered \
+         only (on-demand disabled)",
+        sum(|source| source.filtered),
+        sum(|source| source.sampled_out),
         sum(|source| source.skipped_irql),
         sum(|source| source.skipped_stack),
-        sum(|source| source.filtered),
         sum(|source| source.not_kept)
     );
     let altitude = |altitude: kstack_abi::Altitude| {
@@ -76,17 +78,37 @@ pub fn status(status: &StatusResponse) -> String {
         altitude(status.registry_altitude)
     );
     let config = &status.config;
-    let filter = match config.process_filter {
-        0 => "all processes".to_owned(),
-        pid => format!("process {pid} only"),
-    };
     let _ = writeln!(
         out,
-        "capture: skip {} frames, keep up to {}, {filter}; pool allocations held: {}",
-        config.frames_to_skip, config.frames_to_capture, status.outstanding_allocations
+        "capture: skip {} frames, keep up to {}, {}; pool allocations held: {}",
+        config.frames_to_skip,
+        config.frames_to_capture,
+        processes_text(&config.processes),
+        status.outstanding_allocations
     );
     source_table(&mut out, status);
     out
+}
+
+/// Which processes a filter keeps, in words.
+#[must_use]
+pub fn processes_text(filter: &ProcessFilter) -> String {
+    let ids = |ids: &[u32]| {
+        ids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (filter.include(), filter.exclude()) {
+        ([], []) => "all processes".to_owned(),
+        ([], exclude) => format!("all processes but {}", ids(exclude)),
+        (include, []) => format!("processes {} only", ids(include)),
+        (include, exclude) => format!(
+            "processes {} only (and never {})",
+            ids(include),
+            ids(exclude)
+        ),
+    }
 }
 
 /// The per-source part of the `kstack status` report: one line a source.
@@ -94,21 +116,23 @@ fn source_table(out: &mut String, status: &StatusResponse) {
     let config = &status.config;
     let _ = writeln!(
         out,
-        "{:<10} {:<11} {:<8} {:>10} {:>13} {:>14} {:>10} {:>9}  registration",
+        "{:<10} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  registration",
         "source",
         "available",
         "enabled",
+        "keep",
         "captured",
+        "filtered",
+        "sampled-out",
         "skipped-irql",
         "skipped-stack",
-        "filtered",
         "not-kept"
     );
     for source in Source::ALL {
         let state = &status.sources[source.index()];
         let _ = writeln!(
             out,
-            "{:<10} {:<11} {:<8} {:>10} {:>13} {:>14} {:>10} {:>9}  {:#010x}",
+            "{:<10} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  {:#010x}",
             source.name(),
             if state.available { "yes" } else { "no" },
             if config.sources.contains(source) {
@@ -116,10 +140,12 @@ fn source_table(out: &mut String, status: &StatusResponse) {
             } else {
                 "no"
             },
+            format!("1/{}", config.sample_every(source)),
             state.captured,
+            state.filtered,
+            state.sampled_out,
             state.skipped_irql,
             state.skipped_stack,
-            state.filtered,
             state.not_kept,
             state.registration,
         );
@@ -143,7 +169,9 @@ pub fn status_json(status: &StatusResponse) -> Value {
                 "captured": state.captured,
                 "skipped_irql": state.skipped_irql,
                 "skipped_stack": state.skipped_stack,
+                "sample_every": config.sample_every(source),
                 "filtered": state.filtered,
+                "sampled_out": state.sampled_out,
                 "not_kept": state.not_kept,
             })
         })
@@ -166,8 +194,9 @@ pub fn status_json(status: &StatusResponse) -> Value {
         },
         "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
         "ring": {
-            "capacity": status.ring_capacity,
+            "capacity_bytes": status.ring_capacity,
             "used": status.ring_used,
+            "used_bytes": status.ring_used_bytes,
             "shards": status.ring_shards,
         },
         "dropped": status.dropped,
@@ -182,7 +211,10 @@ pub fn status_json(status: &StatusResponse) -> Value {
         "config": {
             "frames_to_skip": config.frames_to_skip,
             "frames_to_capture": config.frames_to_capture,
-            "process_filter": config.process_filter,
+            "processes": {
+                "include": config.processes.include(),
+                "exclude": config.processes.exclude(),
+            },
             "timer_period_ms": config.timer_period_ms,
         },
         "sources": sources,
@@ -285,7 +317,7 @@ mod tests {
             );
         }
         assert!(
-            text.contains("3 of 8192 records in use, in 2 shards"),
+            text.contains("ring: 3 records waiting, 288 of 8192 bytes in use, in 2 shards"),
             "{text}"
         );
         assert!(
@@ -305,6 +337,20 @@ mod tests {
             "sum of per-source counts:\n{text}"
         );
         assert!(
+            text.contains("not captured: 0 filtered (process filter), 7 sampled out, 0 skipped"),
+            "{text}"
+        );
+        assert!(
+            text.contains("keep up to 32, processes 4, 8 only (and never 0)"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|line| line.starts_with("timer")
+                    && line.split_whitespace().nth(3) == Some("1/10")),
+            "timer keeps 1 in 10:\n{text}"
+        );
+        assert!(
             text.contains(
                 "DisablePagingExecutive: not set, not in effect. Executive code may be paged out"
             ),
@@ -318,13 +364,19 @@ mod tests {
         assert_eq!(value["sources"].as_array().unwrap().len(), Source::COUNT);
         assert_eq!(value["sources"][0]["name"], "process");
         assert_eq!(value["disable_paging_executive"], Value::Null);
-        assert_eq!(value["ring"]["capacity"], 8192);
+        assert_eq!(value["ring"]["capacity_bytes"], 8192);
+        assert_eq!(value["ring"]["used"], 3);
+        assert_eq!(value["ring"]["used_bytes"], 288);
         assert_eq!(value["ring"]["shards"], 2);
         assert_eq!(value["sequences_spent"], 7);
         assert_eq!(value["read"], 4);
         assert_eq!(value["altitudes"]["object"], "385291");
         assert_eq!(value["altitudes"]["registry"], Value::Null);
         assert_eq!(value["sources"][6]["not_kept"], 0);
+        assert_eq!(value["sources"][0]["sampled_out"], 1);
+        assert_eq!(value["sources"][5]["sample_every"], 10);
+        assert_eq!(value["config"]["processes"]["include"], json!([4, 8]));
+        assert_eq!(value["config"]["processes"]["exclude"], json!([0]));
         assert_eq!(value["driver_image"]["base"], "0x140000000");
         assert_eq!(value["driver_image"]["size"], 0x3_0000);
     }

@@ -329,9 +329,15 @@ pub(crate) mod tests {
             paging_executive: PagingExecutive::NOT_SET,
             ring_capacity: 8192,
             ring_used: 3,
+            ring_used_bytes: 288,
             ring_shards: 2,
             outstanding_allocations: 2,
-            config: CaptureConfig::default(),
+            config: CaptureConfig {
+                processes: kstack_abi::ProcessFilter::new(&[4, 8], &[0]).unwrap(),
+                sample_every: Source::ALL
+                    .map(|source| if source == Source::Timer { 10 } else { 1 }),
+                ..CaptureConfig::default()
+            },
             dropped: 0,
             cleared: 0,
             read: 4,
@@ -344,6 +350,7 @@ pub(crate) mod tests {
                 skipped_stack: 0,
                 filtered: 0,
                 not_kept: 0,
+                sampled_out: 1,
             }; Source::COUNT],
             driver_image: DriverImage {
                 base: 0x1_4000_0000,

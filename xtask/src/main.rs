@@ -336,11 +336,12 @@ fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Ring slots, and records per round, of the Wine drain benchmark. The ring
-/// is the largest allowed: a round's captures may all land in one shard,
-/// and each of the shards (one per processor) holds its share of the ring.
+/// Ring capacity in KiB, and records per round, of the Wine drain
+/// benchmark. The ring is the largest allowed: a round's captures may all
+/// land in one shard, and each of the shards (one per processor) holds its
+/// share of the ring.
 #[cfg(target_os = "linux")]
-const DRAIN_BENCH_RING: u32 = 262_144;
+const DRAIN_BENCH_RING: u32 = 147_456;
 #[cfg(target_os = "linux")]
 const DRAIN_BENCH_RECORDS: &str = "60000";
 #[cfg(target_os = "linux")]

@@ -10,8 +10,8 @@ use kstack_abi::{
 };
 use kstack_client::{device::Device, session, transport::Transport};
 use kstack_driver_core::{
-    DriverCore, Platform, ShardedRing, Slot, SourceControl, SourceRegistration,
-    sharded_ring::{fresh_slots, shards_over},
+    DriverCore, Platform, ShardedRing, SourceControl, SourceRegistration, Word,
+    sharded_ring::{ring_words, shards_over},
 };
 
 /// A user-mode stand-in for the kernel, for the reference's capture-now.
@@ -115,8 +115,10 @@ fn generate(random: &mut Random) -> Request {
                         .without(Source::Timer),
                         frames_to_skip: u16::try_from(random.below(70)).unwrap_or(0),
                         frames_to_capture: u16::try_from(random.below(70)).unwrap_or(0),
-                        process_filter: 0,
                         timer_period_ms: u32::try_from(random.below(12_000)).unwrap_or(0),
+                        sample_every: Source::ALL
+                            .map(|_| u16::try_from(random.below(3)).unwrap_or(1)),
+                        ..CaptureConfig::default()
                     };
                     encode_configure_request(&config).to_vec()
                 }
@@ -188,8 +190,8 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let slots: Vec<Slot> = fresh_slots(16, 1).collect();
-    let shards: Vec<_> = shards_over(&slots, 1).collect();
+    let words: Vec<Word> = ring_words(16 * MAX_RECORD_SIZE).collect();
+    let shards: Vec<_> = shards_over(&words, 1).collect();
     let reference = DriverCore::new(
         ShardedRing::new(&shards),
         status.paging_executive,

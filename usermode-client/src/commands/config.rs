@@ -1,8 +1,8 @@
 //! `kstack config`: shows or changes what is captured.
 
 use clap::Args;
-use kstack_abi::{CaptureConfig, Source, SourceSet};
-use kstack_client::{error::ClientError, session, transport::Transport};
+use kstack_abi::{CaptureConfig, MAX_PROCESS_IDS, ProcessFilter, Source, SourceSet};
+use kstack_client::{error::ClientError, report::processes_text, session, transport::Transport};
 
 use super::live::open_device;
 
@@ -22,14 +22,26 @@ pub struct ConfigArgs {
     /// RtlCaptureStackBackTrace's FramesToCapture (1 to 62).
     #[arg(long)]
     frames: Option<u16>,
-    /// Keep only records of this process id (0: every process). Applies to
-    /// every source, capture-now included: the process is the one the
-    /// callback runs in (the record's pid), which for process, thread and
-    /// image events need not be the one the event names. Events left out
-    /// are counted as `filtered` in `kstack status`; a capture-now from
-    /// another process is still answered, not kept.
-    #[arg(long)]
-    pid: Option<u32>,
+    /// Keep only records of these process ids (comma-separated, up to 8;
+    /// `all`: every process). Applies to every source, capture-now
+    /// included: the process is the one the callback runs in (the record's
+    /// pid), which for process, thread and image events need not be the
+    /// one the event names; timer samples of an idle processor are pid 0.
+    /// Events left out are counted as `filtered` in `kstack status`; a
+    /// capture-now from a process left out is still answered, not kept.
+    #[arg(long, value_parser = parse_include)]
+    pid: Option<Pids>,
+    /// Never keep records of these process ids (comma-separated, up to 8;
+    /// `none`: exclude nothing), e.g. `0` for the idle process. An id may
+    /// not be both kept with --pid and excluded.
+    #[arg(long, value_parser = parse_exclude)]
+    exclude_pid: Option<Pids>,
+    /// Keep one event in N per source: `timer=10,registry=100` (1 keeps
+    /// every event; 1 to 65535; `ondemand` is always 1). Sources not named
+    /// keep their rate. Each processor keeps its first event and then every
+    /// N-th; the others are counted as `sampled-out` in `kstack status`.
+    #[arg(long, value_parser = parse_sampling)]
+    sample: Option<Rates>,
     /// The timer source's period in milliseconds (1 to 10000).
     #[arg(long)]
     timer_period: Option<u32>,
@@ -53,6 +65,68 @@ pub fn parse_sources(text: &str) -> Result<SourceSet, String> {
         .collect()
 }
 
+/// A process id list as one option value (clap would take a bare `Vec`
+/// for a repeated option).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pids(Vec<u32>);
+
+/// Per-source sampling rates as one option value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rates(Vec<(Source, u16)>);
+
+/// A process id list, or `word` for the empty list.
+fn parse_pids(text: &str, word: &str) -> Result<Pids, String> {
+    if text == word {
+        return Ok(Pids(Vec::new()));
+    }
+    let ids = text
+        .split(',')
+        .map(|id| {
+            id.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("`{id}` is not a process id (a decimal number, or {word})"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ids.len() > MAX_PROCESS_IDS {
+        return Err(format!(
+            "{} process ids given; the driver keeps at most {MAX_PROCESS_IDS}",
+            ids.len()
+        ));
+    }
+    Ok(Pids(ids))
+}
+
+fn parse_include(text: &str) -> Result<Pids, String> {
+    parse_pids(text, "all")
+}
+
+fn parse_exclude(text: &str) -> Result<Pids, String> {
+    parse_pids(text, "none")
+}
+
+/// `source=N` pairs, comma-separated.
+fn parse_sampling(text: &str) -> Result<Rates, String> {
+    text.split(',')
+        .map(|pair| {
+            let (name, every) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}` is not source=N (e.g. timer=10)"))?;
+            let source = parse_sources(name)?;
+            let [source] = source.iter().collect::<Vec<_>>()[..] else {
+                return Err(format!("`{name}`: one source per rate"));
+            };
+            let every = every
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|&every| every >= 1)
+                .ok_or_else(|| format!("`{every}`: a rate is 1 to 65535"))?;
+            Ok((source, every))
+        })
+        .collect::<Result<_, _>>()
+        .map(Rates)
+}
+
 pub fn run(args: &ConfigArgs) -> Result<(), ClientError> {
     config(&mut open_device()?, args)
 }
@@ -67,11 +141,25 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
     for source in args.disable.unwrap_or_default().iter() {
         sources = sources.without(source);
     }
+    let include = args
+        .pid
+        .as_ref()
+        .map_or(current.processes.include(), |pids| &pids.0);
+    let exclude = args
+        .exclude_pid
+        .as_ref()
+        .map_or(current.processes.exclude(), |pids| &pids.0);
+    let processes = ProcessFilter::new(include, exclude).map_err(ClientError::InvalidConfig)?;
+    let mut sample_every = current.sample_every;
+    for &(source, every) in args.sample.iter().flat_map(|rates| &rates.0) {
+        sample_every[source.index()] = every;
+    }
     let wanted = CaptureConfig {
         sources,
         frames_to_skip: args.skip.unwrap_or(current.frames_to_skip),
         frames_to_capture: args.frames.unwrap_or(current.frames_to_capture),
-        process_filter: args.pid.unwrap_or(current.process_filter),
+        processes,
+        sample_every,
         timer_period_ms: args.timer_period.unwrap_or(current.timer_period_ms),
     };
     if wanted != current {
@@ -79,8 +167,13 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
     }
     let config = session::status(device)?.config;
     let enabled: Vec<_> = config.sources.iter().map(Source::name).collect();
+    let sampled: Vec<_> = Source::ALL
+        .into_iter()
+        .filter(|&source| config.sample_every(source) > 1)
+        .map(|source| format!("{} 1/{}", source.name(), config.sample_every(source)))
+        .collect();
     println!(
-        "sources enabled: {}; skip {} frames, keep up to {}, process filter {}, timer period {} ms",
+        "sources enabled: {}; skip {} frames, keep up to {}, {}, {}; timer period {} ms",
         if enabled.is_empty() {
             "none".to_owned()
         } else {
@@ -88,7 +181,12 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
         },
         config.frames_to_skip,
         config.frames_to_capture,
-        config.process_filter,
+        processes_text(&config.processes),
+        if sampled.is_empty() {
+            "every event kept".to_owned()
+        } else {
+            format!("sampling {}", sampled.join(", "))
+        },
         config.timer_period_ms
     );
     Ok(())
@@ -109,6 +207,80 @@ mod tests {
         assert!(
             error.contains("unknown source `disk`") && error.contains("ondemand"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn process_lists_parse_and_bad_ones_are_explained() {
+        assert_eq!(parse_include("4, 8"), Ok(Pids(vec![4, 8])));
+        assert_eq!(parse_include("all"), Ok(Pids(vec![])));
+        assert_eq!(parse_exclude("0"), Ok(Pids(vec![0])));
+        assert_eq!(parse_exclude("none"), Ok(Pids(vec![])));
+        let error = parse_include("4,x").unwrap_err();
+        assert!(error.contains("`x` is not a process id"), "{error}");
+        let error = parse_exclude("1,2,3,4,5,6,7,8,9").unwrap_err();
+        assert!(
+            error.contains("9 process ids given; the driver keeps at most 8"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn sampling_pairs_parse_and_bad_ones_are_explained() {
+        assert_eq!(
+            parse_sampling("timer=10, registry=100"),
+            Ok(Rates(vec![(Source::Timer, 10), (Source::Registry, 100)]))
+        );
+        for (text, expected) in [
+            ("timer", "is not source=N"),
+            ("disk=3", "unknown source `disk`"),
+            ("all=3", "one source per rate"),
+            ("timer=0", "a rate is 1 to 65535"),
+            ("timer=70000", "a rate is 1 to 65535"),
+        ] {
+            let error = parse_sampling(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        config: ConfigArgs,
+    }
+
+    #[test]
+    fn every_option_parses_through_clap_into_its_field() {
+        let parsed = Command::try_parse_from([
+            "config",
+            "--pid",
+            "4,8",
+            "--exclude-pid",
+            "0",
+            "--sample",
+            "registry=10,timer=2",
+        ])
+        .unwrap()
+        .config;
+        assert_eq!(parsed.pid, Some(Pids(vec![4, 8])));
+        assert_eq!(parsed.exclude_pid, Some(Pids(vec![0])));
+        assert_eq!(
+            parsed.sample,
+            Some(Rates(vec![(Source::Registry, 10), (Source::Timer, 2)]))
+        );
+        let cleared = Command::try_parse_from(["config", "--pid", "all", "--exclude-pid", "none"])
+            .unwrap()
+            .config;
+        assert_eq!(
+            (cleared.pid, cleared.exclude_pid),
+            (Some(Pids(vec![])), Some(Pids(vec![])))
         );
     }
 }

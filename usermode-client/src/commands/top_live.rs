@@ -333,8 +333,9 @@ mod tests {
             let status = StatusResponse {
                 driver_version: (0, 1, 0),
                 paging_executive: PagingExecutive::NOT_SET,
-                ring_capacity: 16,
+                ring_capacity: 16 * 1024,
                 ring_used: 0,
+                ring_used_bytes: 0,
                 ring_shards: 1,
                 outstanding_allocations: 2,
                 config: CaptureConfig::default(),
@@ -350,6 +351,7 @@ mod tests {
                     skipped_stack: 0,
                     filtered: 0,
                     not_kept: 0,
+                    sampled_out: 0,
                 }; Source::COUNT],
                 driver_image: DriverImage::default(),
                 object_altitude: Altitude::default(),

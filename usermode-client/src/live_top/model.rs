@@ -130,6 +130,7 @@ pub struct DriverCounters {
 #[derive(Clone, Copy, Debug)]
 struct Reported {
     ring_used: u32,
+    ring_used_bytes: u32,
     ring_capacity: u32,
     dropped: u64,
     read: u64,
@@ -143,22 +144,24 @@ impl DriverCounters {
         }
         self.latest = Some(Reported {
             ring_used: status.ring_used,
+            ring_used_bytes: status.ring_used_bytes,
             ring_capacity: status.ring_capacity,
             dropped: status.dropped,
             read: status.read,
         });
     }
 
-    /// `ring 3/8192 used, 5 dropped (2 since start), 4 read`.
+    /// `ring 3 records in 1/8 KiB, 5 dropped (2 since start), 4 read`.
     #[must_use]
     pub fn text(&self) -> String {
         self.latest.map_or_else(
             || "no status from the driver yet".to_owned(),
             |latest| {
                 format!(
-                    "ring {}/{} used, {} dropped ({} since start), {} read",
+                    "ring {} records in {}/{} KiB, {} dropped ({} since start), {} read",
                     latest.ring_used,
-                    latest.ring_capacity,
+                    latest.ring_used_bytes.div_ceil(1024),
+                    latest.ring_capacity / 1024,
                     latest.dropped,
                     latest.dropped.saturating_sub(self.dropped_at_start),
                     latest.read
@@ -691,12 +694,13 @@ pub(crate) mod tests {
         status.dropped = 5;
         model.set_driver_status(&status);
         status.ring_used = 90;
+        status.ring_used_bytes = 90 * 80;
         status.dropped = 7;
         status.read = 120;
         model.set_driver_status(&status);
         assert_eq!(
             model.status_line(),
-            "ring 90/8192 used, 7 dropped (2 since start), 120 read | here: 0 records, 0 unique stacks"
+            "ring 90 records in 8/8 KiB, 7 dropped (2 since start), 120 read | here: 0 records, 0 unique stacks"
         );
         model.toggle_pause();
         assert!(model.status_line().ends_with(" | PAUSED"));

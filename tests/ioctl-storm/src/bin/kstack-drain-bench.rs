@@ -37,13 +37,15 @@ fn bench() -> Result<(), String> {
     };
     let mut device = Device::open().map_err(|error| error.to_string())?;
     // Every capture of a round may land in one shard (the requests may all
-    // run on one processor): a round fills at most the smallest shard.
+    // run on one processor): a round fills at most the smallest shard, with
+    // records of at most MAX_RECORD_SIZE bytes.
     let status = session::status(&mut device).map_err(|error| error.to_string())?;
-    let smallest_shard = u64::from(status.ring_capacity / status.ring_shards.max(1));
+    let smallest_shard = u64::from(status.ring_capacity / status.ring_shards.max(1))
+        / kstack_abi::MAX_RECORD_SIZE as u64;
     let records = wanted.min(smallest_shard);
     if records < wanted {
         println!(
-            "{wanted} records per round asked for; {records}, the smallest of {} shards of a {}-record ring",
+            "{wanted} records per round asked for; {records}, what the smallest of {} shards of a {}-byte ring surely holds",
             status.ring_shards, status.ring_capacity
         );
     }
