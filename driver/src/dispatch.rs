@@ -68,11 +68,11 @@ fn device_control(request: &DeviceControl) -> (NtStatus, usize) {
         &mut []
     };
     loaded::with_loaded(|driver| {
-        driver.core.serve(
+        driver.recorder.core.serve(
             ioctl,
             input,
             output,
-            &driver.platform(),
+            &driver.recorder.platform(),
             driver,
             pool::outstanding(),
         )

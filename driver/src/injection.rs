@@ -34,7 +34,7 @@ use wdk_sys::{
 
 use crate::{
     kernel::{DeviceControl, ObjectType},
-    loaded,
+    recorder,
     sources::{image_load, object_handles, process, registry_operations, thread},
 };
 
@@ -73,7 +73,7 @@ pub fn serve(request: &DeviceControl) -> (NtStatus, usize) {
         Ok(facts) => facts,
         Err(error) => return (error.ntstatus(), 0),
     };
-    let status = loaded::with_loaded(|_| inject(facts));
+    let status = recorder::with_recorder(|_| inject(facts));
     (status.unwrap_or(STATUS_DEVICE_NOT_READY), 0)
 }
 

@@ -1,7 +1,9 @@
 //! kstack.sys: a WDM driver that captures kernel stack traces.
 //!
-//! Where things are: [`loaded`] holds the per-load state and the rundown
-//! gate; [`sources`] has one file per capture source; [`dispatch`] serves
+//! Where things are: [`recorder`] is the one way into the ring (every
+//! source hands its facts to it) and holds the rundown gate; [`loaded`]
+//! holds the per-load state, registers the sources and tears everything
+//! down; [`sources`] has one file per capture source; [`dispatch`] serves
 //! the IRPs; [`device`] owns the device, its DACL and its link; [`pool`]
 //! allocates (tags in one place); [`routines`] finds optional kernel exports;
 //! [`registry`] reads settings; [`unicode`] makes the kernel's strings; [`paging_executive`] reads what decides
@@ -23,6 +25,7 @@ mod kernel;
 mod loaded;
 mod paging_executive;
 mod pool;
+mod recorder;
 mod registry;
 mod routines;
 mod sources;
@@ -88,7 +91,7 @@ pub unsafe extern "system" fn driver_entry(
     let altitude = |value, default| {
         kstack_abi::Altitude::base(read_setting(parameters.as_ref(), value), default)
     };
-    let altitudes = sources::Altitudes {
+    let altitudes = loaded::Altitudes {
         object: altitude(
             utf16!(kstack_abi::altitude::OBJECT_ALTITUDE_VALUE),
             kstack_abi::altitude::OBJECT_ALTITUDE_DEFAULT,
@@ -98,10 +101,10 @@ pub unsafe extern "system" fn driver_entry(
             kstack_abi::altitude::REGISTRY_ALTITUDE_DEFAULT,
         ),
     };
-    sources::register_all(loaded, driver, &altitudes);
+    loaded::register_sources(loaded, driver, &altitudes);
     // SAFETY: `driver` is the kernel's driver object for this load.
     if let Err(status) = unsafe { device::create(driver) } {
-        loaded::destroy(sources::unregister_all);
+        loaded::destroy();
         return status;
     }
     // SAFETY: the driver object is ours to fill in during DriverEntry.
@@ -126,5 +129,5 @@ unsafe extern "C" fn driver_unload(driver: *mut DRIVER_OBJECT) {
         // SAFETY: `device` came from `device::create` and is deleted once.
         unsafe { device::delete(device) };
     }
-    loaded::destroy(sources::unregister_all);
+    loaded::destroy();
 }

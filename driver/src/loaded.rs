@@ -1,7 +1,9 @@
-//! The driver while loaded: one block of non-paged pool holding the core
-//! state and the kernel objects the sources need, the ring (every shard and
-//! every slot) in a second block, a global pointer to the first, and the
-//! rundown gate that keeps callbacks off both while unload frees them.
+//! The driver while loaded: one block of non-paged pool holding the
+//! recorder (the core state) and the kernel objects the sources need, the
+//! ring (every shard and its record memory) in a second block, a global
+//! pointer to the first, and the single teardown that frees both once the
+//! recorder's rundown gate is drained. It also registers the sources'
+//! callbacks at load and unregisters them at unload.
 
 use core::{
     mem::{align_of, size_of},
@@ -10,33 +12,34 @@ use core::{
     sync::atomic::{AtomicPtr, Ordering},
 };
 
-use kstack_abi::{DriverImage, PagingExecutive, SourceFacts};
+use kstack_abi::{DriverImage, PagingExecutive, Source};
 use kstack_driver_core::{
-    CaptureOutcome, DriverCore, Rundown, Shard, ShardedRing, SourceControl, Word,
+    DriverCore, Shard, ShardedRing, SourceControl, SourceRegistration, Word,
     ring::WORD_SIZE,
     sharded_ring::{ring_words, shard_count, shards_over},
 };
 use wdk_sys::{
-    LARGE_INTEGER, NTSTATUS, STATUS_INSUFFICIENT_RESOURCES, ntddk::KeDelayExecutionThread,
+    DRIVER_OBJECT, LARGE_INTEGER, NTSTATUS, STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS,
+    ntddk::KeDelayExecutionThread,
 };
 
 use crate::{
-    kernel::{Clock, KERNEL_MODE, KernelPlatform},
+    kernel::{Clock, KERNEL_MODE},
     pool,
+    recorder::{self, Recorder},
     registry::ParametersKey,
     routines::Routines,
     sources::{
-        object_handles::ObjectCallbacks, registry_operations::RegistryCallback, timer::TimerSource,
+        image_load, object_handles::ObjectCallbacks, process,
+        registry_operations::RegistryCallback, thread, timer::TimerSource,
     },
     unicode::utf16,
 };
 
 /// Everything one load of the driver keeps.
 pub struct LoadedDriver {
-    pub core: DriverCore<'static>,
-    pub routines: Routines,
-    /// The record clock, started at load.
-    pub clock: Clock,
+    /// The core and the kernel routines and clock captures use.
+    pub recorder: Recorder,
     pub timer: TimerSource,
     pub registry: RegistryCallback,
     pub objects: ObjectCallbacks,
@@ -50,41 +53,19 @@ pub struct LoadedDriver {
 /// The loaded driver; null before `DriverEntry` publishes it and after
 /// unload takes it back.
 static LOADED: AtomicPtr<LoadedDriver> = AtomicPtr::new(ptr::null_mut());
-/// Callbacks and requests enter this before using [`LOADED`].
-static RUNDOWN: Rundown = Rundown::new();
 
 /// Runs `use_driver` with the loaded driver, unless unload has begun.
 ///
 /// Max IRQL: `DISPATCH_LEVEL`.
 pub fn with_loaded<R>(use_driver: impl FnOnce(&LoadedDriver) -> R) -> Option<R> {
-    let _inside = RUNDOWN.enter()?;
-    // SAFETY: the pointer is either null or the published, fully initialized
-    // state, which unload frees only after the gate has drained.
-    let loaded = unsafe { LOADED.load(Ordering::Acquire).as_ref() }?;
-    Some(use_driver(loaded))
-}
-
-/// Captures one event for a source's callback.
-///
-/// Max IRQL: `DISPATCH_LEVEL`.
-pub fn record(facts: impl FnOnce(&LoadedDriver) -> Option<SourceFacts>) -> Option<CaptureOutcome> {
-    with_loaded(|driver| {
-        let facts = facts(driver)?;
-        Some(driver.core.capture(&driver.platform(), facts))
+    recorder::inside_gate(|| {
+        // SAFETY: the pointer is either null or the published, fully
+        // initialized state, which unload frees only after the gate has
+        // drained.
+        let loaded = unsafe { LOADED.load(Ordering::Acquire).as_ref() }?;
+        Some(use_driver(loaded))
     })
     .flatten()
-}
-
-impl LoadedDriver {
-    /// The kernel, as the core's capture and requests use it.
-    ///
-    /// Max IRQL: any.
-    pub fn platform(&self) -> KernelPlatform<'_> {
-        KernelPlatform {
-            routines: &self.routines,
-            clock: &self.clock,
-        }
-    }
 }
 
 impl SourceControl for LoadedDriver {
@@ -187,9 +168,11 @@ pub fn create(
     // LoadedDriver and not yet shared.
     unsafe {
         state.as_ptr().write(LoadedDriver {
-            core: DriverCore::new(ring, paging, image),
-            clock: Clock::start(&routines),
-            routines,
+            recorder: Recorder {
+                core: DriverCore::new(ring, paging, image),
+                clock: Clock::start(&routines),
+                routines,
+            },
             timer: TimerSource::new(),
             registry: RegistryCallback::new(),
             objects: ObjectCallbacks::new(),
@@ -199,31 +182,33 @@ pub fn create(
     }
     // SAFETY: initialized above; it lives until `destroy`.
     let driver = unsafe { state.as_ref() };
+    recorder::publish(&driver.recorder);
     LOADED.store(state.as_ptr(), Ordering::Release);
     Ok(driver)
 }
 
 /// The single teardown path, for unload and for a failed `DriverEntry`:
-/// closes the gate, has the sources unregister (and the timer stop), waits
+/// closes the gate, unregisters the sources (and stops the timer), waits
 /// until no callback or request is inside, then frees everything.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-pub fn destroy(unregister: impl FnOnce(&LoadedDriver)) {
-    RUNDOWN.close();
+pub fn destroy() {
+    recorder::close_gate();
     let state = LOADED.load(Ordering::Acquire);
     let Some(state) = NonNull::new(state) else {
         return;
     };
     // SAFETY: published by `create` and not freed yet.
     let driver = unsafe { state.as_ref() };
-    unregister(driver);
+    unregister_sources(driver);
     let mut pause = LARGE_INTEGER {
         QuadPart: -10 * 1000 * 10,
     }; // 10 ms, relative
-    while !RUNDOWN.is_drained() {
+    while !recorder::gate_drained() {
         // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.
         let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
     }
+    recorder::retire();
     LOADED.store(ptr::null_mut(), Ordering::Release);
     let ring_block = driver.ring_block;
     let parameters = driver.parameters;
@@ -241,4 +226,76 @@ pub fn destroy(unregister: impl FnOnce(&LoadedDriver)) {
     if let Some(parameters) = parameters {
         let _ = parameters.write_dword(utf16!("LastUnloadPoolAllocations"), pool::outstanding());
     }
+}
+
+/// The base altitudes of the object and registry callbacks (see
+/// `kstack_abi::altitude`).
+pub struct Altitudes {
+    pub object: u32,
+    pub registry: u32,
+}
+
+/// Registers every source the kernel supports and records each result.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn register_sources(
+    driver: &LoadedDriver,
+    driver_object: *mut DRIVER_OBJECT,
+    bases: &Altitudes,
+) {
+    let core = &driver.recorder.core;
+    let (registry, registry_altitude) =
+        driver
+            .registry
+            .register(&driver.recorder.routines, driver_object, bases.registry);
+    let (objects, object_altitude) = driver.objects.register(bases.object);
+    let results = [
+        (Source::Process, process::register()),
+        (Source::Thread, thread::register()),
+        (Source::ImageLoad, image_load::register()),
+        (Source::Registry, registry),
+        (Source::ObjectHandle, objects),
+        (Source::Timer, driver.timer.initialize()),
+        (Source::OnDemand, STATUS_SUCCESS),
+    ];
+    for (source, status) in results {
+        // The injection build makes every source but the timer and
+        // capture-now (which Wine fires) injectable when the kernel lacks it.
+        #[cfg(feature = "test-injection")]
+        let status = if matches!(source, Source::Timer | Source::OnDemand) {
+            status
+        } else {
+            crate::injection::registration(status)
+        };
+        core.set_registration(source, SourceRegistration { status });
+    }
+    for (source, altitude) in [
+        (Source::Registry, registry_altitude),
+        (Source::ObjectHandle, object_altitude),
+    ] {
+        core.set_altitude(source, altitude);
+    }
+}
+
+/// Unregisters what [`register_sources`] registered and stops the timer.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn unregister_sources(driver: &LoadedDriver) {
+    let registered = |source| driver.recorder.core.registration(source).available();
+    if registered(Source::Process) {
+        process::unregister();
+    }
+    if registered(Source::Thread) {
+        thread::unregister();
+    }
+    if registered(Source::ImageLoad) {
+        image_load::unregister();
+    }
+    if registered(Source::Registry) {
+        driver.registry.unregister(&driver.recorder.routines);
+    }
+    if registered(Source::ObjectHandle) {
+        driver.objects.unregister();
+    }
+    driver.timer.stop();
 }

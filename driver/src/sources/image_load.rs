@@ -6,7 +6,7 @@ use wdk_sys::{
     ntddk::{PsRemoveLoadImageNotifyRoutine, PsSetLoadImageNotifyRoutine},
 };
 
-use crate::{kernel::handle_to_id, loaded};
+use crate::{kernel::handle_to_id, recorder};
 
 /// The callback. `process_id` is 0 for a driver (kernel-mode image).
 ///
@@ -29,7 +29,7 @@ pub(crate) unsafe extern "C" fn on_image(
         image_size: info.ImageSize,
         process_id: handle_to_id(process_id),
     };
-    loaded::record(|_| Some(facts));
+    recorder::record(|| Some(facts));
 }
 
 /// Max IRQL: `PASSIVE_LEVEL`.

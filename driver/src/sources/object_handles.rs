@@ -23,7 +23,7 @@ use wdk_sys::{
 
 use crate::{
     kernel::{ObjectType, handle_to_id},
-    loaded,
+    recorder,
     unicode::unicode_string_over,
 };
 
@@ -49,7 +49,7 @@ pub(crate) unsafe extern "C" fn on_handle(
 ) -> OB_PREOP_CALLBACK_STATUS {
     // SAFETY: the kernel passes valid operation information for the call.
     if let Some(info) = unsafe { info.as_ref() } {
-        loaded::record(|_| handle_facts(info));
+        recorder::record(|| handle_facts(info));
     }
     // kstack only observes: the access is granted as asked.
     OB_PREOP_SUCCESS

@@ -9,7 +9,7 @@ use wdk_sys::{
     HANDLE, NTSTATUS, PEPROCESS, PPS_CREATE_NOTIFY_INFO, ntddk::PsSetCreateProcessNotifyRoutineEx,
 };
 
-use crate::{kernel::handle_to_id, loaded};
+use crate::{kernel::handle_to_id, recorder};
 
 /// The callback.
 ///
@@ -34,7 +34,7 @@ pub(crate) unsafe extern "C" fn on_process(
         process_id: handle_to_id(process_id),
         parent_process_id: create.map_or(0, |info| handle_to_id(info.ParentProcessId)),
     };
-    loaded::record(|_| Some(facts));
+    recorder::record(|| Some(facts));
 }
 
 /// Max IRQL: `PASSIVE_LEVEL`.

@@ -16,7 +16,7 @@ use wdk_sys::{
     DRIVER_OBJECT, LARGE_INTEGER, NTSTATUS, PVOID, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
 };
 
-use crate::{loaded, routines::Routines, unicode::unicode_string_over};
+use crate::{recorder, routines::Routines, unicode::unicode_string_over};
 
 /// The callback's registration, and the text of its altitude (kept in the
 /// driver state while registered).
@@ -38,7 +38,7 @@ pub(crate) unsafe extern "C" fn on_registry(
     _argument2: PVOID,
 ) -> NTSTATUS {
     let notify_class = u32::try_from(argument1 as usize).unwrap_or(u32::MAX);
-    loaded::record(|_| Some(SourceFacts::Registry { notify_class }));
+    recorder::record(|| Some(SourceFacts::Registry { notify_class }));
     // kstack only observes: every operation proceeds.
     STATUS_SUCCESS
 }

@@ -6,7 +6,7 @@ use wdk_sys::{
     ntddk::{PsRemoveCreateThreadNotifyRoutine, PsSetCreateThreadNotifyRoutine},
 };
 
-use crate::{kernel::handle_to_id, loaded};
+use crate::{kernel::handle_to_id, recorder};
 
 /// The callback.
 ///
@@ -25,7 +25,7 @@ pub(crate) unsafe extern "C" fn on_thread(process_id: HANDLE, thread_id: HANDLE,
         process_id: handle_to_id(process_id),
         thread_id: handle_to_id(thread_id),
     };
-    loaded::record(|_| Some(facts));
+    recorder::record(|| Some(facts));
 }
 
 /// Max IRQL: `PASSIVE_LEVEL`.

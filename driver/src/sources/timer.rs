@@ -11,7 +11,7 @@ use wdk_sys::{
     ntddk::{KeCancelTimer, KeFlushQueuedDpcs, KeInitializeDpc, KeInitializeTimerEx, KeSetTimerEx},
 };
 
-use crate::loaded;
+use crate::recorder;
 
 /// The timer and its DPC, kept in the driver's non-paged state.
 pub struct TimerSource {
@@ -28,7 +28,7 @@ unsafe extern "C" fn on_tick(
     _argument1: PVOID,
     _argument2: PVOID,
 ) {
-    loaded::record(|_| Some(SourceFacts::Timer));
+    recorder::record(|| Some(SourceFacts::Timer));
 }
 
 impl TimerSource {
