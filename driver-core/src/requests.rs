@@ -930,8 +930,10 @@ mod tests {
         const PUBLISHERS: u32 = 6;
         // Miri interprets every access: fewer events, the same contention.
         const EACH: u64 = if cfg!(miri) { 20 } else { 3000 };
+        // Shards of 896 bytes: 11 of these one-frame records (80 bytes)
+        // each, so the publishers outrun the reader.
         let core = registered_core(
-            ring_of_records(32, 2),
+            ring_of_records(8, 2),
             PagingExecutive::NOT_SET,
             all_registered(),
         );

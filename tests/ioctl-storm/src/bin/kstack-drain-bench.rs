@@ -62,6 +62,17 @@ fn bench() -> Result<(), String> {
         for tag in 0..records {
             session::capture_now(&mut device, tag).map_err(|error| error.to_string())?;
         }
+        if round == 0 {
+            // What these records take in the ring: records per MiB, beside
+            // the 1820 that ABI 5's fixed 576-byte slots held.
+            let filled = session::status(&mut device).map_err(|error| error.to_string())?;
+            let per_mib = f64::from(filled.ring_used) * 1_048_576.0
+                / f64::from(filled.ring_used_bytes.max(1));
+            println!(
+                "ring: {} records in {} bytes, {per_mib:.0} records per MiB (fixed 576-byte slots: 1820)",
+                filled.ring_used, filled.ring_used_bytes
+            );
+        }
         let started = Instant::now();
         let (mut drained, mut reads, mut frames) = (0_u64, 0_u64, 0_u64);
         loop {
