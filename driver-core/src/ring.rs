@@ -264,6 +264,17 @@ fn size_word(bytes: &[u8]) -> usize {
     usize::from(u16::from_le_bytes([bytes[0], bytes[1]]))
 }
 
+/// How far the producers' count `ahead` is past the consumer's `behind`, at
+/// most `bound`. `behind` is read first, so a count that moves meanwhile
+/// only makes the gap larger, never negative.
+fn counted_gap(behind: &AtomicU64, ahead: &AtomicU64, bound: usize) -> usize {
+    let behind = behind.load(Ordering::Relaxed);
+    let ahead = ahead.load(Ordering::Relaxed);
+    usize::try_from(ahead.saturating_sub(behind))
+        .unwrap_or(usize::MAX)
+        .min(bound)
+}
+
 impl<'a> RecordRing<'a> {
     /// A ring over `words`, at least [`MIN_WORDS`] of them, whatever they
     /// hold.
@@ -466,11 +477,11 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn len(&self) -> usize {
-        let taken = self.consumer.taken.load(Ordering::Relaxed);
-        let published = self.producers.published.load(Ordering::Relaxed);
-        usize::try_from(published.saturating_sub(taken))
-            .unwrap_or(usize::MAX)
-            .min(self.max_records())
+        counted_gap(
+            &self.consumer.taken,
+            &self.producers.published,
+            self.max_records(),
+        )
     }
 
     /// Bytes in use: records written and not yet copied out, and the space
@@ -479,11 +490,7 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn bytes_used(&self) -> usize {
-        let head = self.consumer.head.load(Ordering::Relaxed);
-        let tail = self.producers.tail.load(Ordering::Relaxed);
-        usize::try_from(tail.saturating_sub(head))
-            .unwrap_or(usize::MAX)
-            .min(self.capacity())
+        counted_gap(&self.consumer.head, &self.producers.tail, self.capacity())
     }
 
     /// Whether no record is waiting.
