@@ -559,6 +559,13 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_capacity_in_bytes_makes_whole_words() {
+        assert_eq!(ring_words(1024).count(), 128);
+        assert_eq!(ring_words(1031).count(), 128, "rounded down");
+        assert_eq!(ring_words(7).count(), 0);
+    }
+
+    #[test]
     fn capacity_is_split_with_the_remainder_in_front() {
         let sizes: Vec<_> = (0..4).map(|index| shard_capacity(18, 4, index)).collect();
         assert_eq!(sizes, [5, 5, 4, 4], "words");
@@ -628,6 +635,7 @@ pub(crate) mod tests {
             (ring.len(), ring.dropped(), ring.sequences_spent()),
             (3, 1, 4)
         );
+        assert_eq!(ring.bytes_used(), 3 * 8, "summed over shards");
         assert!(!ring.is_empty());
         let mut out = [0_u8; 256];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
