@@ -110,7 +110,8 @@ switch ($Action) {
         }
         Write-Host ('Service:    kstack, {0}, start mode {1}' -f $driver.State, $driver.StartMode)
         Write-Host ('Image:      {0}' -f $driver.PathName)
-        foreach ($name in @('RingCapacity', 'AssumePagingExecutiveInEffect', 'LastUnloadPoolAllocations')) {
+        Write-Host ('Parameters\RingCapacity: {0} (KiB; 9216 when unset)' -f (Get-KStackParameter -Name 'RingCapacity'))
+        foreach ($name in @('AssumePagingExecutiveInEffect', 'LastUnloadPoolAllocations')) {
             Write-Host ('Parameters\{0}: {1}' -f $name, (Get-KStackParameter -Name $name))
         }
         $paging = Get-PagingExecutive
