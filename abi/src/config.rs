@@ -87,6 +87,25 @@ impl ProcessFilter {
         Ok(filter)
     }
 
+    /// The filter a validated configuration stored as these lists (the
+    /// driver reads its configuration back this way on every capture), not
+    /// checked again: ids past [`MAX_PROCESS_IDS`] are left out, and an id
+    /// in both lists is excluded.
+    #[must_use]
+    pub fn from_stored(include: &[u32], exclude: &[u32]) -> Self {
+        let mut filter = Self::ALL;
+        for (list, len, ids) in [
+            (&mut filter.include, &mut filter.include_len, include),
+            (&mut filter.exclude, &mut filter.exclude_len, exclude),
+        ] {
+            let ids = &ids[..ids.len().min(MAX_PROCESS_IDS)];
+            list[..ids.len()].copy_from_slice(ids);
+            // At most MAX_PROCESS_IDS (8).
+            *len = u8::try_from(ids.len()).unwrap_or(u8::MAX);
+        }
+        filter
+    }
+
     /// The ids admitted; empty: every process not excluded.
     #[must_use]
     pub fn include(&self) -> &[u32] {
@@ -379,7 +398,16 @@ mod tests {
         assert!(
             ProcessFilter::new(&full, &full.iter().map(|id| id + 8).collect::<Vec<_>>()).is_ok()
         );
+        assert_eq!(
+            ProcessFilter::from_stored(&[4, 8], &[0]),
+            ProcessFilter::new(&[4, 8], &[0]).unwrap(),
+            "a stored filter reads back as made"
+        );
         let too_many: Vec<u32> = (1..=9).collect();
+        assert_eq!(
+            ProcessFilter::from_stored(&too_many, &[]).include(),
+            &too_many[..8]
+        );
         assert_eq!(
             ProcessFilter::new(&too_many, &[]),
             Err(ConfigError::Processes)

@@ -181,10 +181,9 @@ impl ConfigCell {
             sources: SourceSet::from_bits(u32::from(packed[0])).unwrap_or(SourceSet::EMPTY),
             frames_to_skip: u16::from(packed[1]),
             frames_to_capture: u16::from(packed[2]),
-            // A torn read (thrown away by `load`) may not be a valid
-            // filter: admit every process then.
-            processes: ProcessFilter::new(&include[..include_len], &exclude[..exclude_len])
-                .unwrap_or(ProcessFilter::ALL),
+            // Not validated again: `write` stored a valid filter, and a
+            // torn read is thrown away by `load`.
+            processes: ProcessFilter::from_stored(&include[..include_len], &exclude[..exclude_len]),
             sample_every: core::array::from_fn(|index| {
                 u16::try_from(self.sample_every[index].load(Ordering::Relaxed)).unwrap_or(1)
             }),
@@ -369,9 +368,10 @@ impl<'a> DriverCore<'a> {
         }
     }
 
-    /// The configuration in force.
+    /// The configuration in force (waits while a configure request writes
+    /// it, at `DISPATCH_LEVEL`, see `ConfigCell`).
     ///
-    /// Max IRQL: any.
+    /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn config(&self) -> CaptureConfig {
         self.config.load()

@@ -142,19 +142,26 @@ impl Default for Word {
     }
 }
 
+/// The first byte of `words` and how many bytes they hold: `Word` is a
+/// transparent `UnsafeCell<u64>` and the words are contiguous, so the
+/// pointer may be used for all of them (u8 has no alignment and no invalid
+/// values).
+#[cfg(not(loom))]
+fn word_bytes(words: &[Word]) -> (*mut u8, usize) {
+    let start =
+        core::cell::UnsafeCell::raw_get(words.as_ptr().cast::<core::cell::UnsafeCell<u64>>());
+    (start.cast::<u8>(), words.len() * WORD_SIZE)
+}
+
 /// Hands `write` the bytes of `words` to fill.
 ///
 /// # Safety
 /// The caller has exclusive access to `words` for the call.
 #[cfg(not(loom))]
 unsafe fn write_words(words: &[Word], write: impl FnOnce(&mut [u8])) {
-    let start =
-        core::cell::UnsafeCell::raw_get(words.as_ptr().cast::<core::cell::UnsafeCell<u64>>());
-    // SAFETY: `Word` is a transparent `UnsafeCell<u64>` and the words are
-    // contiguous, so the pointer covers `words.len() * 8` bytes the caller
-    // has exclusive access to; u8 has no alignment and no invalid values.
-    let bytes =
-        unsafe { core::slice::from_raw_parts_mut(start.cast::<u8>(), words.len() * WORD_SIZE) };
+    let (start, len) = word_bytes(words);
+    // SAFETY: `word_bytes` covers exactly these words, which the caller has to itself.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(start, len) };
     write(bytes);
 }
 
@@ -179,12 +186,9 @@ unsafe fn write_words(words: &[Word], write: impl FnOnce(&mut [u8])) {
 /// No producer writes `words` for the call.
 #[cfg(not(loom))]
 unsafe fn read_words<R>(words: &[Word], read: impl FnOnce(&[u8]) -> R) -> R {
-    let start =
-        core::cell::UnsafeCell::raw_get(words.as_ptr().cast::<core::cell::UnsafeCell<u64>>());
-    // SAFETY: as in `write_words`; nobody writes these bytes meanwhile.
-    let bytes = unsafe {
-        core::slice::from_raw_parts(start.cast::<u8>().cast_const(), words.len() * WORD_SIZE)
-    };
+    let (start, len) = word_bytes(words);
+    // SAFETY: `word_bytes` covers exactly these words; nobody writes them meanwhile.
+    let bytes = unsafe { core::slice::from_raw_parts(start.cast_const(), len) };
     read(bytes)
 }
 
