@@ -426,13 +426,7 @@ impl WineHost {
     /// # Errors
     /// When the recorded value cannot be read.
     pub fn last_unload_pool_allocations(&self) -> WineResult<Option<u32>> {
-        let output = capture(self.command("wine").args([
-            "reg",
-            "query",
-            PARAMETERS_KEY,
-            "/v",
-            UNLOAD_RECORD,
-        ]))?;
+        let output = self.reg(&["query", PARAMETERS_KEY, "/v", UNLOAD_RECORD])?;
         if !output.status.success() {
             return Ok(None);
         }
@@ -455,29 +449,32 @@ impl WineHost {
     }
 
     fn set_dword(&self, key: &str, name: &str, value: Option<u32>) -> WineResult<()> {
-        let mut command = self.command("wine");
-        command.args(["reg"]);
-        match value {
-            Some(value) => command.args([
-                "add",
-                key,
-                "/v",
-                name,
-                "/t",
-                "REG_DWORD",
-                "/d",
-                &value.to_string(),
-                "/f",
-            ]),
-            None => command.args(["delete", key, "/v", name, "/f"]),
+        let value_text = value.map(|value| value.to_string());
+        let args = match &value_text {
+            Some(text) => vec!["add", key, "/v", name, "/t", "REG_DWORD", "/d", text, "/f"],
+            None => vec!["delete", key, "/v", name, "/f"],
         };
-        let output = capture(&mut command)?;
+        let output = self.reg(&args)?;
         // Deleting a value that is not there is fine.
         if output.status.success() || value.is_none() {
             Ok(())
         } else {
-            Err(describe(&command, &output))
+            Err(describe(&self.reg_command(&args), &output))
         }
+    }
+
+    /// Wine's `reg.exe` with these arguments, started again when Wine did
+    /// not start it (seen in CI right after a prefix reboot, 2026-11-25:
+    /// "Application could not be started", as for `sc` in
+    /// [`Self::not_started`]).
+    fn reg(&self, args: &[&str]) -> WineResult<Output> {
+        Self::started("reg", args, || self.reg_command(args))
+    }
+
+    fn reg_command(&self, args: &[&str]) -> Command {
+        let mut command = self.command("wine");
+        command.arg("reg").args(args);
+        command
     }
 
     /// Stops the driver if it runs and ends this prefix's wineserver (and
