@@ -28,11 +28,11 @@ mod wire;
 pub use altitude::Altitude;
 pub use config::{CaptureConfig, ConfigError, MAX_PROCESS_IDS, ProcessFilter};
 pub use ioctl::{Access, Ioctl, RequestError};
-pub use messages::{DriverImage, ReadHeader, SourceStatus, StatusResponse};
+pub use messages::{DriverImage, ReadHeader, SourceStatus, StackTableStatus, StatusResponse};
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
     MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
-    decode_record, encode_record, record_size, record_timestamp, stack_id,
+    decode_record, encode_record, record_flags, record_size, record_timestamp, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
 
@@ -42,7 +42,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (
@@ -76,6 +76,12 @@ pub const PARAMETERS_KEY: &str = "Parameters";
 /// `kstack_driver_core::sharded_ring`). Status reports the capacity in
 /// force, in bytes. (Up to ABI 5 the value counted 576-byte records.)
 pub const RING_CAPACITY_VALUE: &str = "RingCapacity";
+/// The `REG_DWORD` under [`PARAMETERS_KEY`] that sets the stack table's
+/// entries (see [`RecordFlags::STACK_BY_ID`]): 4096 when absent, 0 turns
+/// the table off, otherwise brought down to a power of two of at most
+/// 65536; read at load. Each entry takes 576 bytes of non-paged pool
+/// (4096: 2.25 MiB). Status reports the entries in force.
+pub const STACK_TABLE_ENTRIES_VALUE: &str = "StackTableEntries";
 /// The kernel name of the device object.
 pub const DEVICE_NAME: &str = r"\Device\KStack";
 /// The symbolic link that makes the device reachable from user mode.
@@ -177,6 +183,12 @@ pub enum DecodeError {
         /// The state's wire value.
         value: u32,
     },
+    /// A record without frames ([`RecordFlags::STACK_BY_ID`]) names a stack
+    /// id that no earlier record carried frames for.
+    UnknownStack {
+        /// The stack id.
+        stack_id: u64,
+    },
 }
 
 impl From<ConfigError> for DecodeError {
@@ -202,7 +214,8 @@ impl DecodeError {
             | Self::UnknownSource { .. }
             | Self::UnknownFlags { .. }
             | Self::InvalidFacts { .. }
-            | Self::PagingState { .. } => STATUS_INVALID_PARAMETER,
+            | Self::PagingState { .. }
+            | Self::UnknownStack { .. } => STATUS_INVALID_PARAMETER,
         }
     }
 }
@@ -246,6 +259,10 @@ impl core::fmt::Display for DecodeError {
             Self::PagingState { value } => write!(
                 f,
                 "paging state {value} is unknown or contradicts the DisablePagingExecutive value"
+            ),
+            Self::UnknownStack { stack_id } => write!(
+                f,
+                "a record names stack {stack_id:#018x}, whose frames no earlier record carried"
             ),
         }
     }

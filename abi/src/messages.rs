@@ -42,8 +42,12 @@ const ALTITUDES_OFFSET: usize = READ_OFFSET + 8;
 /// [`PagingInEffect`] u32, 4 reserved zero bytes), then the key's last write
 /// time and the boot time compared against (u64 each), after the altitudes.
 const PAGING_OFFSET: usize = ALTITUDES_OFFSET + 16;
+/// Offset of the stack table's part ([`StackTableStatus`]: `entries` and
+/// `used` u32, then `hits`, `inserts`, `evictions`, `collisions`, `full`,
+/// `busy` and `sent`, u64 each), after the paging part.
+const STACK_TABLE_OFFSET: usize = PAGING_OFFSET + 24;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = PAGING_OFFSET + 24;
+pub const STATUS_RESPONSE_SIZE: usize = STACK_TABLE_OFFSET + 64;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -227,6 +231,42 @@ pub struct DriverImage {
     pub size: u32,
 }
 
+/// The stack table's state (see [`crate::RecordFlags::STACK_BY_ID`]). While
+/// the table is on (`entries` > 0) every record that enters the ring, kept
+/// or dropped, looks its stack up once, with one outcome:
+/// `hits + inserts + collisions + full + busy` = the sum of every source's
+/// [`SourceStatus::captured`] since load (exact when no capture is under
+/// way). `used = inserts - evictions`. Records with the outcome `hits` or
+/// `inserts` enter the ring without their frames; the others carry them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackTableStatus {
+    /// Entries in the table (`Parameters\StackTableEntries`, see
+    /// [`crate::STACK_TABLE_ENTRIES_VALUE`]); 0: the table is off and every
+    /// record carries its frames.
+    pub entries: u32,
+    /// Entries holding a stack.
+    pub used: u32,
+    /// Lookups that found their stack in the table.
+    pub hits: u64,
+    /// Stacks written into an entry, evictions included.
+    pub inserts: u64,
+    /// Inserts that replaced another stack, one no unread record named.
+    pub evictions: u64,
+    /// Stacks not tabled because the table holds their stack id with
+    /// other frames (two stacks are never merged), or their id is 0.
+    pub collisions: u64,
+    /// Stacks not tabled because every entry they may use (eight from
+    /// their id's home slot) holds a stack that unread records name.
+    pub full: u64,
+    /// Stacks not tabled because another capture was writing the entry
+    /// they needed at that moment.
+    pub busy: u64,
+    /// Records returned by reads with their frames written in from the
+    /// table: the first of each stack a reader receives, and the first
+    /// after the entry was rewritten.
+    pub sent: u64,
+}
+
 /// The status response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatusResponse {
@@ -277,6 +317,8 @@ pub struct StatusResponse {
     /// The altitude the registry callback registered at; none when it is
     /// not registered.
     pub registry_altitude: Altitude,
+    /// The stack table.
+    pub stack_table: StackTableStatus,
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
@@ -357,6 +399,23 @@ impl StatusResponse {
         w.u32(PAGING_OFFSET + 4, 0);
         w.u64(PAGING_OFFSET + 8, paging.key_written);
         w.u64(PAGING_OFFSET + 16, paging.boot_time);
+        let table = &self.stack_table;
+        w.u32(STACK_TABLE_OFFSET, table.entries);
+        w.u32(STACK_TABLE_OFFSET + 4, table.used);
+        for (index, counter) in [
+            table.hits,
+            table.inserts,
+            table.evictions,
+            table.collisions,
+            table.full,
+            table.busy,
+            table.sent,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            w.u64(STACK_TABLE_OFFSET + 8 + 8 * index, counter);
+        }
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -444,6 +503,17 @@ impl StatusResponse {
             registry_altitude: Altitude {
                 whole: r.u32(ALTITUDES_OFFSET + 8)?,
                 fraction: r.u16(ALTITUDES_OFFSET + 12)?,
+            },
+            stack_table: StackTableStatus {
+                entries: r.u32(STACK_TABLE_OFFSET)?,
+                used: r.u32(STACK_TABLE_OFFSET + 4)?,
+                hits: r.u64(STACK_TABLE_OFFSET + 8)?,
+                inserts: r.u64(STACK_TABLE_OFFSET + 16)?,
+                evictions: r.u64(STACK_TABLE_OFFSET + 24)?,
+                collisions: r.u64(STACK_TABLE_OFFSET + 32)?,
+                full: r.u64(STACK_TABLE_OFFSET + 40)?,
+                busy: r.u64(STACK_TABLE_OFFSET + 48)?,
+                sent: r.u64(STACK_TABLE_OFFSET + 56)?,
             },
         })
     }
@@ -599,6 +669,18 @@ mod tests {
                 whole: 385_290,
                 fraction: 0xFFFF,
             },
+            stack_table: StackTableStatus {
+                entries: 4096,
+                used: 30,
+                hits: 1_000,
+                inserts: 40,
+                evictions: 10,
+                collisions: 1,
+                full: 2,
+                busy: 3,
+                // Every byte set, as for the last source's counters.
+                sent: u64::MAX - 2,
+            },
         }
     }
 
@@ -653,7 +735,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 616);
+        assert_eq!(STATUS_RESPONSE_SIZE, 680);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -668,7 +750,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &616_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &680_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

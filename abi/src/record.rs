@@ -61,6 +61,8 @@ pub const MAX_FRAMES: u16 = 62;
 pub const MAX_RECORD_SIZE: usize = record_size(MAX_FRAMES);
 /// The most ring shards a driver keeps (one per processor up to this many).
 pub const MAX_SHARDS: u16 = 64;
+/// Offset of `flags` in a record.
+const FLAGS_OFFSET: usize = 6;
 /// Offset of `timestamp` in a record.
 const TIMESTAMP_OFFSET: usize = 16;
 
@@ -82,13 +84,39 @@ impl RecordFlags {
     /// A capture-now record returned to its caller but not kept in the ring
     /// (the on-demand source was disabled); its sequence is 0.
     pub const NOT_IN_RING: Self = Self(2);
+    /// The record's stack is the stack table's entry for its `match_id`
+    /// (the stack id). With frames, the record carries the entry's frames:
+    /// a reader remembers them for that id, replacing what it remembered
+    /// (the table may have rewritten the entry). Without frames
+    /// (`frame_count` 0), its stack is the one the reader remembers for
+    /// the id. Records without this flag carry their own frames and change
+    /// nothing remembered (one may have a table entry's id with other
+    /// frames: a counted collision).
+    ///
+    /// The guarantee (ABI 7): for every record without frames that a read
+    /// returns to a reader (a file object), an earlier record returned to
+    /// the same reader, the latest flagged one with that `match_id` and
+    /// frames, carried its stack. A read writes the table's frames into
+    /// the first flagged record of a stack that this reader has not
+    /// received since the entry was written, so a clear, an overflow, an
+    /// eviction or a new reader never leave a record unresolved. (Records
+    /// lost on the way to the reader, such as a read whose output buffer
+    /// the I/O manager could not copy back, may take such frames with
+    /// them.) Capture-now answers always carry their frames.
+    pub const STACK_BY_ID: Self = Self(4);
     /// Every defined bit.
-    const KNOWN: u16 = Self::TRUNCATED.0 | Self::NOT_IN_RING.0;
+    const KNOWN: u16 = Self::TRUNCATED.0 | Self::NOT_IN_RING.0 | Self::STACK_BY_ID.0;
 
     /// These flags and `other`'s.
     #[must_use]
     pub const fn union(self, other: Self) -> Self {
         Self(self.0 | other.0)
+    }
+
+    /// These flags without `other`'s.
+    #[must_use]
+    pub const fn without(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
     }
 
     /// The flags with these bits, if all are defined.
@@ -300,6 +328,18 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
 #[must_use]
 pub fn record_timestamp(record: &[u8]) -> u64 {
     Reader::new(record).u64(TIMESTAMP_OFFSET).unwrap_or(0)
+}
+
+/// The flags of an encoded record, read without decoding the rest (the
+/// driver reads tabled records differently); none when `record` is too
+/// short or has undefined bits.
+#[must_use]
+pub fn record_flags(record: &[u8]) -> RecordFlags {
+    Reader::new(record)
+        .u16(FLAGS_OFFSET)
+        .ok()
+        .and_then(RecordFlags::from_bits)
+        .unwrap_or(RecordFlags::NONE)
 }
 
 /// Walks the whole records packed back to back in a read payload.

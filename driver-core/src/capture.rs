@@ -22,6 +22,7 @@ use crate::{
     paging_policy::{WalkDecision, walk_decision},
     ring::Full,
     sharded_ring::{ShardedRing, Uncaptured},
+    stack_table::{StackTable, Tabled},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, Wait, fence},
 };
 
@@ -227,6 +228,8 @@ impl ConfigCell {
 pub struct DriverCore<'a> {
     /// The ring, and per shard the sequence numbers and per-source counters.
     pub(crate) ring: ShardedRing<'a>,
+    /// The stacks the ring's records name instead of carrying frames.
+    pub(crate) table: StackTable<'a>,
     pub(crate) paging: PagingExecutive,
     pub(crate) image: DriverImage,
     /// Each source's registration status, set once at load.
@@ -304,14 +307,34 @@ impl Stack {
     }
 }
 
+/// Encodes the ring's form of a record whose stack is in the table's
+/// `slot`: no frames, [`RecordFlags::STACK_BY_ID`], and the slot where
+/// the OS hash goes (see `requests::read_out`). Returns its size.
+fn by_id(header: &RecordHeader, slot: u32, out: &mut [u8]) -> usize {
+    let ring_form = RecordHeader {
+        flags: header.flags.union(RecordFlags::STACK_BY_ID),
+        os_hash: slot,
+        ..*header
+    };
+    // Cannot fail: no frames, and callers pass `record_size(0)` bytes.
+    encode_record(&ring_form, &[], out).unwrap_or(0)
+}
+
 impl<'a> DriverCore<'a> {
     /// The state at load: nothing enabled, default frame counts, and every
     /// source unavailable until [`DriverCore::set_registration`] says
-    /// otherwise. `image` is where the driver itself is loaded.
+    /// otherwise. `table` may have no entries (off). `image` is where the
+    /// driver itself is loaded.
     #[must_use]
-    pub fn new(ring: ShardedRing<'a>, paging: PagingExecutive, image: DriverImage) -> Self {
+    pub fn new(
+        ring: ShardedRing<'a>,
+        table: StackTable<'a>,
+        paging: PagingExecutive,
+        image: DriverImage,
+    ) -> Self {
         Self {
             ring,
+            table,
             paging,
             image,
             registrations: core::array::from_fn(|_| AtomicI32::new(STATUS_NOT_SUPPORTED)),
@@ -479,8 +502,11 @@ impl<'a> DriverCore<'a> {
 
     /// The publish section: at `DISPATCH_LEVEL`, into the shard of the
     /// processor it runs on, with the timestamp taken inside the ring's
-    /// section. Returns the outcome and the record's header (with the
-    /// sequence number spent, also for a drop).
+    /// section. The stack goes to the table first (outside the ring's
+    /// section, which readers wait on): a tabled stack's record carries no
+    /// frames, and names its entry in place of the OS hash (a read puts the
+    /// hash back). Returns the outcome and the record's header as a reader
+    /// sees it (with the sequence number spent, also for a drop).
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn publish(
@@ -493,14 +519,30 @@ impl<'a> DriverCore<'a> {
         platform.at_dispatch(|processor| {
             let shard = self.ring.shard_for(processor);
             let mut header = stack.header(facts, ids, processor, shard.index());
-            let result = shard.publish(facts.source(), stack.record_size(), |sequence, record| {
+            let tabled = self.table.enter(
+                stack.frames(),
+                header.stack_id,
+                header.os_hash,
+                shard.table_counters(),
+            );
+            let size = match tabled {
+                Tabled::Slot(_) => record_size(0),
+                Tabled::Inline => stack.record_size(),
+            };
+            let result = shard.publish(facts.source(), size, |sequence, record| {
                 header.sequence = sequence;
                 header.timestamp = platform.timestamp();
-                stack.encode(&header, record);
+                match tabled {
+                    Tabled::Slot(slot) => by_id(&header, slot, record),
+                    Tabled::Inline => stack.encode(&header, record),
+                };
             });
             if let Err(Full { sequence }) = result {
                 header.sequence = sequence;
                 header.timestamp = platform.timestamp();
+                if let Tabled::Slot(slot) = tabled {
+                    self.table.release(slot);
+                }
             }
             (result, header)
         })
@@ -535,6 +577,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::sharded_ring::tests::leaked_ring;
+    use crate::stack_table::StackEntry;
 
     /// The fake platform's usual stack depth.
     const FAKE_DEPTH: u16 = 5;
@@ -650,13 +693,33 @@ pub(crate) mod tests {
         }
     }
 
-    /// A core over `ring` whose sources registered as `registrations` say.
+    /// A core over `ring`, with the stack table off, whose sources
+    /// registered as `registrations` say.
     pub fn registered_core(
         ring: ShardedRing<'static>,
         paging: PagingExecutive,
         registrations: [SourceRegistration; Source::COUNT],
     ) -> DriverCore<'static> {
-        let core = DriverCore::new(ring, paging, DriverImage::default());
+        tabled_core(ring, 0, paging, registrations)
+    }
+
+    /// [`registered_core`] with a stack table of `entries` entries.
+    pub fn tabled_core(
+        ring: ShardedRing<'static>,
+        entries: usize,
+        paging: PagingExecutive,
+        registrations: [SourceRegistration; Source::COUNT],
+    ) -> DriverCore<'static> {
+        let entries = (0..entries)
+            .map(|_| StackEntry::new())
+            .collect::<Vec<_>>()
+            .leak();
+        let core = DriverCore::new(
+            ring,
+            StackTable::new(entries),
+            paging,
+            DriverImage::default(),
+        );
         for source in Source::ALL {
             core.set_registration(source, registrations[source.index()]);
         }

@@ -6,6 +6,7 @@
 //! - [`sharded_ring`]: the per-processor shards the driver keeps.
 //! - [`rundown`]: the gate unload closes before freeing what callbacks use.
 //! - [`paging_policy`]: when a stack walk is allowed.
+//! - [`stack_table`]: each distinct stack kept once, named by records.
 //! - [`capture`]: from a callback's facts to a record in the ring.
 //! - [`requests`]: serving the IOCTLs, every input validated by kstack-abi.
 //!
@@ -21,13 +22,15 @@ pub mod requests;
 pub mod ring;
 pub mod rundown;
 pub mod sharded_ring;
+pub mod stack_table;
 mod sync;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 
 pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration};
-pub use requests::SourceControl;
+pub use requests::{Caller, SourceControl};
 pub use ring::{RecordRing, Word};
 pub use rundown::{Rundown, RundownGuard};
 pub use sharded_ring::{Shard, ShardedRing};
+pub use stack_table::{StackEntry, StackTable};
 pub use sync::Wait;

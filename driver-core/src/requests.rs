@@ -2,22 +2,33 @@
 //! kstack-abi before it is used; a refused request changes nothing.
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, KSTACK_VERSION, ReadHeader, RequestError, Source, SourceFacts,
-    SourceStatus, StatusResponse,
+    CaptureConfig, Ioctl, KSTACK_VERSION, MAX_FRAMES, ReadHeader, RecordFlags, RequestError,
+    Source, SourceFacts, SourceStatus, StatusResponse, decode_record, encode_record,
     messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
     ntstatus::{
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
         STATUS_BUFFER_OVERFLOW, STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
     },
-    record_timestamp,
+    record_flags, record_timestamp,
 };
 
 use crate::{
     capture::{DriverCore, NoWalk, Platform, Stack},
     paging_policy,
-    sharded_ring::Uncaptured,
+    sharded_ring::{Shard, Uncaptured},
     sync::Ordering,
 };
+
+/// Who sent a request, and what the driver holds outside the core.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The reader: the file object the request came on (its address). Reads
+    /// from one reader get each table stack once (see
+    /// `kstack_abi::RecordFlags::STACK_BY_ID`).
+    pub reader: u64,
+    /// Pool allocations the driver holds now (for the status).
+    pub pool_allocations: u32,
+}
 
 /// What requests change outside the core.
 pub trait SourceControl {
@@ -59,15 +70,23 @@ impl DriverCore<'_> {
         output: &mut [u8],
         platform: &impl Platform,
         control: &impl SourceControl,
-        pool_allocations: u32,
+        caller: Caller,
     ) -> Served {
         match ioctl {
-            Ioctl::Status => self.serve_status(output, pool_allocations),
+            Ioctl::Status => self.serve_status(output, caller.pool_allocations),
             Ioctl::Configure => (self.configure(input, platform, control), 0),
-            Ioctl::Read => self.read(output, platform),
+            Ioctl::Read => self.read(output, platform, caller.reader),
             Ioctl::Clear => (self.clear(), 0),
             Ioctl::CaptureNow => self.capture_now(input, output, platform),
         }
+    }
+
+    /// Forgets `reader` (a file object being closed) as the last reader,
+    /// so that a new file object at the same address is a new reader.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
+    pub fn reader_closed(&self, reader: u64) {
+        self.table.reader_closed(reader);
     }
 
     /// The status response.
@@ -102,6 +121,9 @@ impl DriverCore<'_> {
             driver_image: self.image,
             object_altitude: self.altitude(Source::ObjectHandle),
             registry_altitude: self.altitude(Source::Registry),
+            stack_table: self
+                .table
+                .status(self.ring.shards().iter().map(Shard::table_counters)),
         }
     }
 
@@ -166,14 +188,20 @@ impl DriverCore<'_> {
     }
 
     /// Drains whole records of every shard stamped before the read began,
-    /// oldest first by timestamp, after a read header.
-    fn read(&self, output: &mut [u8], platform: &impl Platform) -> Served {
+    /// oldest first by timestamp, after a read header; a tabled record as
+    /// [`DriverCore::read_out`] writes it. Never inlined (see
+    /// [`DriverCore::serve_status`]).
+    #[inline(never)]
+    fn read(&self, output: &mut [u8], platform: &impl Platform, reader: u64) -> Served {
         let Some(mut consumer) = self.ring.consumer() else {
             return (STATUS_DEVICE_BUSY, 0);
         };
+        let epoch = self.table.begin_read(reader);
         let cut = consumer.cut(platform.timestamp());
         let (header, payload) = output.split_at_mut(READ_HEADER_SIZE);
-        let drained = consumer.drain(payload, record_timestamp, cut);
+        let drained = consumer.drain_with(payload, record_timestamp, cut, |record, room| {
+            self.read_out(record, room, epoch)
+        });
         ReadHeader {
             record_count: drained.records,
             payload_bytes: u32::try_from(drained.bytes).unwrap_or(u32::MAX),
@@ -184,13 +212,55 @@ impl DriverCore<'_> {
         (STATUS_SUCCESS, READ_HEADER_SIZE + drained.bytes)
     }
 
-    /// Discards every record in every shard and counts them.
+    /// Writes `record` into `room` as the reader of `epoch` receives it,
+    /// and returns its size, or `None` when it does not fit. A tabled
+    /// record gets its OS hash back, and the table's frames when this
+    /// reader lacks them; then it gives back its reference on the entry.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
+    fn read_out(&self, record: &[u8], room: &mut [u8], epoch: u64) -> Option<usize> {
+        let tabled = record_flags(record)
+            .contains(RecordFlags::STACK_BY_ID)
+            .then(|| decode_record(record).ok())
+            .flatten();
+        let mut frames = [0_u64; MAX_FRAMES as usize];
+        let found = tabled.and_then(|(view, _)| {
+            let slot = view.header.os_hash;
+            Some((
+                view.header,
+                slot,
+                self.table.frames_for(slot, epoch, &mut frames)?,
+            ))
+        });
+        // Untabled (or, never in practice, naming no entry): as it is.
+        let Some((mut header, slot, (os_hash, sent))) = found else {
+            room.get_mut(..record.len())?.copy_from_slice(record);
+            return Some(record.len());
+        };
+        header.os_hash = os_hash;
+        let frames = &frames[..sent.unwrap_or(0)];
+        let size = encode_record(&header, frames, room).ok()?;
+        if sent.is_some() {
+            self.table.sent(slot, epoch);
+        }
+        self.table.release(slot);
+        Some(size)
+    }
+
+    /// Discards every record in every shard and counts them; tabled ones
+    /// give back their references.
     fn clear(&self) -> NtStatus {
         let Some(mut consumer) = self.ring.consumer() else {
             return STATUS_DEVICE_BUSY;
         };
-        self.cleared
-            .fetch_add(consumer.discard_all(), Ordering::Relaxed);
+        let discarded = consumer.discard_each(|record| {
+            if record_flags(record).contains(RecordFlags::STACK_BY_ID)
+                && let Ok((view, _)) = decode_record(record)
+            {
+                self.table.release(view.header.os_hash);
+            }
+        });
+        self.cleared.fetch_add(discarded, Ordering::Relaxed);
         STATUS_SUCCESS
     }
 
@@ -306,7 +376,17 @@ mod tests {
         timer: &TimerLog,
     ) -> Served {
         match DriverCore::admit(ioctl_code, input.len(), output.len()) {
-            Ok(ioctl) => core.serve(ioctl, input, output, &FakePlatform::default(), timer, 3),
+            Ok(ioctl) => core.serve(
+                ioctl,
+                input,
+                output,
+                &FakePlatform::default(),
+                timer,
+                Caller {
+                    reader: 1,
+                    pool_allocations: 3,
+                },
+            ),
             Err(status) => (status, 0),
         }
     }
@@ -656,7 +736,14 @@ mod tests {
         let mut out = [0_u8; MAX_RECORD_SIZE];
         let admitted = DriverCore::admit(Ioctl::CaptureNow.code(), input.len(), out.len()).unwrap();
         assert_eq!(
-            core.serve(admitted, &input, &mut out, &platform, &timer, 0),
+            core.serve(
+                admitted,
+                &input,
+                &mut out,
+                &platform,
+                &timer,
+                Caller::default()
+            ),
             (KSTACK_STATUS_STACK_TOO_LOW, 0)
         );
         assert_eq!(platform.walks.get(), 0);
@@ -814,7 +901,7 @@ mod tests {
                         let mut out = [0_u8; MAX_RECORD_SIZE];
                         let input = encode_capture_now_request(1);
                         let admitted = DriverCore::admit(Ioctl::CaptureNow.code(), input.len(), out.len()).unwrap();
-                        let (result, _) = core.serve(admitted, &input, &mut out, &platform, &timer, 0);
+                        let (result, _) = core.serve(admitted, &input, &mut out, &platform, &timer, Caller::default());
                         prop_assert_eq!(result, STATUS_SUCCESS);
                         events[Source::OnDemand.index()] += 1;
                     }
@@ -837,7 +924,7 @@ mod tests {
                     Step::Read(room) => {
                         let mut out = vec![0_u8; room];
                         let admitted = DriverCore::admit(Ioctl::Read.code(), 0, room).unwrap();
-                        let (result, written) = core.serve(admitted, &[], &mut out, &platform, &timer, 0);
+                        let (result, written) = core.serve(admitted, &[], &mut out, &platform, &timer, Caller::default());
                         prop_assert_eq!(result, STATUS_SUCCESS);
                         let (_, records) = ReadHeader::decode(&out[..written]).unwrap();
                         for record in records {
@@ -960,7 +1047,8 @@ mod tests {
                 wait.turn();
                 let done = finished.load(std::sync::atomic::Ordering::Acquire) == PUBLISHERS;
                 let admitted = DriverCore::admit(Ioctl::Read.code(), 0, out.len()).unwrap();
-                let (result, written) = core.serve(admitted, &[], &mut out, &reader, &timer, 0);
+                let (result, written) =
+                    core.serve(admitted, &[], &mut out, &reader, &timer, Caller::default());
                 assert_eq!(result, STATUS_SUCCESS);
                 let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
                 for record in records {
@@ -1011,5 +1099,109 @@ mod tests {
         assert_eq!(timer_change(&timer_config(5), &off), TimerChange::Stop);
         // A period change while the timer is off does nothing.
         assert_eq!(timer_change(&off, &slow_but_off), TimerChange::Keep);
+    }
+
+    #[derive(Clone, Debug)]
+    enum TableStep {
+        /// A registry event on this processor with a stack this deep.
+        Capture {
+            processor: u32,
+            depth: u8,
+        },
+        /// A read by reader 1 or 2 with this much room.
+        Read {
+            reader: u64,
+            room: usize,
+        },
+        Clear,
+    }
+
+    fn table_step() -> impl Strategy<Value = TableStep> {
+        prop_oneof![
+            6 => (0_u32..2, 1_u8..7).prop_map(|(processor, depth)| TableStep::Capture { processor, depth }),
+            2 => (1_u64..3, MIN_READ_BUFFER..4 * MIN_READ_BUFFER)
+                .prop_map(|(reader, room)| TableStep::Read { reader, room }),
+            1 => Just(TableStep::Clear),
+        ]
+    }
+
+    /// The fake platform's frames for a stack `depth` deep.
+    fn fake_frames(depth: u8) -> Vec<u64> {
+        (1..=u64::from(depth)).map(|frame| 0x1000 * frame).collect()
+    }
+
+    proptest! {
+        /// The stack table's guarantee (`RecordFlags::STACK_BY_ID`): with a
+        /// table small enough to fill and evict, a ring small enough to
+        /// overflow, two readers taking turns and clears, every record a
+        /// reader receives resolves, through what that reader received
+        /// before, to exactly the stack its event walked; the lookup
+        /// outcomes add up to the records that entered the ring; and once
+        /// the ring is empty no entry is held.
+        #[test]
+        fn every_record_a_reader_receives_has_its_stack(
+            entries in prop_oneof![Just(1_usize), Just(2), Just(8)],
+            steps in proptest::collection::vec(table_step(), 1..120),
+        ) {
+            let core = crate::capture::tests::tabled_core(
+                ring_of_records(6, 2),
+                entries,
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            let timer = TimerLog::default();
+            enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+            let mut remembered: [std::collections::HashMap<u64, Vec<u64>>; 2] = Default::default();
+            let mut received = 0_u64;
+            let mut read_until_empty = false;
+            for step in steps.iter().cloned().chain(core::iter::once(TableStep::Read { reader: 1, room: 64 * 1024 })) {
+                match step {
+                    TableStep::Capture { processor, depth } => {
+                        let platform = FakePlatform { stack_depth: usize::from(depth), ..FakePlatform::default() };
+                        platform.processor.set(processor);
+                        core.capture(&platform, SourceFacts::Registry { notify_class: u32::from(depth) });
+                    }
+                    TableStep::Read { reader, room } => {
+                        let mut out = vec![0_u8; room];
+                        let admitted = DriverCore::admit(Ioctl::Read.code(), 0, room).unwrap();
+                        let caller = Caller { reader, pool_allocations: 0 };
+                        let (result, written) = core.serve(admitted, &[], &mut out, &FakePlatform::default(), &timer, caller);
+                        prop_assert_eq!(result, STATUS_SUCCESS);
+                        let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
+                        read_until_empty = !header.more_pending;
+                        let map = &mut remembered[usize::try_from(reader - 1).unwrap()];
+                        for record in records {
+                            let record = record.unwrap();
+                            received += 1;
+                            prop_assert_eq!(record.header.os_hash, 0xABCD, "the OS hash is put back");
+                            let own: Vec<u64> = record.frames().collect();
+                            let stack = if !record.header.flags.contains(RecordFlags::STACK_BY_ID) {
+                                own
+                            } else if own.is_empty() {
+                                map.get(&record.header.stack_id).cloned().unwrap_or_default()
+                            } else {
+                                map.insert(record.header.stack_id, own.clone());
+                                own
+                            };
+                            let SourceFacts::Registry { notify_class } = record.header.facts else {
+                                panic!("a registry record");
+                            };
+                            prop_assert_eq!(stack, fake_frames(u8::try_from(notify_class).unwrap()));
+                        }
+                    }
+                    TableStep::Clear => {
+                        let _ = request(&core, Ioctl::Clear.code(), &[], &mut [], &timer);
+                    }
+                }
+                let now = status(&core);
+                let table = now.stack_table;
+                let captured: u64 = now.sources.iter().map(|source| source.captured).sum();
+                prop_assert_eq!(table.hits + table.inserts + table.collisions + table.full + table.busy, captured);
+                prop_assert_eq!(u64::from(table.used), table.inserts - table.evictions);
+            }
+            prop_assert!(read_until_empty);
+            prop_assert_eq!(status(&core).read, received);
+            prop_assert_eq!(core.table.references(), 0, "no entry held once the ring is empty");
+        }
     }
 }

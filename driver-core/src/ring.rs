@@ -553,12 +553,26 @@ impl Drained {
     /// Appends `record` to `out` after what was copied so far, unless it
     /// does not fit (then marks more pending). Returns whether it was copied.
     pub(crate) fn copy(&mut self, record: &[u8], out: &mut [u8]) -> bool {
-        let Some(room) = out.get_mut(self.bytes..self.bytes + record.len()) else {
+        self.write(out, |room| {
+            room.get_mut(..record.len())?.copy_from_slice(record);
+            Some(record.len())
+        })
+    }
+
+    /// Appends one record to `out` after what was written so far: `write`
+    /// gets the room left and returns the bytes it wrote, or `None` when
+    /// the record does not fit (then more is pending). Returns whether it
+    /// was written.
+    pub(crate) fn write(
+        &mut self,
+        out: &mut [u8],
+        write: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        let Some(written) = out.get_mut(self.bytes..).and_then(write) else {
             self.more_pending = true;
             return false;
         };
-        room.copy_from_slice(record);
-        self.bytes += record.len();
+        self.bytes += written;
         self.records += 1;
         true
     }
@@ -599,8 +613,21 @@ impl<'a> Consumer<'_, 'a> {
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub fn discard_all(&mut self) -> u64 {
+        self.discard_each(|_| ())
+    }
+
+    /// [`Consumer::discard_all`], passing each record to `discard` first.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn discard_each(&mut self, mut discard: impl FnMut(&[u8])) -> u64 {
         let discarded = (0..self.ring.max_records())
-            .take_while(|_| self.take_front(|_| true).is_some())
+            .take_while(|_| {
+                self.take_front(|record| {
+                    discard(record);
+                    true
+                })
+                .is_some()
+            })
             .count();
         discarded as u64
     }

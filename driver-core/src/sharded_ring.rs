@@ -66,6 +66,7 @@ use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source};
 
 use crate::{
     ring::{Consumer, Drained, Full, RecordRing, WORD_SIZE, Word},
+    stack_table::TableCounters,
     sync::{AtomicU64, Ordering, fence},
 };
 
@@ -125,6 +126,7 @@ pub fn shards_over(words: &[Word], shards: usize) -> impl Iterator<Item = Shard<
             not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
             sampled_out: core::array::from_fn(|_| AtomicU64::new(0)),
             sample_ticks: core::array::from_fn(|_| AtomicU64::new(0)),
+            table: TableCounters::default(),
         }
     })
 }
@@ -152,6 +154,8 @@ pub struct Shard<'a> {
     /// Events that reached this shard's sampling, per source: the n-th
     /// (from 0) is kept when n is a multiple of the source's rate.
     sample_ticks: [AtomicU64; Source::COUNT],
+    /// The stack table's lookup outcomes of this shard's captures.
+    table: TableCounters,
 }
 
 /// A per-source counter of a shard, bumped where any processor may be
@@ -200,6 +204,14 @@ impl Shard<'_> {
             // locked instruction.
             captured.store(captured.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         })
+    }
+
+    /// The stack table's lookup counters for this shard's captures.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub const fn table_counters(&self) -> &TableCounters {
+        &self.table
     }
 
     /// Counts an event of `source` that did not enter the ring, and why.
@@ -435,15 +447,32 @@ impl ShardedConsumer<'_, '_> {
         cut
     }
 
-    /// Copies whole records stamped before `cut` into `out` while they
-    /// fit, merging the shards: each time the written record with the
+    /// [`ShardedConsumer::drain_with`], copying each record as it is.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn drain(&mut self, out: &mut [u8], order: impl Fn(&[u8]) -> u64, cut: u64) -> Drained {
+        self.drain_with(out, order, cut, |record, room| {
+            room.get_mut(..record.len())?.copy_from_slice(record);
+            Some(record.len())
+        })
+    }
+
+    /// Writes whole records stamped before `cut` into `out` while they
+    /// fit (`write` gets a record and the room left, and returns the bytes
+    /// it wrote there, or `None` when they do not fit), merging the shards: each time the written record with the
     /// lowest `order` (the timestamp) among the shards' oldest, the lower
     /// shard first on a tie. A record still being written, or stamped at
     /// or after `cut`, ends its shard's part of this drain. Counts the
     /// records copied as read.
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
-    pub fn drain(&mut self, out: &mut [u8], order: impl Fn(&[u8]) -> u64, cut: u64) -> Drained {
+    pub fn drain_with(
+        &mut self,
+        out: &mut [u8],
+        order: impl Fn(&[u8]) -> u64,
+        cut: u64,
+        mut write: impl FnMut(&[u8], &mut [u8]) -> Option<usize>,
+    ) -> Drained {
         let mut drained = Drained::default();
         let mut keys: [Option<u64>; SHARDS] = [None; SHARDS];
         let before_cut = |record: &[u8]| Some(order(record)).filter(|&key| key < cut);
@@ -475,7 +504,9 @@ impl ShardedConsumer<'_, '_> {
             let Some(consumer) = self.consumers[index].as_mut() else {
                 break;
             };
-            if consumer.take_front(|record| drained.copy(record, out)) != Some(true) {
+            let taken =
+                consumer.take_front(|record| drained.write(out, |room| write(record, room)));
+            if taken != Some(true) {
                 break;
             }
             oldest[index] = consumer.peek(before_cut).flatten();
@@ -488,15 +519,23 @@ impl ShardedConsumer<'_, '_> {
         drained
     }
 
+    /// Discards every written record of every shard, each passed to
+    /// `discard` first; returns how many.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub fn discard_each(&mut self, mut discard: impl FnMut(&[u8])) -> u64 {
+        self.consumers
+            .iter_mut()
+            .flatten()
+            .map(|consumer| consumer.discard_each(&mut discard))
+            .sum()
+    }
+
     /// Discards every written record of every shard; returns how many.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub fn discard_all(&mut self) -> u64 {
-        self.consumers
-            .iter_mut()
-            .flatten()
-            .map(Consumer::discard_all)
-            .sum()
+        self.discard_each(|_| ())
     }
 }
 

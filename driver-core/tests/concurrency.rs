@@ -1,6 +1,8 @@
 //! The concurrent parts, scenario by scenario: a few producers and the
 //! consumer on one ring and on a ring of two shards, callbacks and unload
-//! on the rundown gate, a read racing a clear. Each scenario runs two ways:
+//! on the rundown gate, a read racing a clear, captures racing on the stack
+//! table (the same stack, colliding stacks, a hit against an eviction, an
+//! eviction while a reader takes the frames). Each scenario runs two ways:
 //!
 //! - under loom, every interleaving (or every one up to a preemption bound):
 //!   `RUSTFLAGS="--cfg loom" cargo test -p kstack-driver-core --test concurrency --release`;
@@ -13,7 +15,10 @@
 
 use kstack_abi::Source;
 use kstack_driver_core::{
-    RecordRing, Rundown, Shard, ShardedRing, Wait, Word, ring::Full, sharded_ring::shards_over,
+    RecordRing, Rundown, Shard, ShardedRing, StackEntry, StackTable, Wait, Word,
+    ring::Full,
+    sharded_ring::shards_over,
+    stack_table::{TableCounters, Tabled},
     test_support::keep,
 };
 #[cfg(loom)]
@@ -425,5 +430,139 @@ fn a_read_racing_a_clear() {
             ring.read() + ring.len() as u64 + ring.dropped() + cleared,
             "numbers spent = read + waiting + dropped + cleared"
         );
+    });
+}
+
+/// A stack table and the lookup counters of the one shard here.
+struct Table {
+    table: StackTable<'static>,
+    counters: TableCounters,
+}
+
+impl std::ops::Deref for Table {
+    type Target = StackTable<'static>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.table
+    }
+}
+
+impl Table {
+    fn enter(&self, frames: &[u64], id: u64) -> Tabled {
+        self.table.enter(frames, id, 0, &self.counters)
+    }
+
+    fn status(&self) -> kstack_abi::StackTableStatus {
+        self.table.status(std::iter::once(&self.counters))
+    }
+}
+
+/// A stack table of `entries` entries, kept for the whole run.
+fn table_of(entries: usize) -> &'static Table {
+    let entries: &'static [StackEntry] =
+        keep((0..entries).map(|_| StackEntry::new()).collect::<Vec<_>>());
+    keep(Table {
+        table: StackTable::new(entries),
+        counters: TableCounters::default(),
+    })
+}
+
+/// The frames in `slot`, as a reader that never got them reads them.
+fn frames_in(table: &StackTable<'_>, slot: u32) -> Vec<u64> {
+    let mut frames = [0; kstack_abi::MAX_FRAMES as usize];
+    let (_, count) = table
+        .frames_for(slot, u64::MAX, &mut frames)
+        .expect("a slot of the table");
+    frames[..count.expect("frames for a new epoch")].to_vec()
+}
+
+/// Enters `frames` under `id`; while the reference is held, checks the
+/// slot holds exactly them; gives the reference back. Returns the outcome.
+fn enter_and_check(table: &Table, id: u64, frames: &[u64]) -> Tabled {
+    let tabled = table.enter(frames, id);
+    if let Tabled::Slot(slot) = tabled {
+        assert_eq!(
+            frames_in(table, slot),
+            frames,
+            "a slot holds the stack it was entered for"
+        );
+        table.release(slot);
+    }
+    tabled
+}
+
+#[test]
+fn two_captures_of_one_stack_or_of_colliding_stacks_into_one_entry() {
+    for other in [[1_u64, 2], [3, 4]] {
+        model(move || {
+            let table = table_of(1);
+            let racer = thread::spawn(move || enter_and_check(table, 5, &other));
+            let mine = enter_and_check(table, 5, &[1, 2]);
+            let theirs = racer.join().unwrap();
+            let status = table.status();
+            assert_eq!(
+                status.hits + status.inserts + status.collisions + status.full + status.busy,
+                2
+            );
+            assert!(status.used <= 1);
+            if other == [3, 4] && matches!((mine, theirs), (Tabled::Slot(_), Tabled::Slot(_))) {
+                // Both tabled: one after the other, the first released.
+                assert_eq!(status.evictions, 1);
+            }
+        });
+    }
+}
+
+#[test]
+fn a_hit_and_an_eviction_of_the_same_entry() {
+    model(|| {
+        let table = table_of(1);
+        // Stack A in the table, no record naming it: evictable.
+        let Tabled::Slot(slot) = table.enter(&[1, 2], 5) else {
+            panic!("empty table")
+        };
+        table.release(slot);
+        let evictor = thread::spawn(move || table.enter(&[7], 6));
+        let hit = table.enter(&[1, 2], 5);
+        let evicted = evictor.join().unwrap();
+        match (hit, evicted) {
+            // The hit's reference kept A in place (checked after the race).
+            (Tabled::Slot(held), Tabled::Inline) => assert_eq!(frames_in(table, held), [1, 2]),
+            // The eviction came first: A's id now names B, so the hit missed.
+            (Tabled::Inline, Tabled::Slot(held)) => assert_eq!(frames_in(table, held), [7]),
+            // Each saw the other's claim and stepped back (both counted
+            // busy): bounded, and never both.
+            (Tabled::Inline, Tabled::Inline) => assert_eq!(table.status().busy, 2),
+            outcome @ (Tabled::Slot(_), Tabled::Slot(_)) => {
+                panic!("one entry cannot hold both: {outcome:?}")
+            }
+        }
+    });
+}
+
+#[test]
+fn an_eviction_while_a_reader_takes_the_frames() {
+    model(|| {
+        let table = table_of(1);
+        // A record in the ring names stack A.
+        let Tabled::Slot(slot) = table.enter(&[1, 2, 3], 5) else {
+            panic!("empty table")
+        };
+        let reader = thread::spawn(move || {
+            let epoch = table.begin_read(1);
+            let mut frames = [0; kstack_abi::MAX_FRAMES as usize];
+            let (_, count) = table.frames_for(slot, epoch, &mut frames).unwrap();
+            let seen = frames[..count.unwrap()].to_vec();
+            table.sent(slot, epoch);
+            table.release(slot);
+            seen
+        });
+        let other = enter_and_check(table, 6, &[9]);
+        assert_eq!(
+            reader.join().unwrap(),
+            [1, 2, 3],
+            "never torn, never replaced under the reader"
+        );
+        assert!(matches!(other, Tabled::Slot(_) | Tabled::Inline));
     });
 }

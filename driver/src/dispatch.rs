@@ -4,9 +4,10 @@
 use core::slice;
 
 use kstack_abi::{ioctl::MAX_INPUT_LENGTH, ntstatus::NtStatus};
-use kstack_driver_core::DriverCore;
+use kstack_driver_core::{Caller, DriverCore};
 use wdk_sys::{
-    DEVICE_OBJECT, IRP, NTSTATUS, STATUS_DEVICE_NOT_READY, STATUS_INVALID_PARAMETER, STATUS_SUCCESS,
+    DEVICE_OBJECT, IRP, IRP_MJ_CLOSE, NTSTATUS, STATUS_DEVICE_NOT_READY, STATUS_INVALID_PARAMETER,
+    STATUS_SUCCESS,
 };
 
 use crate::{
@@ -22,11 +23,17 @@ use crate::{
 /// Max IRQL: `PASSIVE_LEVEL` (create, close and device control arrive there).
 pub unsafe extern "C" fn dispatch(_device: *mut DEVICE_OBJECT, irp: *mut IRP) -> NTSTATUS {
     // SAFETY: the I/O manager passes a valid, current IRP.
-    let (_major, control) = unsafe { kernel::current_request(irp) };
+    let (major, file_object, control) = unsafe { kernel::current_request(irp) };
     let (status, information) = match control {
         // Create and close: the device's DACL already admitted the caller.
-        None => (STATUS_SUCCESS, 0),
-        Some(request) => device_control(&request),
+        None => {
+            if u32::from(major) == IRP_MJ_CLOSE {
+                // Its address may come back as another reader's.
+                loaded::with_loaded(|driver| driver.recorder.core.reader_closed(file_object));
+            }
+            (STATUS_SUCCESS, 0)
+        }
+        Some(request) => device_control(&request, file_object),
     };
     // SAFETY: the IRP is this driver's and has not been completed.
     unsafe { kernel::complete_request(irp, status, information) }
@@ -36,7 +43,7 @@ pub unsafe extern "C" fn dispatch(_device: *mut DEVICE_OBJECT, irp: *mut IRP) ->
 /// written to the output buffer.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-fn device_control(request: &DeviceControl) -> (NtStatus, usize) {
+fn device_control(request: &DeviceControl, reader: u64) -> (NtStatus, usize) {
     #[cfg(feature = "test-injection")]
     if request.code == kstack_abi::ioctl::INJECT_CODE {
         return crate::injection::serve(request);
@@ -74,7 +81,10 @@ fn device_control(request: &DeviceControl) -> (NtStatus, usize) {
             output,
             &driver.recorder.platform(),
             driver,
-            pool::outstanding(),
+            Caller {
+                reader,
+                pool_allocations: pool::outstanding(),
+            },
         )
     })
     .unwrap_or((STATUS_DEVICE_NOT_READY, 0))

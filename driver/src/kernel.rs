@@ -344,14 +344,16 @@ pub struct DeviceControl {
     pub output_length: usize,
 }
 
-/// The major function and, for device control, the request parameters.
+/// The major function, the file object the request came on (its address:
+/// the reader, see `kstack_driver_core::Caller`) and, for device control,
+/// the request parameters.
 ///
 /// # Safety
 /// `irp` is a valid IRP the I/O manager passed to this driver's dispatch
 /// routine, with its current stack location set.
 ///
 /// Max IRQL: `DISPATCH_LEVEL` (dispatch routines run at `PASSIVE_LEVEL`).
-pub unsafe fn current_request(irp: *mut IRP) -> (u8, Option<DeviceControl>) {
+pub unsafe fn current_request(irp: *mut IRP) -> (u8, u64, Option<DeviceControl>) {
     // SAFETY: the caller passes a valid IRP that this driver owns while it
     // dispatches it.
     let irp = unsafe { &*irp };
@@ -367,8 +369,9 @@ pub unsafe fn current_request(irp: *mut IRP) -> (u8, Option<DeviceControl>) {
     };
     // SAFETY: the I/O manager set this driver's stack location before calling.
     let stack = unsafe { &*stack };
+    let file_object = stack.FileObject as u64;
     if u32::from(stack.MajorFunction) != wdk_sys::IRP_MJ_DEVICE_CONTROL {
-        return (stack.MajorFunction, None);
+        return (stack.MajorFunction, file_object, None);
     }
     // SAFETY: for IRP_MJ_DEVICE_CONTROL the DeviceIoControl parameters are
     // the active member of the Parameters union.
@@ -382,7 +385,7 @@ pub unsafe fn current_request(irp: *mut IRP) -> (u8, Option<DeviceControl>) {
         input_length: parameters.InputBufferLength as usize,
         output_length: parameters.OutputBufferLength as usize,
     };
-    (stack.MajorFunction, Some(control))
+    (stack.MajorFunction, file_object, Some(control))
 }
 
 /// Completes `irp` with `status`, reporting `information` bytes written.

@@ -32,7 +32,7 @@ mod sources;
 mod unicode;
 
 use kstack_abi::DriverImage;
-use kstack_driver_core::ring::capacity_for_setting;
+use kstack_driver_core::{ring::capacity_for_setting, stack_table::entries_for_setting};
 use wdk_sys::{
     DRIVER_OBJECT, IRP_MJ_CLOSE, IRP_MJ_CREATE, IRP_MJ_DEVICE_CONTROL, NTSTATUS, PCUNICODE_STRING,
     STATUS_SUCCESS,
@@ -81,6 +81,10 @@ pub unsafe extern "system" fn driver_entry(
     let ring_size = (
         read_ring_capacity(parameters.as_ref()),
         kernel::active_processor_count(),
+        entries_for_setting(read_setting(
+            parameters.as_ref(),
+            utf16!(kstack_abi::STACK_TABLE_ENTRIES_VALUE),
+        )),
     );
     // SAFETY: the kernel passes DriverEntry its valid driver object.
     let image = unsafe { driver.as_ref() }.map_or_else(DriverImage::default, kernel::driver_image);

@@ -1,6 +1,7 @@
 //! The driver while loaded: one block of non-paged pool holding the
 //! recorder (the core state) and the kernel objects the sources need, the
-//! ring (every shard and its record memory) in a second block, a global
+//! ring (every shard and its record memory) and the stack table's entries
+//! in a second block, a global
 //! pointer to the first, and the single teardown that frees both once the
 //! recorder's rundown gate is drained. It also registers the sources'
 //! callbacks at load and unregisters them at unload.
@@ -14,7 +15,8 @@ use core::{
 
 use kstack_abi::{DriverImage, PagingExecutive, Source};
 use kstack_driver_core::{
-    DriverCore, Shard, ShardedRing, SourceControl, SourceRegistration, Word,
+    DriverCore, Shard, ShardedRing, SourceControl, SourceRegistration, StackEntry, StackTable,
+    Word,
     ring::WORD_SIZE,
     sharded_ring::{ring_words, shard_count, shards_over},
 };
@@ -77,28 +79,34 @@ impl SourceControl for LoadedDriver {
     }
 }
 
-/// Bytes of the ring's block for `shards` shards and `capacity` bytes of
-/// records in all: room to align the shards, then the shards, then the
-/// record memory (a shard's size is a multiple of its alignment, so the
-/// words after them are aligned).
+/// Bytes of the ring's block for `shards` shards, `capacity` bytes of
+/// records in all and `entries` stack table entries: room to align the
+/// shards, then the shards, then the record memory, then the entries (a
+/// shard's size is a multiple of its alignment, and the words' of the
+/// entries', so what follows the shards is aligned).
 ///
 /// Max IRQL: any.
-fn ring_block_size(shards: usize, capacity: usize) -> Option<usize> {
+fn ring_block_size(shards: usize, capacity: usize, entries: usize) -> Option<usize> {
     const _: () = assert!(size_of::<Shard<'static>>().is_multiple_of(align_of::<Word>()));
+    const _: () = assert!(align_of::<Word>() >= align_of::<StackEntry>());
+    const _: () = assert!(size_of::<Word>().is_multiple_of(align_of::<StackEntry>()));
     let shards = shards.checked_mul(size_of::<Shard<'static>>())?;
     let words = (capacity / WORD_SIZE).checked_mul(size_of::<Word>())?;
+    let entries = entries.checked_mul(size_of::<StackEntry>())?;
     (align_of::<Shard<'static>>() - 1)
         .checked_add(shards)?
-        .checked_add(words)
+        .checked_add(words)?
+        .checked_add(entries)
 }
 
-/// Lays out the ring in `block` (of [`ring_block_size`] bytes): one shard
-/// per processor of `processors`, up to kstack-abi's `MAX_SHARDS`, sharing
-/// `capacity` bytes of record memory.
+/// Lays out the ring and the stack table in `block` (of
+/// [`ring_block_size`] bytes): one shard per processor of `processors`, up
+/// to kstack-abi's `MAX_SHARDS`, sharing `capacity` bytes of record memory,
+/// then `entries` empty entries.
 ///
 /// # Safety
 /// `block` is unused, non-paged, [`ring_block_size`]`(shard_count(..),
-/// capacity)` bytes long, and stays allocated and untouched by anything
+/// capacity, entries)` bytes long, and stays allocated and untouched by anything
 /// else until every user of the returned ring is gone.
 ///
 /// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
@@ -106,7 +114,8 @@ unsafe fn lay_out_ring(
     block: NonNull<u8>,
     processors: u32,
     capacity: usize,
-) -> ShardedRing<'static> {
+    entries: usize,
+) -> (ShardedRing<'static>, StackTable<'static>) {
     let count = shard_count(processors, capacity);
     let padding = block.as_ptr().align_offset(align_of::<Shard<'static>>());
     // SAFETY: the block has room for the padding (below the alignment) in
@@ -122,6 +131,15 @@ unsafe fn lay_out_ring(
         // anything reads it.
         unsafe { place.write(word) };
     }
+    // SAFETY: the entries follow the `word_count` words inside the block.
+    let table = unsafe { words.add(word_count) }.cast::<StackEntry>();
+    for index in 0..entries {
+        // SAFETY: `index` < `entries`: inside the entries' part.
+        let place = unsafe { table.add(index) };
+        // SAFETY: aligned (see `ring_block_size`) and written once, before
+        // anything reads it.
+        unsafe { place.write(StackEntry::new()) };
+    }
     // SAFETY: all `word_count` words were initialized above; the caller
     // keeps them allocated as long as the ring is used.
     let words: &'static [Word] = unsafe { slice::from_raw_parts(words.as_ptr(), word_count) };
@@ -136,11 +154,15 @@ unsafe fn lay_out_ring(
     // as the words.
     let shards: &'static [Shard<'static>] =
         unsafe { slice::from_raw_parts(shards.as_ptr(), count) };
-    ShardedRing::new(shards)
+    // SAFETY: all `entries` entries were initialized above, and live as
+    // long as the words.
+    let table: &'static [StackEntry] = unsafe { slice::from_raw_parts(table.as_ptr(), entries) };
+    (ShardedRing::new(shards), StackTable::new(table))
 }
 
 /// Allocates and publishes the state: a ring of `capacity` bytes in all,
-/// in one shard per active processor (`processors`), nothing enabled, every
+/// in one shard per active processor (`processors`), a stack table of
+/// `entries` entries (a power of two, or 0: off), nothing enabled, every
 /// source unavailable until registered.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
@@ -148,10 +170,10 @@ pub fn create(
     routines: Routines,
     paging: PagingExecutive,
     image: DriverImage,
-    (capacity, processors): (usize, u32),
+    (capacity, processors, entries): (usize, u32, usize),
     parameters: Option<&ParametersKey>,
 ) -> Result<&'static LoadedDriver, NTSTATUS> {
-    let ring_bytes = ring_block_size(shard_count(processors, capacity), capacity)
+    let ring_bytes = ring_block_size(shard_count(processors, capacity), capacity, entries)
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
     let ring_block = pool::allocate(&routines, ring_bytes, pool::TAG_RING)
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
@@ -162,14 +184,14 @@ pub fn create(
     };
     // SAFETY: the block was just allocated with the size `lay_out_ring`
     // needs, and is freed only by `destroy`, after every user is gone.
-    let ring = unsafe { lay_out_ring(ring_block, processors, capacity) };
+    let (ring, table) = unsafe { lay_out_ring(ring_block, processors, capacity, entries) };
     let state = state.cast::<LoadedDriver>();
     // SAFETY: the block is sized and aligned (pool alignment is 16) for a
     // LoadedDriver and not yet shared.
     unsafe {
         state.as_ptr().write(LoadedDriver {
             recorder: Recorder {
-                core: DriverCore::new(ring, paging, image),
+                core: DriverCore::new(ring, table, paging, image),
                 clock: Clock::start(&routines),
                 routines,
             },

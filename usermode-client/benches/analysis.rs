@@ -87,7 +87,7 @@ fn table(bytes: &[u8]) -> (StackTable, ModuleMap) {
     let mut table = StackTable::default();
     for record in view.records() {
         let record = record.expect("a valid record");
-        table.add(&record.header, || record.frames());
+        table.add(&record.header, || record.frames.clone());
     }
     (table, view.modules)
 }

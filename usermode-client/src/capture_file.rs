@@ -8,7 +8,10 @@
 //!   20: reserved, zero (u32).
 //! - then per module: base (u64), size (u32), name length (u16), reserved
 //!   zero (u16), the name in UTF-8;
-//! - then records back to back, in kstack-abi's record layout;
+//! - then records back to back, in kstack-abi's record layout: since ABI 7
+//!   each stack is stored once, in the first record that has it (flagged
+//!   `STACK_BY_ID`), and later records with the same stack name it by its
+//!   id and hold no frames, exactly as the driver sends them to a reader;
 //! - then the trailer: magic `KSTKEND\0` and the record count (u64).
 //!
 //! The writer appends records as they arrive and the trailer last, so a
@@ -16,15 +19,16 @@
 //! finished one, and a damaged record is named with its offset.
 
 use std::{
+    collections::HashMap,
     fmt,
     io::{self, Write},
 };
 
-use kstack_abi::{ABI_VERSION, DecodeError, MAX_RECORD_SIZE, RecordView, Records, encode_record};
+use kstack_abi::{ABI_VERSION, DecodeError, MAX_RECORD_SIZE, RecordFlags, Records, encode_record};
 
 use crate::{
     modules::{Module, ModuleMap},
-    trace::TraceRecord,
+    trace::{StackMemory, TraceRecord},
 };
 
 /// The first bytes of every capture file.
@@ -33,7 +37,8 @@ pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
 pub const FORMAT_VERSION: u32 = 1;
 /// The ABI versions whose records this client reads: ABI 6 changed the
 /// ring's units (bytes, not records) and the status, not the record layout,
-/// so captures saved by the ABI 5 client read the same.
+/// so captures saved by the ABI 5 client read the same; ABI 7 added the
+/// `STACK_BY_ID` flag, which older captures never set.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
@@ -121,6 +126,8 @@ pub struct CaptureWriter<W: Write> {
     out: W,
     records: u64,
     scratch: [u8; MAX_RECORD_SIZE],
+    /// The frames stored so far under each stack id.
+    stored: HashMap<u64, Vec<u64>>,
 }
 
 impl<W: Write> CaptureWriter<W> {
@@ -151,6 +158,7 @@ impl<W: Write> CaptureWriter<W> {
             out,
             records: 0,
             scratch: [0; MAX_RECORD_SIZE],
+            stored: HashMap::new(),
         })
     }
 
@@ -160,7 +168,19 @@ impl<W: Write> CaptureWriter<W> {
     /// The writer's I/O error, or a record with more frames than the ABI
     /// allows (which no driver reply decodes to).
     pub fn append(&mut self, record: &TraceRecord) -> io::Result<()> {
-        let size = encode_record(&record.header, &record.frames, &mut self.scratch)
+        let mut header = record.header;
+        let mut frames = record.frames.as_slice();
+        // A stack of no frames stays as it is: a flagged record without
+        // frames would name a stored stack.
+        if !frames.is_empty() {
+            header.flags = header.flags.union(RecordFlags::STACK_BY_ID);
+            if self.stored.get(&header.stack_id).map(Vec::as_slice) == Some(frames) {
+                frames = &[];
+            } else {
+                self.stored.insert(header.stack_id, record.frames.clone());
+            }
+        }
+        let size = encode_record(&header, frames, &mut self.scratch)
             .map_err(|error| io::Error::other(error.to_string()))?;
         self.out.write_all(&self.scratch[..size])?;
         self.records += 1;
@@ -255,14 +275,16 @@ impl<'a> CaptureView<'a> {
         })
     }
 
-    /// Every record in order; a damaged one ends the walk with its error,
+    /// Every record in order, with its frames; a damaged one (or one
+    /// naming a stack not stored before it) ends the walk with its error,
     /// and so does a count that disagrees with the trailer's.
-    pub fn records(&self) -> impl Iterator<Item = Result<RecordView<'a>, CaptureError>> + 'a {
+    pub fn records(&self) -> impl Iterator<Item = Result<TraceRecord, CaptureError>> + 'a {
         let declared = self.record_count;
         let mut offset = self.records_at;
         let mut found = 0_u64;
         let mut done = false;
         let mut records = Records::new(self.records);
+        let mut stacks = StackMemory::default();
         core::iter::from_fn(move || {
             if done {
                 return None;
@@ -272,21 +294,29 @@ impl<'a> CaptureView<'a> {
                 return (found != declared)
                     .then_some(Err(CaptureError::RecordCount { declared, found }));
             };
-            let record = record.map_err(|error| CaptureError::Record {
-                index: found,
-                offset,
-                error,
-            });
-            match &record {
-                Ok(view) => {
-                    offset += kstack_abi::record::record_size(
+            let record = record
+                .and_then(|view| {
+                    let size = kstack_abi::record::record_size(
                         u16::try_from(view.frame_count()).unwrap_or(u16::MAX),
                     );
+                    Ok((stacks.resolve(&view)?, size))
+                })
+                .map_err(|error| CaptureError::Record {
+                    index: found,
+                    offset,
+                    error,
+                });
+            Some(match record {
+                Ok((record, size)) => {
+                    offset += size;
                     found += 1;
+                    Ok(record)
                 }
-                Err(_) => done = true,
-            }
-            Some(record)
+                Err(error) => {
+                    done = true;
+                    Err(error)
+                }
+            })
         })
     }
 }
@@ -340,10 +370,7 @@ pub(crate) mod tests {
 
     fn decoded(bytes: &[u8]) -> Result<(ModuleMap, Vec<TraceRecord>), CaptureError> {
         let view = CaptureView::parse(bytes)?;
-        let records = view
-            .records()
-            .map(|record| record.map(|view| TraceRecord::from(&view)))
-            .collect::<Result<_, _>>()?;
+        let records = view.records().collect::<Result<_, _>>()?;
         Ok((view.modules, records))
     }
 
@@ -352,6 +379,55 @@ pub(crate) mod tests {
         let bytes = saved(&sample_map(), &sample_records());
         assert_eq!(&bytes[..8], b"KSTKCAP\0");
         assert_eq!(decoded(&bytes), Ok((sample_map(), sample_records())));
+    }
+
+    #[test]
+    fn each_stack_is_stored_once_and_records_get_it_back() {
+        let deep: Vec<u64> = (1..=40)
+            .map(|frame| 0xFFFF_F800_0000_0000 + frame)
+            .collect();
+        let records: Vec<TraceRecord> = (1..=100)
+            .map(|sequence| {
+                let frames = if sequence % 10 == 0 {
+                    &[0x42][..]
+                } else {
+                    &deep[..]
+                };
+                record(sequence, SourceFacts::Timer, frames)
+            })
+            .collect();
+        let bytes = saved(&ModuleMap::default(), &records);
+        assert_eq!(decoded(&bytes), Ok((ModuleMap::default(), records)));
+        // Two stacks stored once each: 100 records of 72 bytes, and the
+        // two stacks' frames.
+        assert_eq!(
+            bytes.len(),
+            HEADER_SIZE + 100 * kstack_abi::record_size(0) + 8 * (40 + 1) + TRAILER_SIZE
+        );
+    }
+
+    #[test]
+    fn a_record_naming_a_stack_not_stored_before_it_is_an_error() {
+        let mut by_id = record(1, SourceFacts::Timer, &[]);
+        by_id.header.flags = RecordFlags::STACK_BY_ID;
+        by_id.header.stack_id = 77;
+        let mut bytes = saved(&ModuleMap::default(), &[]);
+        // The saved header and trailer around one record written by hand.
+        let mut encoded = [0_u8; MAX_RECORD_SIZE];
+        let size = encode_record(&by_id.header, &[], &mut encoded).unwrap();
+        let trailer = bytes.split_off(HEADER_SIZE);
+        bytes.extend_from_slice(&encoded[..size]);
+        bytes.extend_from_slice(&trailer[..8]);
+        bytes.extend_from_slice(&1_u64.to_le_bytes());
+        let error = decoded(&bytes).unwrap_err();
+        assert_eq!(
+            error,
+            CaptureError::Record {
+                index: 0,
+                offset: HEADER_SIZE,
+                error: DecodeError::UnknownStack { stack_id: 77 },
+            }
+        );
     }
 
     #[test]
@@ -378,7 +454,7 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 6"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 7"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(

@@ -39,6 +39,25 @@ pub fn status(status: &StatusResponse) -> String {
         status.ring_capacity,
         counted(u64::from(status.ring_shards), "shard")
     );
+    let table = status.stack_table;
+    let _ = if table.entries == 0 {
+        writeln!(out, "stack table: off (every record carries its frames)")
+    } else {
+        writeln!(
+            out,
+            "stack table: {} of {} entries used; {} hits, {} inserts ({} evictions); not tabled: \
+             {} collisions, {} full, {} busy; {} stacks sent to readers",
+            table.used,
+            table.entries,
+            table.hits,
+            table.inserts,
+            table.evictions,
+            table.collisions,
+            table.full,
+            table.busy,
+            table.sent
+        )
+    };
     let sum = |count: fn(&kstack_abi::SourceStatus) -> u64| -> u64 {
         status.sources.iter().map(count).sum()
     };
@@ -198,6 +217,17 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "used": status.ring_used,
             "used_bytes": status.ring_used_bytes,
             "shards": status.ring_shards,
+        },
+        "stack_table": {
+            "entries": status.stack_table.entries,
+            "used": status.stack_table.used,
+            "hits": status.stack_table.hits,
+            "inserts": status.stack_table.inserts,
+            "evictions": status.stack_table.evictions,
+            "collisions": status.stack_table.collisions,
+            "full": status.stack_table.full,
+            "busy": status.stack_table.busy,
+            "sent": status.stack_table.sent,
         },
         "dropped": status.dropped,
         "cleared": status.cleared,

@@ -14,7 +14,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{error::ClientError, trace::TraceRecord, transport::Transport};
+use crate::{
+    error::ClientError,
+    trace::{StackMemory, TraceRecord},
+    transport::Transport,
+};
 
 /// Asks for the driver's status. A driver of another ABI version is
 /// reported as a mismatch, whatever its status layout.
@@ -101,9 +105,12 @@ pub fn capture_now(transport: &mut impl Transport, tag: u64) -> Result<TraceReco
 /// The largest read buffer the reader grows to.
 const MAX_READ_BUFFER: usize = 4 << 20;
 
-/// Drains the ring through a buffer that grows while reads come back full.
+/// Drains the ring through a buffer that grows while reads come back full,
+/// giving each record its frames from the stacks this reader was sent (one
+/// reader per device handle).
 pub struct Reader {
     buffer: Vec<u8>,
+    stacks: StackMemory,
 }
 
 /// What one read returned.
@@ -121,12 +128,14 @@ impl Default for Reader {
     fn default() -> Self {
         Self {
             buffer: vec![0; 64 << 10],
+            stacks: StackMemory::default(),
         }
     }
 }
 
 impl Reader {
-    /// Reads once: whole records only, every one checked.
+    /// Reads once: whole records only, every one checked, each with its
+    /// frames.
     ///
     /// # Errors
     /// The driver's refusal, or a malformed reply (a record that does not
@@ -141,7 +150,7 @@ impl Reader {
         let written = self.buffer.get(..reply.information).unwrap_or(&self.buffer);
         let (header, records) = ReadHeader::decode(written).map_err(malformed)?;
         let records = records
-            .map(|record| record.map(|view| TraceRecord::from(&view)))
+            .map(|record| record.and_then(|view| self.stacks.resolve(&view)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(malformed)?;
         if records.len() != header.record_count as usize {
@@ -361,6 +370,13 @@ pub(crate) mod tests {
                 fraction: 0,
             },
             registry_altitude: kstack_abi::Altitude::default(),
+            stack_table: kstack_abi::StackTableStatus {
+                entries: 4096,
+                used: 3,
+                hits: 40,
+                inserts: 3,
+                ..kstack_abi::StackTableStatus::default()
+            },
         }
     }
 
@@ -451,8 +467,14 @@ pub(crate) mod tests {
         );
     }
 
+    const FRAMES: [u64; 2] = [0xFFFF_F800_0000_1000_u64, 0xFFFF_F800_0000_2000];
+
     fn record_bytes(sequence: u64) -> Vec<u8> {
-        let frames = [0xFFFF_F800_0000_1000_u64, 0xFFFF_F800_0000_2000];
+        record_bytes_as(sequence, RecordFlags::NONE, &FRAMES)
+    }
+
+    /// A record of [`FRAMES`]'s stack with these flags, holding `frames`.
+    fn record_bytes_as(sequence: u64, flags: RecordFlags, frames: &[u64]) -> Vec<u8> {
         let header = RecordHeader {
             sequence,
             timestamp: 0,
@@ -461,13 +483,13 @@ pub(crate) mod tests {
             processor: 0,
             shard: 0,
             irql: 0,
-            flags: RecordFlags::NONE,
+            flags,
             os_hash: 1,
-            stack_id: stack_id(frames),
+            stack_id: stack_id(FRAMES),
             facts: SourceFacts::OnDemand { tag: 3 },
         };
         let mut out = vec![0; MAX_RECORD_SIZE];
-        let size = encode_record(&header, &frames, &mut out).unwrap();
+        let size = encode_record(&header, frames, &mut out).unwrap();
         out.truncate(size);
         out
     }
@@ -477,6 +499,10 @@ pub(crate) mod tests {
             .iter()
             .flat_map(|&sequence| record_bytes(sequence))
             .collect();
+        reply_of(&payload, declared, more_pending)
+    }
+
+    fn reply_of(payload: &[u8], declared: u32, more_pending: bool) -> Vec<u8> {
         let mut bytes = vec![0; READ_HEADER_SIZE];
         ReadHeader {
             record_count: declared,
@@ -487,6 +513,35 @@ pub(crate) mod tests {
         .encode(&mut bytes);
         bytes.extend(payload);
         bytes
+    }
+
+    #[test]
+    fn records_naming_their_stack_get_the_frames_this_reader_was_sent() {
+        let by_id = RecordFlags::STACK_BY_ID;
+        let first = [
+            record_bytes_as(1, by_id, &FRAMES),
+            record_bytes_as(2, by_id, &[]),
+        ]
+        .concat();
+        let mut driver = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: reply_of(&first, 2, false),
+            requests: vec![],
+        };
+        let mut reader = Reader::default();
+        let batch = reader.read(&mut driver).unwrap();
+        for record in &batch.records {
+            assert_eq!(record.frames, FRAMES);
+            assert_eq!(record.header.flags, RecordFlags::NONE);
+        }
+        // A later read still resolves through what this reader was sent.
+        driver.bytes = reply_of(&record_bytes_as(3, by_id, &[]), 1, false);
+        assert_eq!(reader.read(&mut driver).unwrap().records[0].frames, FRAMES);
+        // Another reader was never sent the stack: a malformed reply.
+        assert!(matches!(
+            Reader::default().read(&mut driver),
+            Err(ClientError::Malformed { .. })
+        ));
     }
 
     #[test]

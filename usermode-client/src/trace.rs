@@ -1,10 +1,10 @@
 //! Trace records as the client keeps them (owned, decoded by kstack-abi),
 //! and their two renderings: a readable block, and one JSON line.
 
-use std::fmt::Write as _;
+use std::{collections::HashMap, fmt::Write as _};
 
 use kstack_abi::{
-    RecordFlags, RecordHeader, RecordView, Source, SourceFacts,
+    DecodeError, RecordFlags, RecordHeader, RecordView, Source, SourceFacts,
     source::{HandleOperation, Lifecycle, ObjectKind},
 };
 use serde_json::{Value, json};
@@ -30,6 +30,41 @@ impl From<&RecordView<'_>> for TraceRecord {
             header: view.header,
             frames: view.frames().collect(),
         }
+    }
+}
+
+/// The stacks one reader (a device handle, or a capture file read from
+/// its start) was sent, by stack id, to give frames to records that name
+/// their stack instead of carrying it (see `RecordFlags::STACK_BY_ID`).
+#[derive(Debug, Default)]
+pub struct StackMemory {
+    stacks: HashMap<u64, Vec<u64>>,
+}
+
+impl StackMemory {
+    /// `view` as a record with its frames: its own, or the ones remembered
+    /// for its stack id. A flagged record with frames is remembered. The
+    /// flag is dropped: a [`TraceRecord`] always holds its frames.
+    ///
+    /// # Errors
+    /// [`DecodeError::UnknownStack`] for a record naming a stack never sent.
+    pub fn resolve(&mut self, view: &RecordView<'_>) -> Result<TraceRecord, DecodeError> {
+        let mut record = TraceRecord::from(view);
+        if !record.header.flags.contains(RecordFlags::STACK_BY_ID) {
+            return Ok(record);
+        }
+        let stack_id = record.header.stack_id;
+        if record.frames.is_empty() {
+            record.frames.clone_from(
+                self.stacks
+                    .get(&stack_id)
+                    .ok_or(DecodeError::UnknownStack { stack_id })?,
+            );
+        } else {
+            self.stacks.insert(stack_id, record.frames.clone());
+        }
+        record.header.flags = record.header.flags.without(RecordFlags::STACK_BY_ID);
+        Ok(record)
     }
 }
 

@@ -127,7 +127,7 @@ fn test(workspace: &Path) -> Result<()> {
     )
     .run()?;
     process::step(
-        "loom model check of the concurrency scenarios (ring, shards, rundown gate, read and clear)",
+        "loom model check of the concurrency scenarios (ring, shards, rundown gate, read and clear, stack table)",
     );
     // Own target dir: --cfg loom changes every crate's build.
     process::cargo(

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use kstack_abi::{RecordHeader, RecordView};
 use kstack_client::{
     capture_file::{CaptureError, CaptureView},
     error::ClientError,
@@ -44,7 +43,7 @@ impl AnalysisInput {
 pub fn for_each_saved_record(
     path: &Path,
     symbols: &SymbolsArg,
-    mut each: impl FnMut(&RecordView<'_>, &Symbolizer),
+    mut each: impl FnMut(&TraceRecord, &Symbolizer),
 ) -> Result<Symbolizer, ClientError> {
     let bytes = read_file(path)?;
     let mut capture = parse_capture(path, &bytes)?;
@@ -59,47 +58,15 @@ pub fn for_each_saved_record(
     Ok(symbolizer)
 }
 
-/// A record from a capture file (decoded in place) or from the driver.
-pub enum InputRecord<'a> {
-    Saved(&'a RecordView<'a>),
-    Live(&'a TraceRecord),
-}
-
-impl InputRecord<'_> {
-    pub const fn header(&self) -> &RecordHeader {
-        match self {
-            Self::Saved(view) => &view.header,
-            Self::Live(record) => &record.header,
-        }
-    }
-
-    /// Its frames, most recent call first.
-    pub fn frames(&self) -> Vec<u64> {
-        match self {
-            Self::Saved(view) => view.frames().collect(),
-            Self::Live(record) => record.frames.clone(),
-        }
-    }
-
-    pub fn to_owned(&self) -> TraceRecord {
-        match self {
-            Self::Saved(view) => TraceRecord::from(*view),
-            Self::Live(record) => (*record).clone(),
-        }
-    }
-}
-
 /// Hands each record of a capture file or from the driver to `each`, in
 /// order; returns the symbolizer for its module list and `symbols`.
 fn for_each_record(
     input: &AnalysisInput,
     symbols: &SymbolsArg,
-    mut each: impl FnMut(InputRecord<'_>),
+    mut each: impl FnMut(&TraceRecord),
 ) -> Result<Symbolizer, ClientError> {
     if let Some(path) = &input.input {
-        return for_each_saved_record(path, symbols, |record, _| {
-            each(InputRecord::Saved(record));
-        });
+        return for_each_saved_record(path, symbols, |record, _| each(record));
     }
     let mut device = open_device()?;
     let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
@@ -109,7 +76,7 @@ fn for_each_record(
         &stop_flag(),
         |records| {
             for record in records {
-                each(InputRecord::Live(record));
+                each(record);
             }
             Ok(())
         },
@@ -125,7 +92,7 @@ pub fn stack_table(
 ) -> Result<(StackTable, Symbolizer), ClientError> {
     let mut table = StackTable::default();
     let symbolizer = for_each_record(input, symbols, |record| {
-        table.add(record.header(), || record.frames());
+        table.add(&record.header, || record.frames.clone());
     })?;
     Ok((table, symbolizer))
 }
@@ -137,7 +104,7 @@ pub fn trace_records(
     symbols: &SymbolsArg,
 ) -> Result<(Vec<TraceRecord>, Symbolizer), ClientError> {
     let mut records = Vec::new();
-    let symbolizer = for_each_record(input, symbols, |record| records.push(record.to_owned()))?;
+    let symbolizer = for_each_record(input, symbols, |record| records.push(record.clone()))?;
     Ok((records, symbolizer))
 }
 

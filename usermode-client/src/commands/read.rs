@@ -7,7 +7,6 @@ use clap::Args;
 use kstack_client::{
     error::ClientError,
     session::{self, Follow},
-    trace::TraceRecord,
 };
 
 use super::{
@@ -31,7 +30,7 @@ pub fn run(args: &ReadArgs) -> Result<(), ClientError> {
         let mut batch = Vec::new();
         let symbolizer =
             for_each_saved_record(path, &args.format.symbols, |record, symbolizer| {
-                batch.push(TraceRecord::from(record));
+                batch.push(record.clone());
                 if batch.len() == 4096 {
                     print_records(&batch, symbolizer, &args.format);
                     batch.clear();

@@ -356,6 +356,7 @@ mod tests {
                 driver_image: DriverImage::default(),
                 object_altitude: Altitude::default(),
                 registry_altitude: Altitude::default(),
+                stack_table: kstack_abi::StackTableStatus::default(),
             };
             let mut bytes = vec![0; STATUS_RESPONSE_SIZE];
             status.encode(&mut bytes);
