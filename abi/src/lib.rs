@@ -79,8 +79,8 @@ pub const RING_CAPACITY_VALUE: &str = "RingCapacity";
 /// The `REG_DWORD` under [`PARAMETERS_KEY`] that sets the stack table's
 /// entries (see [`RecordFlags::STACK_BY_ID`]): 4096 when absent, 0 turns
 /// the table off, otherwise brought down to a power of two of at most
-/// 65536; read at load. Each entry takes 576 bytes of non-paged pool
-/// (4096: 2.25 MiB). Status reports the entries in force.
+/// 65536; read at load. Each entry takes 544 bytes of non-paged pool
+/// (4096: 2.1 MiB). Status reports the entries in force.
 pub const STACK_TABLE_ENTRIES_VALUE: &str = "StackTableEntries";
 /// The kernel name of the device object.
 pub const DEVICE_NAME: &str = r"\Device\KStack";

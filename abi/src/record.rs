@@ -527,10 +527,10 @@ mod tests {
             Err(DecodeError::UnknownSource { value: 9 })
         );
         let mut bad = good;
-        bad[6] = 4;
+        bad[6] = 8;
         assert_eq!(
             decode_record(&bad),
-            Err(DecodeError::UnknownFlags { bits: 4 })
+            Err(DecodeError::UnknownFlags { bits: 8 })
         );
         let mut bad = good;
         bad[34] = 64;

@@ -521,6 +521,12 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_takes_the_bytes_the_abi_documents() {
+        // kstack_abi::STACK_TABLE_ENTRIES_VALUE: 544 bytes of non-paged pool.
+        assert_eq!(core::mem::size_of::<StackEntry>(), 544);
+    }
+
+    #[test]
     fn settings_are_powers_of_two_within_bounds_and_zero_turns_it_off() {
         assert_eq!(entries_for_setting(None), 4096);
         assert_eq!(entries_for_setting(Some(0)), 0);
