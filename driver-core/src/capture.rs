@@ -710,10 +710,8 @@ pub(crate) mod tests {
         paging: PagingExecutive,
         registrations: [SourceRegistration; Source::COUNT],
     ) -> DriverCore<'static> {
-        let entries = (0..entries)
-            .map(|_| StackEntry::new())
-            .collect::<Vec<_>>()
-            .leak();
+        let entries: &'static [StackEntry] =
+            crate::test_support::keep((0..entries).map(|_| StackEntry::new()).collect::<Vec<_>>());
         let core = DriverCore::new(
             ring,
             StackTable::new(entries),
