@@ -420,6 +420,19 @@ impl WineHost {
         self.set_dword(PARAMETERS_KEY, "RingCapacity", kib)
     }
 
+    /// Sets the service's `Parameters\StackTableEntries` (or removes it:
+    /// the default table); read at load.
+    ///
+    /// # Errors
+    /// When reg fails.
+    pub fn set_stack_table_entries(&self, entries: Option<u32>) -> WineResult<()> {
+        self.set_dword(
+            PARAMETERS_KEY,
+            kstack_abi::STACK_TABLE_ENTRIES_VALUE,
+            entries,
+        )
+    }
+
     /// What the driver recorded at its last unload: the pool allocations it
     /// still held after freeing everything (`None` when there is no record).
     ///

@@ -70,7 +70,15 @@ fn main() -> ExitCode {
         package,
         wine_support,
     };
-    let cases = cases();
+    // `cargo test --test wine_end_to_end -- WORD...` runs only the cases
+    // whose names contain one of the words (all when none is given).
+    let words: Vec<String> = env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let cases = cases()
+        .into_iter()
+        .filter(|(name, _)| words.is_empty() || words.iter().any(|word| name.contains(word)));
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
         let started = Instant::now();
@@ -97,7 +105,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 15] {
+fn cases() -> [(&'static str, Case); 16] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -140,6 +148,10 @@ fn cases() -> [(&'static str, Case); 15] {
             release_driver_refuses_injection,
         ),
         (
+            "stack table: each reader gets every record's frames, the lookups add up; StackTableEntries=0 turns it off",
+            stack_table_per_reader,
+        ),
+        (
             "DisablePagingExecutive: in effect only after a reboot or by the override; the timer follows",
             timer_follows_the_paging_policy,
         ),
@@ -170,6 +182,7 @@ fn fresh_driver(wine: &WineHost) -> WineResult<()> {
     wine.set_disable_paging_executive(None)?;
     wine.set_assume_paging_executive_in_effect(None)?;
     wine.set_ring_capacity(None)?;
+    wine.set_stack_table_entries(None)?;
     wine.start_driver()
 }
 
@@ -959,6 +972,75 @@ fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
 
 /// The timer source is refused while `DisablePagingExecutive`=1 is not in
 /// effect; `reason` says which state that is.
+/// Samples the timer every millisecond for a while, then reads it out in
+/// two client processes (two readers: each its own device handle), each
+/// record with its frames. Returns the status after.
+fn timer_records_in_two_readers(wine: &WineHost) -> WineResult<Value> {
+    for reader in ["first", "second"] {
+        wine.client_ok(&["config", "--enable", "timer", "--timer-period", "1"])?;
+        thread::sleep(Duration::from_millis(300));
+        wine.client_ok(&["config", "--disable", "timer"])?;
+        let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+        ensure(records.len() >= 20, || {
+            format!("the {reader} reader got {} timer records", records.len())
+        })?;
+        for record in &records {
+            let frames = record["frames"].as_array().map_or(0, Vec::len);
+            ensure(frames > 0, || {
+                format!("the {reader} reader got a record without frames: {record}")
+            })?;
+        }
+    }
+    status(wine)
+}
+
+fn stack_table_per_reader(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    allow_elevated_walks(wine)?;
+    let status = timer_records_in_two_readers(wine)?;
+    let table = &status["stack_table"];
+    let counter = |name: &str| table[name].as_u64().unwrap_or(0);
+    let captured: u64 = status["sources"]
+        .as_array()
+        .ok_or("status without sources")?
+        .iter()
+        .map(|source| source["captured"].as_u64().unwrap_or(0))
+        .sum();
+    ensure(
+        counter("entries") == 4096
+            && counter("hits") > 0
+            && counter("hits")
+                + counter("inserts")
+                + counter("collisions")
+                + counter("full")
+                + counter("busy")
+                == captured,
+        || format!("the lookups must add up to the {captured} records captured: {table}"),
+    )?;
+    // Each of the two readers was sent the timer's stacks: at least one
+    // record with frames from the table each.
+    ensure(counter("sent") >= 2, || {
+        format!("two readers, each sent the stacks: {table}")
+    })?;
+    wine.stop_driver()?;
+    wine.set_stack_table_entries(Some(0))?;
+    wine.start_driver()?;
+    let status = timer_records_in_two_readers(wine)?;
+    ensure(
+        status["stack_table"]["entries"] == 0 && status["stack_table"]["hits"] == 0,
+        || {
+            format!(
+                "StackTableEntries=0 must turn the table off: {}",
+                status["stack_table"]
+            )
+        },
+    )?;
+    let text = wine.client_ok(&["status"])?;
+    ensure(text.contains("stack table: off"), || {
+        format!("status must say the table is off:\n{text}")
+    })
+}
+
 fn expect_timer_refused(wine: &WineHost, reason: &str) -> WineResult<()> {
     let refused = wine.client(&["config", "--enable", "timer"])?;
     let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
