@@ -32,7 +32,8 @@ pub use messages::{DriverImage, ReadHeader, SourceStatus, StackTableStatus, Stat
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
     MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
-    decode_record, encode_record, record_flags, record_size, record_timestamp, stack_id,
+    decode_record, encode_record, record_flags, record_os_hash, record_size, record_timestamp,
+    set_record_os_hash, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
 

@@ -63,6 +63,8 @@ pub const MAX_RECORD_SIZE: usize = record_size(MAX_FRAMES);
 pub const MAX_SHARDS: u16 = 64;
 /// Offset of `flags` in a record.
 const FLAGS_OFFSET: usize = 6;
+/// Offset of `os_hash` in a record.
+const OS_HASH_OFFSET: usize = 36;
 /// Offset of `timestamp` in a record.
 const TIMESTAMP_OFFSET: usize = 16;
 
@@ -260,7 +262,7 @@ pub fn encode_record(
     w.u32(28, header.thread_id);
     w.u16(32, header.processor);
     w.u16(34, header.shard);
-    w.u32(36, header.os_hash);
+    w.u32(OS_HASH_OFFSET, header.os_hash);
     w.u64(40, fact_a);
     w.u64(48, fact_b);
     w.u64(56, fact_c);
@@ -315,7 +317,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
         shard,
         irql: r.u8(3)?,
         flags,
-        os_hash: r.u32(36)?,
+        os_hash: r.u32(OS_HASH_OFFSET)?,
         stack_id: r.u64(64)?,
         facts: SourceFacts::from_words(source, [r.u64(40)?, r.u64(48)?, r.u64(56)?])?,
     };
@@ -340,6 +342,23 @@ pub fn record_flags(record: &[u8]) -> RecordFlags {
         .ok()
         .and_then(RecordFlags::from_bits)
         .unwrap_or(RecordFlags::NONE)
+}
+
+/// The `os_hash` of an encoded record, read without decoding the rest (the
+/// driver's ring keeps a tabled record's table slot there); 0 when
+/// `record` is too short to hold one.
+#[must_use]
+pub fn record_os_hash(record: &[u8]) -> u32 {
+    Reader::new(record).u32(OS_HASH_OFFSET).unwrap_or(0)
+}
+
+/// Writes `os_hash` into an encoded record (the driver puts a tabled
+/// record's hash back on its way to a reader); a record too short to hold
+/// one is left alone.
+pub fn set_record_os_hash(record: &mut [u8], os_hash: u32) {
+    if let Some(field) = record.get_mut(OS_HASH_OFFSET..OS_HASH_OFFSET + 4) {
+        field.copy_from_slice(&os_hash.to_le_bytes());
+    }
 }
 
 /// Walks the whole records packed back to back in a read payload.

@@ -9,7 +9,7 @@ use kstack_abi::{
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
         STATUS_BUFFER_OVERFLOW, STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
     },
-    record_flags, record_timestamp,
+    record_flags, record_os_hash, record_timestamp, set_record_os_hash,
 };
 
 use crate::{
@@ -219,27 +219,33 @@ impl DriverCore<'_> {
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
     fn read_out(&self, record: &[u8], room: &mut [u8], epoch: u64) -> Option<usize> {
-        let tabled = record_flags(record)
-            .contains(RecordFlags::STACK_BY_ID)
-            .then(|| decode_record(record).ok())
-            .flatten();
+        let copy = |room: &mut [u8]| {
+            room.get_mut(..record.len())?.copy_from_slice(record);
+            Some(record.len())
+        };
+        if !record_flags(record).contains(RecordFlags::STACK_BY_ID) {
+            return copy(room);
+        }
+        let slot = record_os_hash(record);
+        if let Some(os_hash) = self.table.received(slot, epoch) {
+            let size = copy(room)?;
+            set_record_os_hash(room, os_hash);
+            self.table.release(slot);
+            return Some(size);
+        }
         let mut frames = [0_u64; MAX_FRAMES as usize];
-        let found = tabled.and_then(|(view, _)| {
-            let slot = view.header.os_hash;
+        let found = decode_record(record).ok().and_then(|(view, _)| {
             Some((
                 view.header,
-                slot,
                 self.table.frames_for(slot, epoch, &mut frames)?,
             ))
         });
-        // Untabled (or, never in practice, naming no entry): as it is.
-        let Some((mut header, slot, (os_hash, sent))) = found else {
-            room.get_mut(..record.len())?.copy_from_slice(record);
-            return Some(record.len());
+        // Never in practice: a record naming no entry goes out as it is.
+        let Some((mut header, (os_hash, sent))) = found else {
+            return copy(room);
         };
         header.os_hash = os_hash;
-        let frames = &frames[..sent.unwrap_or(0)];
-        let size = encode_record(&header, frames, room).ok()?;
+        let size = encode_record(&header, &frames[..sent.unwrap_or(0)], room).ok()?;
         if sent.is_some() {
             self.table.sent(slot, epoch);
         }
@@ -254,10 +260,8 @@ impl DriverCore<'_> {
             return STATUS_DEVICE_BUSY;
         };
         let discarded = consumer.discard_each(|record| {
-            if record_flags(record).contains(RecordFlags::STACK_BY_ID)
-                && let Ok((view, _)) = decode_record(record)
-            {
-                self.table.release(view.header.os_hash);
+            if record_flags(record).contains(RecordFlags::STACK_BY_ID) {
+                self.table.release(record_os_hash(record));
             }
         });
         self.cleared.fetch_add(discarded, Ordering::Relaxed);

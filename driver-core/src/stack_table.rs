@@ -383,6 +383,20 @@ impl<'a> StackTable<'a> {
                 .compare_exchange(reader, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
 
+    /// For a record naming `slot`, read in `epoch`: its OS hash when this
+    /// reader received the frames already (a read's common case: the record
+    /// then goes out as it is, with the hash put back); `None` otherwise.
+    ///
+    /// Reader side only, while the record still holds its reference.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    #[must_use]
+    pub fn received(&self, slot: u32, epoch: u64) -> Option<u32> {
+        let entry = self.entry(slot)?;
+        (entry.sent_to.load(Ordering::Relaxed) == epoch)
+            .then(|| (entry.shape.load(Ordering::Relaxed) >> 32) as u32)
+    }
+
     /// For a record naming `slot`, read in `epoch`: its OS hash, and its
     /// frames (written to `frames`, their count returned) unless this
     /// reader got them already. `None` for a slot no entry has.

@@ -641,7 +641,7 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
         ensure(record.source() == kstack_abi::Source::Timer, || {
             format!("a {:?} record in a timer capture", record.source())
         })?;
-        table.add(&record.header, || record.frames.clone());
+        table.add(&record.header, || record.frames.iter().copied());
     }
     ensure(table.records() >= 50, || {
         format!("{} records in 1 s at 5 ms: {summary}", table.records())

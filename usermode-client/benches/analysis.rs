@@ -75,7 +75,7 @@ fn capture() -> Vec<u8> {
                 stack_id: stack_id(stack_frames.iter().copied()),
                 facts: SourceFacts::Timer,
             },
-            frames: stack_frames.clone(),
+            frames: stack_frames.clone().into(),
         };
         writer.append(&record).expect("writing to memory");
     }
@@ -87,7 +87,7 @@ fn table(bytes: &[u8]) -> (StackTable, ModuleMap) {
     let mut table = StackTable::default();
     for record in view.records() {
         let record = record.expect("a valid record");
-        table.add(&record.header, || record.frames.clone());
+        table.add(&record.header, || record.frames.iter().copied());
     }
     (table, view.modules)
 }

@@ -22,6 +22,7 @@ use std::{
     collections::HashMap,
     fmt,
     io::{self, Write},
+    sync::Arc,
 };
 
 use kstack_abi::{ABI_VERSION, DecodeError, MAX_RECORD_SIZE, RecordFlags, Records, encode_record};
@@ -127,7 +128,7 @@ pub struct CaptureWriter<W: Write> {
     records: u64,
     scratch: [u8; MAX_RECORD_SIZE],
     /// The frames stored so far under each stack id.
-    stored: HashMap<u64, Vec<u64>>,
+    stored: HashMap<u64, Arc<[u64]>>,
 }
 
 impl<W: Write> CaptureWriter<W> {
@@ -169,15 +170,16 @@ impl<W: Write> CaptureWriter<W> {
     /// allows (which no driver reply decodes to).
     pub fn append(&mut self, record: &TraceRecord) -> io::Result<()> {
         let mut header = record.header;
-        let mut frames = record.frames.as_slice();
+        let mut frames: &[u64] = &record.frames;
         // A stack of no frames stays as it is: a flagged record without
         // frames would name a stored stack.
         if !frames.is_empty() {
             header.flags = header.flags.union(RecordFlags::STACK_BY_ID);
-            if self.stored.get(&header.stack_id).map(Vec::as_slice) == Some(frames) {
+            if self.stored.get(&header.stack_id).map(|stored| &stored[..]) == Some(frames) {
                 frames = &[];
             } else {
-                self.stored.insert(header.stack_id, record.frames.clone());
+                self.stored
+                    .insert(header.stack_id, Arc::clone(&record.frames));
             }
         }
         let size = encode_record(&header, frames, &mut self.scratch)
@@ -343,7 +345,7 @@ pub(crate) mod tests {
                 stack_id: stack_id(frames.iter().copied()),
                 facts,
             },
-            frames: frames.to_vec(),
+            frames: frames.into(),
         }
     }
 

@@ -531,12 +531,12 @@ pub(crate) mod tests {
         let mut reader = Reader::default();
         let batch = reader.read(&mut driver).unwrap();
         for record in &batch.records {
-            assert_eq!(record.frames, FRAMES);
+            assert_eq!(*record.frames, FRAMES);
             assert_eq!(record.header.flags, RecordFlags::NONE);
         }
         // A later read still resolves through what this reader was sent.
         driver.bytes = reply_of(&record_bytes_as(3, by_id, &[]), 1, false);
-        assert_eq!(reader.read(&mut driver).unwrap().records[0].frames, FRAMES);
+        assert_eq!(*reader.read(&mut driver).unwrap().records[0].frames, FRAMES);
         // Another reader was never sent the stack: a malformed reply.
         assert!(matches!(
             Reader::default().read(&mut driver),

@@ -1,7 +1,7 @@
 //! Trace records as the client keeps them (owned, decoded by kstack-abi),
 //! and their two renderings: a readable block, and one JSON line.
 
-use std::{collections::HashMap, fmt::Write as _};
+use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
 use kstack_abi::{
     DecodeError, RecordFlags, RecordHeader, RecordView, Source, SourceFacts,
@@ -20,8 +20,9 @@ pub const JSON_SCHEMA_VERSION: u32 = 1;
 pub struct TraceRecord {
     /// Everything but the frames.
     pub header: RecordHeader,
-    /// Return addresses, most recent call first.
-    pub frames: Vec<u64>,
+    /// Return addresses, most recent call first; shared by the records of
+    /// one stack that a reader resolved through the stack table.
+    pub frames: Arc<[u64]>,
 }
 
 impl From<&RecordView<'_>> for TraceRecord {
@@ -38,7 +39,7 @@ impl From<&RecordView<'_>> for TraceRecord {
 /// their stack instead of carrying it (see `RecordFlags::STACK_BY_ID`).
 #[derive(Debug, Default)]
 pub struct StackMemory {
-    stacks: HashMap<u64, Vec<u64>>,
+    stacks: HashMap<u64, Arc<[u64]>>,
 }
 
 impl StackMemory {
@@ -49,22 +50,25 @@ impl StackMemory {
     /// # Errors
     /// [`DecodeError::UnknownStack`] for a record naming a stack never sent.
     pub fn resolve(&mut self, view: &RecordView<'_>) -> Result<TraceRecord, DecodeError> {
-        let mut record = TraceRecord::from(view);
-        if !record.header.flags.contains(RecordFlags::STACK_BY_ID) {
-            return Ok(record);
+        let mut header = view.header;
+        if !header.flags.contains(RecordFlags::STACK_BY_ID) {
+            return Ok(TraceRecord::from(view));
         }
-        let stack_id = record.header.stack_id;
-        if record.frames.is_empty() {
-            record.frames.clone_from(
+        header.flags = header.flags.without(RecordFlags::STACK_BY_ID);
+        let stack_id = header.stack_id;
+        let frames = if view.frame_count() == 0 {
+            // The common case: shared, not copied.
+            Arc::clone(
                 self.stacks
                     .get(&stack_id)
                     .ok_or(DecodeError::UnknownStack { stack_id })?,
-            );
+            )
         } else {
-            self.stacks.insert(stack_id, record.frames.clone());
-        }
-        record.header.flags = record.header.flags.without(RecordFlags::STACK_BY_ID);
-        Ok(record)
+            let frames: Arc<[u64]> = view.frames().collect();
+            self.stacks.insert(stack_id, Arc::clone(&frames));
+            frames
+        };
+        Ok(TraceRecord { header, frames })
     }
 }
 
@@ -310,7 +314,7 @@ mod tests {
                 stack_id: 0x0123_4567_89AB_CDEF,
                 facts: SourceFacts::Timer,
             },
-            frames: vec![0xFFFF_F800_1234_5678, 0xFFFF_F800_0000_1000],
+            frames: [0xFFFF_F800_1234_5678, 0xFFFF_F800_0000_1000].into(),
         }
     }
 
@@ -375,11 +379,12 @@ mod tests {
     fn function_names_reach_every_rendering() {
         let (symbolizer, _) = with_dispatch();
         let mut record = sample();
-        record.frames = vec![
+        record.frames = [
             crate::symbolizer::tests::DISPATCH + 0x4F,
             0xFFFF_F800_0000_1000,
             0x42,
-        ];
+        ]
+        .into();
         let text = record.to_text(&symbolizer, false);
         assert!(
             text.ends_with(

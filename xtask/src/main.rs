@@ -36,6 +36,8 @@ commands:
   demo         build, then run kstack.sys under Wine with the real client
   bench        run the benchmarks: ring, offline analysis, and draining the real
                driver under Wine (figures: docs/performance.md)
+  bench drain  only the Wine drain, with the stack table off then on; ends with
+               one line: events drained per second and events per MiB of ring
   package-dir  print the package folder
   help         print this text";
 
@@ -57,10 +59,16 @@ fn main() {
 
 #[cfg(target_os = "linux")]
 fn run(args: &[String]) -> Result<()> {
+    let workspace = workspace_root()?;
+    if let [bench, drain] = args
+        && bench == "bench"
+        && drain == "drain"
+    {
+        return wine_drain_bench(&workspace);
+    }
     let [command] = args else {
         bail!("expected exactly one command\n\n{USAGE}");
     };
-    let workspace = workspace_root()?;
     match command.as_str() {
         "setup" => {
             wdk_mingw::prepare(&workspace)?;
@@ -347,7 +355,9 @@ const DRAIN_BENCH_RECORDS: &str = "60000";
 #[cfg(target_os = "linux")]
 const DRAIN_BENCH_ROUNDS: &str = "5";
 
-/// Drains the real driver under Wine in batches (kstack-drain-bench).
+/// Drains the real driver under Wine in batches (kstack-drain-bench),
+/// with the stack table off (`StackTableEntries`=0) and then on (the
+/// default), in one prefix; ends with the one-line comparison.
 #[cfg(target_os = "linux")]
 fn wine_drain_bench(workspace: &Path) -> Result<()> {
     let built = package::build(workspace)?;
@@ -355,24 +365,60 @@ fn wine_drain_bench(workspace: &Path) -> Result<()> {
     process::step("drain throughput of the real driver under Wine (results: docs/performance.md)");
     let wine = WineHost::create(&prefix, &built.dir, &package::wine_support_dir(workspace))
         .map_err(anyhow::Error::msg)?;
-    let result = wine
+    let results = [Some(0), None].map(|entries| drain_bench_run(&wine, entries));
+    wine.shut_down();
+    let [off, on] = results;
+    let (off, on) = (off?, on?);
+    println!(
+        "drain: table off {:.0} events/s, table on {:.0} events/s; events per MiB off {:.0}, on {:.0}",
+        off.0, on.0, off.1, on.1
+    );
+    Ok(())
+}
+
+/// One run of kstack-drain-bench with `StackTableEntries` set to `entries`
+/// (or absent): its median events per second and events per MiB of ring.
+#[cfg(target_os = "linux")]
+fn drain_bench_run(wine: &WineHost, entries: Option<u32>) -> Result<(f64, f64)> {
+    let table = entries.map_or_else(|| "default".to_owned(), |entries| entries.to_string());
+    process::step(&format!("kstack-drain-bench, StackTableEntries {table}"));
+    if wine.driver_running() {
+        wine.stop_driver().map_err(anyhow::Error::msg)?;
+    }
+    let output = wine
         .set_ring_capacity(Some(DRAIN_BENCH_RING))
+        .and_then(|()| wine.set_stack_table_entries(entries))
         .and_then(|()| wine.start_driver())
         .and_then(|()| {
             wine.program(
                 "kstack-drain-bench.exe",
                 &[DRAIN_BENCH_RECORDS, DRAIN_BENCH_ROUNDS],
             )
-        });
-    let stopped = wine.stop_driver();
-    wine.shut_down();
-    let output = result.map_err(anyhow::Error::msg)?;
-    print!("{}", String::from_utf8_lossy(&output.stdout));
+        })
+        .map_err(anyhow::Error::msg)?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     if !output.status.success() {
         bail!("kstack-drain-bench failed ({})", output.status);
     }
-    stopped.map_err(anyhow::Error::msg)
+    wine.stop_driver().map_err(anyhow::Error::msg)?;
+    // The program's last line: `result: <events/s> <events per MiB>`.
+    let figures: Vec<f64> = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("result: "))
+        .context("kstack-drain-bench printed no result line")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("kstack-drain-bench's result line")?;
+    let [rate, per_mib] = figures[..] else {
+        bail!(
+            "kstack-drain-bench's result line has {} figures",
+            figures.len()
+        );
+    };
+    Ok((rate, per_mib))
 }
 
 #[cfg(target_os = "linux")]

@@ -92,7 +92,7 @@ pub fn stack_table(
 ) -> Result<(StackTable, Symbolizer), ClientError> {
     let mut table = StackTable::default();
     let symbolizer = for_each_record(input, symbols, |record| {
-        table.add(&record.header, || record.frames.clone());
+        table.add(&record.header, || record.frames.iter().copied());
     })?;
     Ok((table, symbolizer))
 }

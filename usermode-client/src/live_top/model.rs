@@ -247,7 +247,7 @@ impl LiveTop {
             self.tally
                 .total
                 .add(&record.header, || record.frames.iter().copied());
-            table.add(&record.header, || record.frames);
+            table.add(&record.header, || record.frames.iter().copied());
         }
         self.tally.recent.push_back(Interval {
             start: self.last_tick,

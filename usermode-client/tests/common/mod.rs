@@ -95,7 +95,7 @@ fn records() -> Vec<TraceRecord> {
                 stack_id: stack_id(frames.iter().copied()),
                 facts,
             },
-            frames: frames.to_vec(),
+            frames: frames.into(),
         });
     };
     for _ in 0..5 {
