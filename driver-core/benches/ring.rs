@@ -1,6 +1,8 @@
 //! Host benchmarks of the record ring (criterion): publishing a 32-frame
-//! record with one and two producers against a plain encode into a buffer,
-//! and draining a full ring and decoding what it held.
+//! record with one and two producers against a plain encode into a buffer;
+//! publishing through the stack table, an event of a known stack and of a
+//! new one, against a plain encode of a 72-byte event record; and draining
+//! a full ring and decoding what it held.
 //!
 //! The ring is the driver's: two shards, as on a two-processor machine, and
 //! a publish is the capture's whole path into it: pick the processor's
@@ -26,8 +28,9 @@ use kstack_abi::{
     record_timestamp, stack_id,
 };
 use kstack_driver_core::{
-    Shard, ShardedRing, Word,
+    Shard, ShardedRing, StackEntry, StackTable, Word,
     sharded_ring::{ring_words, shards_over},
+    stack_table::Tabled,
 };
 
 /// Frames per benchmarked record (the default `frames_to_capture`).
@@ -138,22 +141,17 @@ fn publish_records(
 /// Encodes `count` records with sequence numbers from `first` into
 /// `buffer`, one after the other: `publish_records` without the ring, into
 /// as much memory as a shard, so it meets the same cache misses.
-fn copy_records(
-    buffer: &mut [u8],
-    header: &RecordHeader,
-    frames: &[u64; FRAMES],
-    first: u64,
-    count: u64,
-) {
-    let places = (buffer.len() / RECORD_BYTES) as u64;
+fn copy_records(buffer: &mut [u8], header: &RecordHeader, frames: &[u64], first: u64, count: u64) {
+    let bytes = record_size(u16::try_from(frames.len()).expect("at most 62 frames"));
+    let places = (buffer.len() / bytes) as u64;
     for sequence in first..first + count {
         let header = RecordHeader {
             sequence,
             ..*header
         };
         let index = usize::try_from(sequence % places).expect("below the length");
-        let place = &mut buffer[index * RECORD_BYTES..(index + 1) * RECORD_BYTES];
-        encode_record(&header, frames, place).expect("the place fits 32 frames");
+        let place = &mut buffer[index * bytes..(index + 1) * bytes];
+        encode_record(&header, frames, place).expect("the place fits the frames");
         // As the ring's Release store does, make every record's bytes count.
         black_box(&mut *place);
     }
@@ -162,13 +160,15 @@ fn copy_records(
 /// The rounds an `iters`-record measurement is cut into: at most one
 /// shard's worth each, so a round never meets a full shard.
 fn rounds(iters: u64) -> impl Iterator<Item = u64> {
-    let full_rounds = iters / RING_CAPACITY;
-    let rest = iters % RING_CAPACITY;
-    std::iter::repeat_n(
-        RING_CAPACITY,
-        usize::try_from(full_rounds).unwrap_or(usize::MAX),
-    )
-    .chain((rest > 0).then_some(rest))
+    rounds_of(iters, RING_CAPACITY)
+}
+
+/// `iters` records in rounds of at most `size`.
+fn rounds_of(iters: u64, size: u64) -> impl Iterator<Item = u64> {
+    let full_rounds = iters / size;
+    let rest = iters % size;
+    std::iter::repeat_n(size, usize::try_from(full_rounds).unwrap_or(usize::MAX))
+        .chain((rest > 0).then_some(rest))
 }
 
 /// Runs `iters` records on two threads started once, in rounds of at
@@ -417,9 +417,126 @@ fn drain_and_decode(c: &mut Criterion) {
     assert_eq!(ring.dropped(), 0);
 }
 
+/// Entries of the benchmarked stack table: the driver's default.
+const TABLE_ENTRIES: usize = 4096;
+/// Events per round through the table: the references a round holds until
+/// it ends (as unread records do) take a sixteenth of the entries, so an
+/// insert finds all 8 slots of its window held (and would carry its frames
+/// inline) about once in 16^8 = 4e9; from the 17th round on of new stacks
+/// every insert replaces an old entry.
+const TABLE_ROUND: u64 = 256;
+
+/// Publishes `count` events through the table as the capture path does
+/// (`DriverCore::publish`): the stack's lookup (a hit, or an insert), then
+/// a 72-byte record naming the entry. With `new_stacks`, each event's stack
+/// differs from every other's (its first frame is the sequence), and its
+/// stack id is computed in the timed loop. Notes each record's entry in
+/// `slots` (capacity reserved by the caller) so the round can give the
+/// references back untimed, as reads would. Returns how many were carried
+/// inline or met a full shard.
+fn publish_tabled(
+    ring: &ShardedRing<'_>,
+    table: &StackTable<'_>,
+    header: &RecordHeader,
+    frames: &[u64; FRAMES],
+    (first, count, new_stacks): (u64, u64, bool),
+    slots: &mut Vec<u32>,
+) -> u64 {
+    let shard = ring.shard_for(0);
+    let mut stack = *frames;
+    let mut missed = 0;
+    for sequence in first..first + count {
+        let id = if new_stacks {
+            stack[0] = sequence;
+            stack_id(stack.iter().copied())
+        } else {
+            header.stack_id
+        };
+        let Tabled::Slot(slot) = table.enter(&stack, id, header.os_hash, shard.table_counters())
+        else {
+            missed += 1;
+            continue;
+        };
+        slots.push(slot);
+        let published = shard.publish(Source::Timer, record_size(0), |sequence, room| {
+            let header = RecordHeader {
+                sequence,
+                stack_id: id,
+                os_hash: slot,
+                flags: header.flags.union(RecordFlags::STACK_BY_ID),
+                ..*header
+            };
+            encode_record(&header, &[], room).expect("the room fits a record without frames");
+        });
+        if published.is_err() {
+            missed += 1;
+        }
+    }
+    missed
+}
+
+/// An event of a known stack (a table hit) and of a new stack (an insert,
+/// and from the second round on an eviction), each published through the
+/// table into the ring, beside the floor: the plain encode of a 72-byte
+/// event record into shard-sized memory, in the same group and run. Every
+/// round starts with an empty ring and every reference given back (untimed),
+/// and asserts that no event was carried inline or dropped.
+fn publish_through_the_stack_table(c: &mut Criterion) {
+    let frames = kernel_frames();
+    let header = timer_header(&frames, 0);
+    let mut group = record_group(c, "publish_through_the_stack_table");
+    let words = ring_memory();
+    let shards = ring_shards(&words);
+    let ring = ShardedRing::new(&shards);
+    let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
+    let table = StackTable::new(&entries);
+    let mut slots = Vec::with_capacity(usize::try_from(TABLE_ROUND).expect("256"));
+    let mut first = 0;
+    for (name, new_stacks) in [("known_stack", false), ("new_stack", true)] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for count in rounds_of(iters, TABLE_ROUND) {
+                    empty(&ring);
+                    for slot in slots.drain(..) {
+                        table.release(slot);
+                    }
+                    let start = Instant::now();
+                    let missed = publish_tabled(
+                        &ring,
+                        &table,
+                        black_box(&header),
+                        black_box(&frames),
+                        (first, count, new_stacks),
+                        &mut slots,
+                    );
+                    elapsed += start.elapsed();
+                    first += count;
+                    assert_eq!(missed, 0, "a timed event was carried inline or dropped");
+                }
+                elapsed
+            });
+        });
+    }
+    let event = RecordHeader {
+        flags: RecordFlags::STACK_BY_ID,
+        ..header
+    };
+    let mut buffer = vec![0_u8; shard_bytes()];
+    group.bench_function("plain_copy_event_record", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            copy_records(&mut buffer, black_box(&event), &[], 0, iters);
+            start.elapsed()
+        });
+    });
+    group.finish();
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     publish_32_frames(&mut criterion);
+    publish_through_the_stack_table(&mut criterion);
     drain_and_decode(&mut criterion);
     criterion.final_summary();
 }
