@@ -490,38 +490,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::test_support::TestTable;
 
-    /// A table and one shard's counters.
-    struct Table {
-        table: StackTable<'static>,
-        counters: TableCounters,
-    }
-
-    impl core::ops::Deref for Table {
-        type Target = StackTable<'static>;
-
-        fn deref(&self) -> &Self::Target {
-            &self.table
-        }
-    }
-
-    impl Table {
-        fn status(&self) -> StackTableStatus {
-            self.table.status(core::iter::once(&self.counters))
-        }
-    }
-
-    fn table(entries: usize) -> Table {
-        Table {
-            table: StackTable::new(crate::test_support::keep(
-                (0..entries).map(|_| StackEntry::new()).collect::<Vec<_>>(),
-            )),
-            counters: TableCounters::default(),
-        }
-    }
-
-    fn enter(table: &Table, frames: &[u64], id: u64) -> Tabled {
-        table.enter(frames, id, 7, &table.counters)
+    fn table(entries: usize) -> &'static TestTable {
+        TestTable::new(entries)
     }
 
     /// The frames a fresh reader would receive for `slot`.
@@ -549,14 +521,14 @@ mod tests {
     #[test]
     fn a_stack_entered_twice_is_inserted_then_hit_in_the_same_slot() {
         let table = table(16);
-        let first = enter(&table, &[1, 2, 3], 42);
-        let second = enter(&table, &[1, 2, 3], 42);
+        let first = table.enter(&[1, 2, 3], 42);
+        let second = table.enter(&[1, 2, 3], 42);
         assert!(matches!(first, Tabled::Slot(_)));
         assert_eq!(first, second);
         let Tabled::Slot(slot) = first else {
             unreachable!()
         };
-        assert_eq!(frames_in(&table, slot), [1, 2, 3]);
+        assert_eq!(frames_in(table, slot), [1, 2, 3]);
         let status = table.status();
         assert_eq!((status.inserts, status.hits, status.used), (1, 1, 1));
     }
@@ -564,31 +536,27 @@ mod tests {
     #[test]
     fn another_stack_with_a_tabled_id_is_carried_inline_and_counted() {
         let table = table(16);
-        let Tabled::Slot(slot) = enter(&table, &[1, 2, 3], 42) else {
+        let Tabled::Slot(slot) = table.enter(&[1, 2, 3], 42) else {
             panic!()
         };
-        assert_eq!(enter(&table, &[1, 2, 4], 42), Tabled::Inline);
-        assert_eq!(enter(&table, &[1, 2], 42), Tabled::Inline);
-        assert_eq!(
-            enter(&table, &[9], 0),
-            Tabled::Inline,
-            "id 0 is never tabled"
-        );
+        assert_eq!(table.enter(&[1, 2, 4], 42), Tabled::Inline);
+        assert_eq!(table.enter(&[1, 2], 42), Tabled::Inline);
+        assert_eq!(table.enter(&[9], 0), Tabled::Inline, "id 0 is never tabled");
         assert_eq!(table.status().collisions, 3);
-        assert_eq!(frames_in(&table, slot), [1, 2, 3], "the tabled stack stays");
+        assert_eq!(frames_in(table, slot), [1, 2, 3], "the tabled stack stays");
     }
 
     #[test]
     fn an_entry_named_by_a_record_is_never_replaced_and_one_released_is() {
         let table = table(1);
-        let Tabled::Slot(slot) = enter(&table, &[1], 1) else {
+        let Tabled::Slot(slot) = table.enter(&[1], 1) else {
             panic!()
         };
-        assert_eq!(enter(&table, &[2], 2), Tabled::Inline);
+        assert_eq!(table.enter(&[2], 2), Tabled::Inline);
         assert_eq!(table.status().full, 1);
         table.release(slot);
-        assert_eq!(enter(&table, &[2], 2), Tabled::Slot(slot));
-        assert_eq!(frames_in(&table, slot), [2]);
+        assert_eq!(table.enter(&[2], 2), Tabled::Slot(slot));
+        assert_eq!(frames_in(table, slot), [2]);
         let status = table.status();
         assert_eq!((status.inserts, status.evictions, status.used), (2, 1, 1));
     }
@@ -597,23 +565,23 @@ mod tests {
     fn the_oldest_entry_no_record_names_is_replaced_first() {
         let table = table(2);
         // Ids 2 and 4 share home slot 0 of two.
-        let Tabled::Slot(a) = enter(&table, &[1], 2) else {
+        let Tabled::Slot(a) = table.enter(&[1], 2) else {
             panic!()
         };
-        let Tabled::Slot(b) = enter(&table, &[2], 4) else {
+        let Tabled::Slot(b) = table.enter(&[2], 4) else {
             panic!()
         };
         table.release(a);
         table.release(b);
-        assert_eq!(enter(&table, &[3], 6), Tabled::Slot(a));
+        assert_eq!(table.enter(&[3], 6), Tabled::Slot(a));
         table.release(a);
-        assert_eq!(enter(&table, &[4], 8), Tabled::Slot(b));
+        assert_eq!(table.enter(&[4], 8), Tabled::Slot(b));
     }
 
     #[test]
     fn a_reader_gets_each_stack_once_a_new_reader_again_and_a_rewritten_entry_again() {
         let table = table(1);
-        let Tabled::Slot(slot) = enter(&table, &[1, 2], 1) else {
+        let Tabled::Slot(slot) = table.enter(&[1, 2], 1) else {
             panic!()
         };
         let mut frames = [0; MAX_FRAMES as usize];
@@ -638,7 +606,7 @@ mod tests {
         assert_ne!(reused, other);
         table.sent(slot, reused);
         table.release(slot);
-        assert_eq!(enter(&table, &[3], 2), Tabled::Slot(slot));
+        assert_eq!(table.enter(&[3], 2), Tabled::Slot(slot));
         assert_eq!(
             table.frames_for(slot, reused, &mut frames),
             Some((7, Some(1))),
@@ -692,20 +660,20 @@ mod tests {
                     Op::Enter(n) => {
                         let (id, frames) = stack(n);
                         lookups += 1;
-                        if let Tabled::Slot(slot) = enter(&table, &frames, id) {
-                            prop_assert_eq!(&frames_in(&table, slot), &frames);
+                        if let Tabled::Slot(slot) = table.enter(&frames, id) {
+                            prop_assert_eq!(&frames_in(table, slot), &frames);
                             held.push((slot, frames));
                         }
                     }
                     Op::Release(index) if !held.is_empty() => {
                         let (slot, frames) = held.remove(index % held.len());
-                        prop_assert_eq!(&frames_in(&table, slot), &frames);
+                        prop_assert_eq!(&frames_in(table, slot), &frames);
                         table.release(slot);
                     }
                     Op::Release(_) => {}
                 }
                 for (slot, frames) in &held {
-                    prop_assert_eq!(&frames_in(&table, *slot), frames);
+                    prop_assert_eq!(&frames_in(table, *slot), frames);
                 }
                 let status = table.status();
                 prop_assert_eq!(

@@ -15,11 +15,11 @@
 
 use kstack_abi::Source;
 use kstack_driver_core::{
-    RecordRing, Rundown, Shard, ShardedRing, StackEntry, StackTable, Wait, Word,
+    RecordRing, Rundown, Shard, ShardedRing, StackTable, Wait, Word,
     ring::Full,
     sharded_ring::shards_over,
-    stack_table::{TableCounters, Tabled},
-    test_support::keep,
+    stack_table::Tabled,
+    test_support::{TestTable, keep},
 };
 #[cfg(loom)]
 use loom::{
@@ -433,38 +433,9 @@ fn a_read_racing_a_clear() {
     });
 }
 
-/// A stack table and the lookup counters of the one shard here.
-struct Table {
-    table: StackTable<'static>,
-    counters: TableCounters,
-}
-
-impl std::ops::Deref for Table {
-    type Target = StackTable<'static>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.table
-    }
-}
-
-impl Table {
-    fn enter(&self, frames: &[u64], id: u64) -> Tabled {
-        self.table.enter(frames, id, 0, &self.counters)
-    }
-
-    fn status(&self) -> kstack_abi::StackTableStatus {
-        self.table.status(std::iter::once(&self.counters))
-    }
-}
-
 /// A stack table of `entries` entries, kept for the whole run.
-fn table_of(entries: usize) -> &'static Table {
-    let entries: &'static [StackEntry] =
-        keep((0..entries).map(|_| StackEntry::new()).collect::<Vec<_>>());
-    keep(Table {
-        table: StackTable::new(entries),
-        counters: TableCounters::default(),
-    })
+fn table_of(entries: usize) -> &'static TestTable {
+    TestTable::new(entries)
 }
 
 /// The frames in `slot`, as a reader that never got them reads them.
@@ -478,7 +449,7 @@ fn frames_in(table: &StackTable<'_>, slot: u32) -> Vec<u64> {
 
 /// Enters `frames` under `id`; while the reference is held, checks the
 /// slot holds exactly them; gives the reference back. Returns the outcome.
-fn enter_and_check(table: &Table, id: u64, frames: &[u64]) -> Tabled {
+fn enter_and_check(table: &TestTable, id: u64, frames: &[u64]) -> Tabled {
     let tabled = table.enter(frames, id);
     if let Tabled::Slot(slot) = tabled {
         assert_eq!(

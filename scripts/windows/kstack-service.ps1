@@ -7,7 +7,7 @@
 .DESCRIPTION
     -Action create : sc.exe create kstack type= kernel start= demand
                      binPath= <package>\kstack.sys, and optionally
-                     Parameters\RingCapacity.
+                     Parameters\RingCapacity and StackTableEntries.
     -Action start  : sc.exe start kstack (DriverEntry runs).
     -Action stop   : sc.exe stop kstack (DriverUnload runs), then shows
                      Parameters\LastUnloadPoolAllocations (0 expected).
@@ -32,6 +32,12 @@
     when unset). Records take 72 bytes plus 8 per frame, so how many fit
     depends on the stacks' depths. Read when the driver starts.
 
+.PARAMETER StackTableEntries
+    With create: the stack table's entries (0 turns the table off and every
+    record carries its frames; the driver uses 4096 when unset and brings
+    other values down to a power of two, at most 65536). Each entry takes
+    544 bytes of non-paged pool. Read when the driver starts.
+
 .PARAMETER PackageDir
     The package folder (default: the folder above this script, else the
     repository's target\kstack-package).
@@ -51,6 +57,8 @@ param(
     [string] $Action,
     [ValidateRange(16, 147456)]
     [int] $RingCapacity,
+    [ValidateRange(0, 65536)]
+    [int] $StackTableEntries,
     [string] $PackageDir
 )
 
@@ -71,6 +79,10 @@ switch ($Action) {
         }
         if ($PSBoundParameters.ContainsKey('RingCapacity')) {
             Set-KStackRingCapacity -KiB $RingCapacity
+        }
+        if ($PSBoundParameters.ContainsKey('StackTableEntries')) {
+            Set-KStackParameter -Name 'StackTableEntries' -Value $StackTableEntries
+            Write-Host ('Parameters\StackTableEntries = {0} (0: the table is off; read when the driver starts).' -f $StackTableEntries)
         }
         Write-Host 'Next: kstack-service.ps1 -Action start'
     }
@@ -111,6 +123,7 @@ switch ($Action) {
         Write-Host ('Service:    kstack, {0}, start mode {1}' -f $driver.State, $driver.StartMode)
         Write-Host ('Image:      {0}' -f $driver.PathName)
         Write-Host ('Parameters\RingCapacity: {0} (KiB; 9216 when unset)' -f (Get-KStackParameter -Name 'RingCapacity'))
+        Write-Host ('Parameters\StackTableEntries: {0} (4096 when unset; 0: off)' -f (Get-KStackParameter -Name 'StackTableEntries'))
         foreach ($name in @('AssumePagingExecutiveInEffect', 'LastUnloadPoolAllocations')) {
             Write-Host ('Parameters\{0}: {1}' -f $name, (Get-KStackParameter -Name $name))
         }
