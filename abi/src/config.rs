@@ -121,9 +121,26 @@ impl ProcessFilter {
     /// Whether an event of `process_id` is admitted.
     #[must_use]
     pub fn admits(&self, process_id: u32) -> bool {
-        (self.include().is_empty() || self.include().contains(&process_id))
-            && !self.exclude().contains(&process_id)
+        admitted(
+            process_id,
+            self.include().iter().copied(),
+            self.exclude().iter().copied(),
+        )
     }
+}
+
+/// Whether an event of `process_id` passes an `include` list (empty: every
+/// process) and an `exclude` list, given as any iterators, so the driver
+/// checks the lists it stores without copying them out.
+#[must_use]
+pub fn admitted(
+    process_id: u32,
+    include: impl IntoIterator<Item = u32>,
+    exclude: impl IntoIterator<Item = u32>,
+) -> bool {
+    let mut include = include.into_iter().peekable();
+    (include.peek().is_none() || include.any(|id| id == process_id))
+        && !exclude.into_iter().any(|id| id == process_id)
 }
 
 /// Puts `id` after the `len` ids of `list`; returns the new length.

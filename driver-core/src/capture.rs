@@ -13,7 +13,9 @@
 
 use kstack_abi::{
     Altitude, CaptureConfig, DriverImage, MAX_FRAMES, MAX_PROCESS_IDS, PagingExecutive,
-    ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet, encode_record,
+    ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet,
+    config::admitted,
+    encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
     record_size, stack_id,
 };
@@ -149,19 +151,52 @@ impl ConfigCell {
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     fn load(&self) -> CaptureConfig {
+        self.consistent(|| self.read())
+    }
+
+    /// What one event of `source` in `process_id` needs of the
+    /// configuration in force: a few words, the process lists checked in
+    /// place.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    fn for_event(&self, source: Source, process_id: u32) -> EventConfig {
+        self.consistent(|| self.read_for_event(source, process_id))
+    }
+
+    /// `read`'s result from fields that belong together: read again while
+    /// a writer is (or was, meanwhile) at work.
+    fn consistent<R>(&self, read: impl Fn() -> R) -> R {
         let mut wait = Wait::new("a configure to finish writing the configuration");
         loop {
             // Acquire: the fields read below are no older than this version.
             let version = self.version.load(Ordering::Acquire);
             if version.is_multiple_of(2) {
-                let config = self.read();
+                let value = read();
                 // Acquire: the field loads above complete before the check.
                 fence(Ordering::Acquire);
                 if self.version.load(Ordering::Relaxed) == version {
-                    return config;
+                    return value;
                 }
             }
             wait.turn();
+        }
+    }
+
+    /// Reads what one event needs (the caller checks it belongs together).
+    fn read_for_event(&self, source: Source, process_id: u32) -> EventConfig {
+        let packed = self.packed.load(Ordering::Relaxed).to_le_bytes();
+        EventConfig {
+            enabled: SourceSet::from_bits(u32::from(packed[0]))
+                .is_some_and(|sources| sources.contains(source)),
+            admitted: admitted(
+                process_id,
+                stored_ids(&self.include, packed[3]),
+                stored_ids(&self.exclude, packed[4]),
+            ),
+            sample_every: u16::try_from(self.sample_every[source.index()].load(Ordering::Relaxed))
+                .unwrap_or(1),
+            frames_to_skip: u16::from(packed[1]),
+            frames_to_capture: u16::from(packed[2]),
         }
     }
 
@@ -221,6 +256,28 @@ impl ConfigCell {
         // Release: the fields are written before the version is even again.
         self.version.store(version + 2, Ordering::Release);
     }
+}
+
+/// The first `len` process ids of a stored list, as they are loaded.
+fn stored_ids(cells: &[AtomicU32; MAX_PROCESS_IDS], len: u8) -> impl Iterator<Item = u32> + '_ {
+    cells
+        .iter()
+        .take(usize::from(len))
+        .map(|cell| cell.load(Ordering::Relaxed))
+}
+
+/// What one event needs of the configuration in force
+/// ([`DriverCore::event_config`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EventConfig {
+    /// Its source is enabled.
+    pub(crate) enabled: bool,
+    /// The process lists admit its process.
+    pub(crate) admitted: bool,
+    /// Its source's 1-in-N rate.
+    pub(crate) sample_every: u16,
+    pub(crate) frames_to_skip: u16,
+    pub(crate) frames_to_capture: u16,
 }
 
 /// Everything the driver keeps while loaded. Lives in non-paged memory
@@ -414,21 +471,21 @@ impl<'a> DriverCore<'a> {
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (callbacks run at up to that level).
     pub fn capture(&self, platform: &impl Platform, facts: SourceFacts) -> CaptureOutcome {
-        let config = self.config();
         let source = facts.source();
-        if !config.sources.contains(source) {
+        let ids = platform.current_ids();
+        let config = self.event_config(source, ids.0);
+        if !config.enabled {
             return CaptureOutcome::Disabled;
         }
-        let ids = platform.current_ids();
-        if !config.processes.admits(ids.0) {
+        if !config.admitted {
             self.count(platform, source, Uncaptured::Filtered);
             return CaptureOutcome::Filtered;
         }
-        if !self.sampled_in(platform, source, config.sample_every(source)) {
+        if !self.sampled_in(platform, source, config.sample_every) {
             return CaptureOutcome::SampledOut;
         }
         let mut stack = Stack::EMPTY;
-        match self.walk(platform, &config, source, &mut stack) {
+        match self.walk(platform, config, source, &mut stack) {
             Ok(()) => {}
             Err(NoWalk::Irql) => return CaptureOutcome::SkippedIrql,
             Err(NoWalk::Stack) => return CaptureOutcome::SkippedStack,
@@ -437,6 +494,15 @@ impl<'a> DriverCore<'a> {
             Ok(sequence) => CaptureOutcome::Published(sequence),
             Err(Full { sequence }) => CaptureOutcome::Dropped(sequence),
         }
+    }
+
+    /// What one event of `source` in `process_id` needs of the
+    /// configuration in force (waits while a configure request writes it,
+    /// at `DISPATCH_LEVEL`, see `ConfigCell`).
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL`.
+    pub(crate) fn event_config(&self, source: Source, process_id: u32) -> EventConfig {
+        self.config.for_event(source, process_id)
     }
 
     /// Counts an event of `source` that does not enter the ring, in the
@@ -471,7 +537,7 @@ impl<'a> DriverCore<'a> {
     pub(crate) fn walk(
         &self,
         platform: &impl Platform,
-        config: &CaptureConfig,
+        config: EventConfig,
         source: Source,
         stack: &mut Stack,
     ) -> Result<(), NoWalk> {
@@ -1101,6 +1167,48 @@ pub(crate) mod tests {
         }
     }
 
+    /// What `config` says of one event, from the whole configuration.
+    fn expected_for_event(config: &CaptureConfig, source: Source, process_id: u32) -> EventConfig {
+        EventConfig {
+            enabled: config.sources.contains(source),
+            admitted: config.processes.admits(process_id),
+            sample_every: config.sample_every(source),
+            frames_to_skip: config.frames_to_skip,
+            frames_to_capture: config.frames_to_capture,
+        }
+    }
+
+    #[test]
+    fn an_event_reads_what_the_whole_configuration_says() {
+        let cell = ConfigCell::new(&CaptureConfig::default());
+        let only_nine = CaptureConfig {
+            sources: SourceSet::EMPTY.with(Source::Registry),
+            processes: ProcessFilter::new(&[9], &[]).unwrap(),
+            ..CaptureConfig::default()
+        };
+        let without_nine = CaptureConfig {
+            processes: ProcessFilter::new(&[], &[9]).unwrap(),
+            ..only_nine
+        };
+        for config in [
+            CaptureConfig::default(),
+            extreme_config(),
+            only_nine,
+            without_nine,
+        ] {
+            cell.write(&config);
+            for source in Source::ALL {
+                for process_id in [0, 4, 9, u32::MAX, u32::MAX - 7, u32::MAX - 8, u32::MAX - 15] {
+                    assert_eq!(
+                        cell.for_event(source, process_id),
+                        expected_for_event(&config, source, process_id),
+                        "{source:?} in {process_id} under {config:?}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_reader_never_sees_a_mix_of_two_configurations() {
         let cell = ConfigCell::new(&CaptureConfig::default());
@@ -1112,9 +1220,15 @@ pub(crate) mod tests {
                     cell.write(&configs[round % 2]);
                 }
             });
+            let events = configs.map(|config| expected_for_event(&config, Source::Timer, u32::MAX));
             for _ in 0..rounds {
                 let seen = cell.load();
                 assert!(configs.contains(&seen), "a mixed configuration: {seen:?}");
+                let event = cell.for_event(Source::Timer, u32::MAX);
+                assert!(
+                    events.contains(&event),
+                    "a mixed event configuration: {event:?}"
+                );
             }
         });
     }

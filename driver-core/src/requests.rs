@@ -281,18 +281,18 @@ impl DriverCore<'_> {
             Ok(tag) => tag,
             Err(error) => return (error.ntstatus(), 0),
         };
-        let config = self.config();
         let facts = SourceFacts::OnDemand { tag };
         let ids = platform.current_ids();
+        let config = self.event_config(Source::OnDemand, ids.0);
         let mut stack = Stack::EMPTY;
-        match self.walk(platform, &config, Source::OnDemand, &mut stack) {
+        match self.walk(platform, config, Source::OnDemand, &mut stack) {
             Ok(()) => {}
             Err(NoWalk::Irql) => return (KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, 0),
             Err(NoWalk::Stack) => return (KSTACK_STATUS_STACK_TOO_LOW, 0),
         }
-        let left_out = if !config.sources.contains(Source::OnDemand) {
+        let left_out = if !config.enabled {
             Some(Uncaptured::NotKept)
-        } else if !config.processes.admits(ids.0) {
+        } else if !config.admitted {
             Some(Uncaptured::Filtered)
         } else {
             None
