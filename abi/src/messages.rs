@@ -44,10 +44,10 @@ const ALTITUDES_OFFSET: usize = READ_OFFSET + 8;
 const PAGING_OFFSET: usize = ALTITUDES_OFFSET + 16;
 /// Offset of the stack table's part ([`StackTableStatus`]: `entries` and
 /// `used` u32, then `hits`, `inserts`, `evictions`, `collisions`, `full`,
-/// `busy` and `sent`, u64 each), after the paging part.
+/// `busy`, `empty` and `sent`, u64 each), after the paging part.
 const STACK_TABLE_OFFSET: usize = PAGING_OFFSET + 24;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = STACK_TABLE_OFFSET + 64;
+pub const STATUS_RESPONSE_SIZE: usize = STACK_TABLE_OFFSET + 72;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -234,7 +234,7 @@ pub struct DriverImage {
 /// The stack table's state (see [`crate::RecordFlags::STACK_BY_ID`]). While
 /// the table is on (`entries` > 0) every record that enters the ring, kept
 /// or dropped, looks its stack up once, with one outcome:
-/// `hits + inserts + collisions + full + busy` = the sum of every source's
+/// `hits + inserts + collisions + full + busy + empty` = the sum of every source's
 /// [`SourceStatus::captured`] since load (exact when no capture is under
 /// way). `used = inserts - evictions`. Records with the outcome `hits` or
 /// `inserts` enter the ring without their frames; the others carry them.
@@ -261,6 +261,9 @@ pub struct StackTableStatus {
     /// Stacks not tabled because another capture was writing the entry
     /// they needed at that moment.
     pub busy: u64,
+    /// Records whose walk returned no frames: nothing to table, and a
+    /// record without frames must not look like one that names its stack.
+    pub empty: u64,
     /// Records returned by reads with their frames written in from the
     /// table: the first of each stack a reader receives, and the first
     /// after the entry was rewritten.
@@ -409,6 +412,7 @@ impl StatusResponse {
             table.collisions,
             table.full,
             table.busy,
+            table.empty,
             table.sent,
         ]
         .into_iter()
@@ -513,7 +517,8 @@ impl StatusResponse {
                 collisions: r.u64(STACK_TABLE_OFFSET + 32)?,
                 full: r.u64(STACK_TABLE_OFFSET + 40)?,
                 busy: r.u64(STACK_TABLE_OFFSET + 48)?,
-                sent: r.u64(STACK_TABLE_OFFSET + 56)?,
+                empty: r.u64(STACK_TABLE_OFFSET + 56)?,
+                sent: r.u64(STACK_TABLE_OFFSET + 64)?,
             },
         })
     }
@@ -678,6 +683,7 @@ mod tests {
                 collisions: 1,
                 full: 2,
                 busy: 3,
+                empty: 4,
                 // Every byte set, as for the last source's counters.
                 sent: u64::MAX - 2,
             },
@@ -735,7 +741,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 680);
+        assert_eq!(STATUS_RESPONSE_SIZE, 688);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -750,7 +756,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &680_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &688_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

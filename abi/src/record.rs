@@ -93,7 +93,8 @@ impl RecordFlags {
     /// (`frame_count` 0), its stack is the one the reader remembers for
     /// the id. Records without this flag carry their own frames and change
     /// nothing remembered (one may have a table entry's id with other
-    /// frames: a counted collision).
+    /// frames: a counted collision). A record whose walk found no frames
+    /// never has this flag.
     ///
     /// The guarantee (ABI 7): for every record without frames that a read
     /// returns to a reader (a file object), an earlier record returned to

@@ -1122,7 +1122,8 @@ mod tests {
 
     fn table_step() -> impl Strategy<Value = TableStep> {
         prop_oneof![
-            6 => (0_u32..2, 1_u8..7).prop_map(|(processor, depth)| TableStep::Capture { processor, depth }),
+            // Depth 0: a walk that found no frames.
+            6 => (0_u32..2, 0_u8..7).prop_map(|(processor, depth)| TableStep::Capture { processor, depth }),
             2 => (1_u64..3, MIN_READ_BUFFER..4 * MIN_READ_BUFFER)
                 .prop_map(|(reader, room)| TableStep::Read { reader, room }),
             1 => Just(TableStep::Clear),
@@ -1183,7 +1184,9 @@ mod tests {
                             let stack = if !record.header.flags.contains(RecordFlags::STACK_BY_ID) {
                                 own
                             } else if own.is_empty() {
-                                map.get(&record.header.stack_id).cloned().unwrap_or_default()
+                                let known = map.get(&record.header.stack_id).cloned();
+                                prop_assert!(known.is_some(), "a record names a stack its reader was never sent");
+                                known.unwrap_or_default()
                             } else {
                                 map.insert(record.header.stack_id, own.clone());
                                 own
@@ -1201,7 +1204,10 @@ mod tests {
                 let now = status(&core);
                 let table = now.stack_table;
                 let captured: u64 = now.sources.iter().map(|source| source.captured).sum();
-                prop_assert_eq!(table.hits + table.inserts + table.collisions + table.full + table.busy, captured);
+                prop_assert_eq!(
+                    table.hits + table.inserts + table.collisions + table.full + table.busy + table.empty,
+                    captured
+                );
                 prop_assert_eq!(u64::from(table.used), table.inserts - table.evictions);
             }
             prop_assert!(read_until_empty);

@@ -22,6 +22,10 @@
 //! - finds every slot of the window named by unread records: *full*; a
 //!   claim lost to another writer: *busy*. Both carried inline.
 //!
+//! A walk that returned no frames is never tabled (*empty*): a record
+//! without frames that names its stack would look like one whose stack the
+//! reader already has.
+//!
 //! The reader side (read and clear, one holder at a time through the
 //! ring's consumer lock) drops a record's reference when it takes the
 //! record out of the ring; a read writes the entry's frames into the
@@ -126,6 +130,7 @@ enum Outcome {
     Collision,
     Full,
     Busy,
+    Empty,
 }
 
 /// One shard's lookup outcomes (kept in the shard, so captures on
@@ -138,6 +143,7 @@ pub struct TableCounters {
     collisions: AtomicU64,
     full: AtomicU64,
     busy: AtomicU64,
+    empty: AtomicU64,
 }
 
 /// The table. Lives with the ring, in non-paged memory; its lookup
@@ -202,7 +208,11 @@ impl<'a> StackTable<'a> {
         if !self.is_on() {
             return Tabled::Inline;
         }
-        let (tabled, outcome) = self.find_or_insert(frames, id, os_hash);
+        let (tabled, outcome) = if frames.is_empty() {
+            (Tabled::Inline, Outcome::Empty)
+        } else {
+            self.find_or_insert(frames, id, os_hash)
+        };
         let counter = match outcome {
             Outcome::Hit => &counters.hits,
             Outcome::Insert => &counters.inserts,
@@ -213,6 +223,7 @@ impl<'a> StackTable<'a> {
             Outcome::Collision => &counters.collisions,
             Outcome::Full => &counters.full,
             Outcome::Busy => &counters.busy,
+            Outcome::Empty => &counters.empty,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         tabled
@@ -459,6 +470,7 @@ impl<'a> StackTable<'a> {
             status.collisions += load(&counters.collisions);
             status.full += load(&counters.full);
             status.busy += load(&counters.busy);
+            status.empty += load(&counters.empty);
         }
         status.used =
             u32::try_from(status.inserts.saturating_sub(status.evictions)).unwrap_or(u32::MAX);
@@ -544,6 +556,14 @@ mod tests {
         assert_eq!(table.enter(&[9], 0), Tabled::Inline, "id 0 is never tabled");
         assert_eq!(table.status().collisions, 3);
         assert_eq!(frames_in(table, slot), [1, 2, 3], "the tabled stack stays");
+    }
+
+    #[test]
+    fn a_stack_of_no_frames_is_never_tabled_and_counted_as_empty() {
+        let table = table(16);
+        assert_eq!(table.enter(&[], 42), Tabled::Inline);
+        let status = table.status();
+        assert_eq!((status.empty, status.used, status.inserts), (1, 0, 0));
     }
 
     #[test]
@@ -677,7 +697,12 @@ mod tests {
                 }
                 let status = table.status();
                 prop_assert_eq!(
-                    status.hits + status.inserts + status.collisions + status.full + status.busy,
+                    status.hits
+                        + status.inserts
+                        + status.collisions
+                        + status.full
+                        + status.busy
+                        + status.empty,
                     lookups
                 );
                 prop_assert!(status.used as usize <= entries);

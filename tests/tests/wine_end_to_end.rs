@@ -1014,6 +1014,7 @@ fn stack_table_per_reader(context: &Context) -> WineResult<()> {
                 + counter("collisions")
                 + counter("full")
                 + counter("busy")
+                + counter("empty")
                 == captured,
         || format!("the lookups must add up to the {captured} records captured: {table}"),
     )?;

@@ -46,7 +46,7 @@ pub fn status(status: &StatusResponse) -> String {
         writeln!(
             out,
             "stack table: {} of {} entries used; {} hits, {} inserts ({} evictions); not tabled: \
-             {} collisions, {} full, {} busy; {} stacks sent to readers",
+             {} collisions, {} full, {} busy, {} without frames; {} stacks sent to readers",
             table.used,
             table.entries,
             table.hits,
@@ -55,6 +55,7 @@ pub fn status(status: &StatusResponse) -> String {
             table.collisions,
             table.full,
             table.busy,
+            table.empty,
             table.sent
         )
     };
@@ -227,6 +228,7 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "collisions": status.stack_table.collisions,
             "full": status.stack_table.full,
             "busy": status.stack_table.busy,
+            "empty": status.stack_table.empty,
             "sent": status.stack_table.sent,
         },
         "dropped": status.dropped,
