@@ -18,5 +18,7 @@ pub mod stack_table;
 pub mod symbol_path;
 pub mod symbolizer;
 pub mod system_modules;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 pub mod trace;
 pub mod transport;

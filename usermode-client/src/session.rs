@@ -304,10 +304,8 @@ pub(crate) mod tests {
     };
 
     use kstack_abi::{
-        RecordFlags, RecordHeader, SourceFacts, SourceSet, encode_record,
-        messages::READ_HEADER_SIZE,
+        RecordFlags, SourceFacts, SourceSet,
         ntstatus::{KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, STATUS_DEVICE_BUSY},
-        stack_id,
     };
 
     use super::*;
@@ -475,23 +473,13 @@ pub(crate) mod tests {
 
     /// A record of [`FRAMES`]'s stack with these flags, holding `frames`.
     fn record_bytes_as(sequence: u64, flags: RecordFlags, frames: &[u64]) -> Vec<u8> {
-        let header = RecordHeader {
+        crate::test_support::record_bytes(
             sequence,
-            timestamp: 0,
-            process_id: 4,
-            thread_id: 8,
-            processor: 0,
-            shard: 0,
-            irql: 0,
+            SourceFacts::OnDemand { tag: 3 },
             flags,
-            os_hash: 1,
-            stack_id: stack_id(FRAMES),
-            facts: SourceFacts::OnDemand { tag: 3 },
-        };
-        let mut out = vec![0; MAX_RECORD_SIZE];
-        let size = encode_record(&header, frames, &mut out).unwrap();
-        out.truncate(size);
-        out
+            &FRAMES,
+            frames,
+        )
     }
 
     fn read_reply(sequences: &[u64], declared: u32, more_pending: bool) -> Vec<u8> {
@@ -503,16 +491,7 @@ pub(crate) mod tests {
     }
 
     fn reply_of(payload: &[u8], declared: u32, more_pending: bool) -> Vec<u8> {
-        let mut bytes = vec![0; READ_HEADER_SIZE];
-        ReadHeader {
-            record_count: declared,
-            payload_bytes: u32::try_from(payload.len()).unwrap(),
-            more_pending,
-            dropped: 2,
-        }
-        .encode(&mut bytes);
-        bytes.extend(payload);
-        bytes
+        crate::test_support::read_reply(payload, declared, more_pending, 2)
     }
 
     #[test]

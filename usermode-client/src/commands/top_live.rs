@@ -278,13 +278,10 @@ mod tests {
     use std::collections::VecDeque;
 
     use kstack_abi::{
-        Altitude, CaptureConfig, DriverImage, Ioctl, MAX_RECORD_SIZE, PagingExecutive, ReadHeader,
-        RecordFlags, RecordHeader, Source, SourceFacts, SourceStatus, encode_record,
-        messages::{READ_HEADER_SIZE, STATUS_RESPONSE_SIZE},
-        ntstatus::STATUS_SUCCESS,
-        stack_id,
+        Altitude, CaptureConfig, DriverImage, Ioctl, PagingExecutive, RecordFlags, Source,
+        SourceFacts, SourceStatus, messages::STATUS_RESPONSE_SIZE, ntstatus::STATUS_SUCCESS,
     };
-    use kstack_client::transport::Reply;
+    use kstack_client::{test_support, transport::Reply};
 
     use super::*;
 
@@ -298,35 +295,20 @@ mod tests {
     impl FakeDriver {
         fn read_reply(sequences: &[u64], more_pending: bool) -> Vec<u8> {
             let frames = [0xFFFF_F800_0000_1000_u64];
-            let mut payload = Vec::new();
-            for &sequence in sequences {
-                let header = RecordHeader {
-                    sequence,
-                    timestamp: 0,
-                    process_id: 4,
-                    thread_id: 8,
-                    processor: 0,
-                    shard: 0,
-                    irql: 0,
-                    flags: RecordFlags::NONE,
-                    os_hash: 1,
-                    stack_id: stack_id(frames),
-                    facts: SourceFacts::Timer,
-                };
-                let mut record = vec![0; MAX_RECORD_SIZE];
-                let size = encode_record(&header, &frames, &mut record).unwrap();
-                payload.extend_from_slice(&record[..size]);
-            }
-            let mut bytes = vec![0; READ_HEADER_SIZE];
-            ReadHeader {
-                record_count: u32::try_from(sequences.len()).unwrap(),
-                payload_bytes: u32::try_from(payload.len()).unwrap(),
-                more_pending,
-                dropped: 0,
-            }
-            .encode(&mut bytes);
-            bytes.extend(payload);
-            bytes
+            let payload: Vec<u8> = sequences
+                .iter()
+                .flat_map(|&sequence| {
+                    test_support::record_bytes(
+                        sequence,
+                        SourceFacts::Timer,
+                        RecordFlags::NONE,
+                        &frames,
+                        &frames,
+                    )
+                })
+                .collect();
+            let declared = u32::try_from(sequences.len()).unwrap();
+            test_support::read_reply(&payload, declared, more_pending, 0)
         }
 
         fn status(&self) -> Vec<u8> {
