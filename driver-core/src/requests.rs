@@ -223,10 +223,9 @@ impl DriverCore<'_> {
             room.get_mut(..record.len())?.copy_from_slice(record);
             Some(record.len())
         };
-        if !record_flags(record).contains(RecordFlags::STACK_BY_ID) {
+        let Some(slot) = tabled_slot(record) else {
             return copy(room);
-        }
-        let slot = record_os_hash(record);
+        };
         if let Some(os_hash) = self.table.received(slot, epoch) {
             let size = copy(room)?;
             set_record_os_hash(room, os_hash);
@@ -260,8 +259,8 @@ impl DriverCore<'_> {
             return STATUS_DEVICE_BUSY;
         };
         let discarded = consumer.discard_each(|record| {
-            if record_flags(record).contains(RecordFlags::STACK_BY_ID) {
-                self.table.release(record_os_hash(record));
+            if let Some(slot) = tabled_slot(record) {
+                self.table.release(slot);
             }
         });
         self.cleared.fetch_add(discarded, Ordering::Relaxed);
@@ -308,6 +307,16 @@ impl DriverCore<'_> {
         };
         (STATUS_SUCCESS, stack.encode(&header, output))
     }
+}
+
+/// The stack table slot a ring record names, if its stack is tabled (the
+/// ring keeps the slot where the OS hash goes, see `capture::by_id`).
+///
+/// Max IRQL: any.
+fn tabled_slot(record: &[u8]) -> Option<u32> {
+    record_flags(record)
+        .contains(RecordFlags::STACK_BY_ID)
+        .then(|| record_os_hash(record))
 }
 
 /// What the timer must do when the configuration changes.

@@ -96,6 +96,10 @@ impl StackEntry {
         (self.shape.load(Ordering::Relaxed) & 0xFFFF) as usize
     }
 
+    fn os_hash(&self) -> u32 {
+        (self.shape.load(Ordering::Relaxed) >> 32) as u32
+    }
+
     fn holds(&self, frames: &[u64]) -> bool {
         self.frame_count() == frames.len()
             && self
@@ -404,8 +408,7 @@ impl<'a> StackTable<'a> {
     #[must_use]
     pub fn received(&self, slot: u32, epoch: u64) -> Option<u32> {
         let entry = self.entry(slot)?;
-        (entry.sent_to.load(Ordering::Relaxed) == epoch)
-            .then(|| (entry.shape.load(Ordering::Relaxed) >> 32) as u32)
+        (entry.sent_to.load(Ordering::Relaxed) == epoch).then(|| entry.os_hash())
     }
 
     /// For a record naming `slot`, read in `epoch`: its OS hash, and its
@@ -424,8 +427,7 @@ impl<'a> StackTable<'a> {
         let entry = self.entry(slot)?;
         // The record's reference keeps the entry unchanged; the ring's
         // Acquire of the record made the entry's writes visible.
-        let shape = entry.shape.load(Ordering::Relaxed);
-        let os_hash = (shape >> 32) as u32;
+        let os_hash = entry.os_hash();
         if entry.sent_to.load(Ordering::Relaxed) == epoch {
             return Some((os_hash, None));
         }
