@@ -39,6 +39,10 @@ pub const MAX_INPUT_LENGTH: usize = if CONFIGURE_REQUEST_SIZE > CAPTURE_NOW_REQU
 /// only a driver built with the `test-injection` feature knows it; a
 /// release driver answers it as any unknown code.
 pub const INJECT_CODE: u32 = ctl_code(DEVICE_TYPE, 0xF00, METHOD_BUFFERED, Access::Write);
+/// The test fault-probe request's code (see
+/// [`crate::messages::encode_fault_probe_request`]): like [`INJECT_CODE`],
+/// served only by a `test-injection` build.
+pub const FAULT_PROBE_CODE: u32 = ctl_code(DEVICE_TYPE, 0xF01, METHOD_BUFFERED, Access::Write);
 
 /// The handle access a code requires (the `Access` field of `CTL_CODE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -190,6 +190,11 @@ pub enum DecodeError {
         /// The stack id.
         stack_id: u64,
     },
+    /// A test fault-probe request names no known target.
+    UnknownProbeTarget {
+        /// The target word received.
+        value: u64,
+    },
 }
 
 impl From<ConfigError> for DecodeError {
@@ -216,7 +221,8 @@ impl DecodeError {
             | Self::UnknownFlags { .. }
             | Self::InvalidFacts { .. }
             | Self::PagingState { .. }
-            | Self::UnknownStack { .. } => STATUS_INVALID_PARAMETER,
+            | Self::UnknownStack { .. }
+            | Self::UnknownProbeTarget { .. } => STATUS_INVALID_PARAMETER,
         }
     }
 }
@@ -265,6 +271,9 @@ impl core::fmt::Display for DecodeError {
                 f,
                 "a record names stack {stack_id:#018x}, whose frames no earlier record carried"
             ),
+            Self::UnknownProbeTarget { value } => {
+                write!(f, "unknown fault-probe target {value}")
+            }
         }
     }
 }

@@ -152,6 +152,57 @@ pub fn decode_inject_request(bytes: &[u8]) -> Result<SourceFacts, DecodeError> {
     SourceFacts::from_words(source, [word(0)?, word(1)?, word(2)?])
 }
 
+/// The test fault-probe request (only a driver built with the
+/// `test-injection` feature serves it): prefix, then the target (u8 as
+/// [`FaultProbe`], then 7 zero bytes). The reply is 8 bytes: the value the
+/// probe read inside the driver's exception scope (its low 32 bits), or
+/// `u64::MAX` when the read raised an exception that the scope caught.
+pub const FAULT_PROBE_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
+/// The fault-probe reply's size.
+pub const FAULT_PROBE_REPLY_SIZE: usize = 8;
+
+/// What the fault probe reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FaultProbe {
+    /// A word of the driver's own stack, holding [`FaultProbe::MAPPED_VALUE`].
+    Mapped = 0,
+    /// User address 8, never mapped on Windows or under Wine: the read
+    /// raises an access violation.
+    Unmapped = 1,
+}
+
+impl FaultProbe {
+    /// The 32-bit value the driver puts in the mapped word.
+    pub const MAPPED_VALUE: u32 = 0x6B73_7461;
+}
+
+/// The test fault-probe request for `target`.
+#[must_use]
+pub fn encode_fault_probe_request(target: FaultProbe) -> [u8; FAULT_PROBE_REQUEST_SIZE] {
+    let mut bytes = [0; FAULT_PROBE_REQUEST_SIZE];
+    let mut w = Writer::new(&mut bytes);
+    encode_prefix(&mut w, FAULT_PROBE_REQUEST_SIZE);
+    w.u8(STATUS_PREFIX_SIZE, target as u8);
+    bytes
+}
+
+/// Decodes a test fault-probe request.
+///
+/// # Errors
+/// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
+pub fn decode_fault_probe_request(bytes: &[u8]) -> Result<FaultProbe, DecodeError> {
+    let r = Reader::new(bytes);
+    check_exact_length(bytes, FAULT_PROBE_REQUEST_SIZE)?;
+    check_prefix(r, FAULT_PROBE_REQUEST_SIZE)?;
+    let word = r.u64(STATUS_PREFIX_SIZE)?;
+    match word {
+        0 => Ok(FaultProbe::Mapped),
+        1 => Ok(FaultProbe::Unmapped),
+        value => Err(DecodeError::UnknownProbeTarget { value }),
+    }
+}
+
 const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError> {
     if bytes.len() == size {
         Ok(())
@@ -716,6 +767,21 @@ mod tests {
             );
         }
         assert_eq!(StatusResponse::decode(&out), Ok(status));
+    }
+
+    #[test]
+    fn fault_probe_requests_round_trip_and_refuse_damage() {
+        for target in [FaultProbe::Mapped, FaultProbe::Unmapped] {
+            let bytes = encode_fault_probe_request(target);
+            assert_eq!(decode_fault_probe_request(&bytes), Ok(target));
+            let mut other = bytes;
+            other[STATUS_PREFIX_SIZE + 7] = 1;
+            assert!(decode_fault_probe_request(&other).is_err());
+            assert!(decode_fault_probe_request(&bytes[..FAULT_PROBE_REQUEST_SIZE - 1]).is_err());
+        }
+        let mut unknown = encode_fault_probe_request(FaultProbe::Mapped);
+        unknown[STATUS_PREFIX_SIZE] = 2;
+        assert!(decode_fault_probe_request(&unknown).is_err());
     }
 
     #[test]

@@ -45,8 +45,8 @@ pub unsafe extern "C" fn dispatch(_device: *mut DEVICE_OBJECT, irp: *mut IRP) ->
 /// Max IRQL: `PASSIVE_LEVEL`.
 fn device_control(request: &DeviceControl, reader: u64) -> (NtStatus, usize) {
     #[cfg(feature = "test-injection")]
-    if request.code == kstack_abi::ioctl::INJECT_CODE {
-        return crate::injection::serve(request);
+    if let Some(reply) = crate::injection::serve(request) {
+        return reply;
     }
     let ioctl = match DriverCore::admit(request.code, request.input_length, request.output_length) {
         Ok(ioctl) => ioctl,

@@ -6,17 +6,24 @@
 //! the Wine tests send [`INJECT_CODE`] requests instead: each one calls the
 //! source's real callback function with synthetic arguments built from the
 //! request's facts, and the callback captures and records as it would for
-//! a kernel event. What is synthetic: the arguments, and the object of an
+//! a kernel event. [`FAULT_PROBE_CODE`] requests read through a pointer
+//! inside the driver's exception scope ([`fault_scope`]), so a test can
+//! see a fault caught. What is synthetic: the arguments, and the object of an
 //! object-handle event, which is always the current process or thread (so
 //! its target process id is the current process, not the request's).
 //!
 //! [`INJECT_CODE`]: kstack_abi::ioctl::INJECT_CODE
+//! [`FAULT_PROBE_CODE`]: kstack_abi::ioctl::FAULT_PROBE_CODE
 
-use core::ptr;
+use core::{ffi::c_void, ptr};
 
 use kstack_abi::{
     SourceFacts,
-    messages::{INJECT_REQUEST_SIZE, decode_inject_request},
+    ioctl::{FAULT_PROBE_CODE, INJECT_CODE},
+    messages::{
+        FAULT_PROBE_REPLY_SIZE, FAULT_PROBE_REQUEST_SIZE, FaultProbe, INJECT_REQUEST_SIZE,
+        decode_fault_probe_request, decode_inject_request,
+    },
     ntstatus::{
         KSTACK_STATUS_INJECTION_ONLY, NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_NOT_SUPPORTED,
         STATUS_SUCCESS,
@@ -33,6 +40,7 @@ use wdk_sys::{
 };
 
 use crate::{
+    fault_scope::{self, FAULTED, probe},
     kernel::{DeviceControl, ObjectType},
     recorder,
     sources::{image_load, object_handles, process, registry_operations, thread},
@@ -50,14 +58,64 @@ pub const fn registration(kernel_status: NtStatus) -> NtStatus {
     }
 }
 
-/// Serves one injection request: validates it, then runs the callback.
+/// Serves the test-only requests: an injection, a fault probe; `None` for
+/// any other code.
 ///
 /// Never inlined, so the test build's PDB names it: the image tests tell
 /// the release image from the test build by it.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
 #[inline(never)]
-pub fn serve(request: &DeviceControl) -> (NtStatus, usize) {
+pub fn serve(request: &DeviceControl) -> Option<(NtStatus, usize)> {
+    match request.code {
+        INJECT_CODE => Some(serve_injection(request)),
+        FAULT_PROBE_CODE => Some(serve_fault_probe(request)),
+        _ => None,
+    }
+}
+
+/// Reads the probe's target inside the fault scope and answers what it
+/// read, or `FAULTED`.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn serve_fault_probe(request: &DeviceControl) -> (NtStatus, usize) {
+    if request.input_length != FAULT_PROBE_REQUEST_SIZE
+        || request.output_length != FAULT_PROBE_REPLY_SIZE
+        || request.system_buffer.is_null()
+    {
+        return (STATUS_INVALID_BUFFER_SIZE, 0);
+    }
+    // SAFETY: the system buffer holds the request's input bytes (checked
+    // above) until completion; they are copied out before the reply is
+    // written over them.
+    let bytes =
+        unsafe { core::slice::from_raw_parts(request.system_buffer, FAULT_PROBE_REQUEST_SIZE) };
+    let target = match decode_fault_probe_request(bytes) {
+        Ok(target) => target,
+        Err(error) => return (error.ntstatus(), 0),
+    };
+    let mut mapped = u64::from(FaultProbe::MAPPED_VALUE);
+    let address: *mut *mut c_void = match target {
+        FaultProbe::Mapped => (&raw mut mapped).cast(),
+        FaultProbe::Unmapped => ptr::without_provenance_mut(8),
+    };
+    // SAFETY: the probe reads 4 bytes at `address` and writes nothing; a
+    // read of the unmapped user address raises an access violation, which
+    // the scope catches.
+    let result = unsafe { fault_scope::guarded_walk(probe::READ_FIRST_WORD, address, 0, 0) };
+    let reply = result.map_or(FAULTED, u64::from);
+    // SAFETY: the system buffer has the FAULT_PROBE_REPLY_SIZE output bytes
+    // (checked above) and nothing else refers to it now.
+    let output =
+        unsafe { core::slice::from_raw_parts_mut(request.system_buffer, FAULT_PROBE_REPLY_SIZE) };
+    output.copy_from_slice(&reply.to_le_bytes());
+    (STATUS_SUCCESS, FAULT_PROBE_REPLY_SIZE)
+}
+
+/// Serves one injection request: validates it, then runs the callback.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn serve_injection(request: &DeviceControl) -> (NtStatus, usize) {
     if request.input_length != INJECT_REQUEST_SIZE
         || request.output_length != 0
         || request.system_buffer.is_null()

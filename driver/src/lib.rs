@@ -19,6 +19,7 @@ extern crate wdk_panic;
 
 mod device;
 mod dispatch;
+mod fault_scope;
 #[cfg(feature = "test-injection")]
 mod injection;
 mod kernel;

@@ -21,6 +21,7 @@ use std::{
 
 use kstack_abi::{
     SourceFacts,
+    messages::FaultProbe,
     source::{HandleOperation, Lifecycle, ObjectKind},
 };
 use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, WineHost, WineResult};
@@ -105,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 16] {
+fn cases() -> [(&'static str, Case); 17] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -144,7 +145,11 @@ fn cases() -> [(&'static str, Case); 16] {
             filters_and_sampling_count_every_event,
         ),
         (
-            "the release driver refuses injection requests",
+            "fault scope (test build): a read through an unmapped pointer is caught, a mapped one returns its value",
+            fault_scope_catches_a_fault,
+        ),
+        (
+            "the release driver refuses injection and fault-probe requests",
             release_driver_refuses_injection,
         ),
         (
@@ -964,9 +969,40 @@ fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
         String::from_utf8_lossy(&output.stdout).trim() == "0xc0000010" && !output.status.success(),
         || format!("the release driver should answer STATUS_INVALID_DEVICE_REQUEST: {output:?}"),
     )?;
+    let probe = wine.program("kstack-inject.exe", &["fault-probe", "unmapped"])?;
+    ensure(
+        String::from_utf8_lossy(&probe.stdout).trim() == "0xc0000010" && !probe.status.success(),
+        || format!("the release driver should refuse the fault probe: {probe:?}"),
+    )?;
     let records = wine.client_ok(&["read", "--json"])?;
     ensure(records.trim().is_empty(), || {
         format!("nothing may be recorded: {records}")
+    })
+}
+
+/// The driver's exception scope (`driver/src/fault_scope.rs`) under Wine's
+/// real exception dispatch: an unmapped read inside it comes back as
+/// "faulted" with the host still serving, a mapped one with its value.
+fn fault_scope_catches_a_fault(context: &Context) -> WineResult<()> {
+    with_injection_driver(context, |context, _| {
+        let wine = &context.wine;
+        for _ in 0..3 {
+            let output = wine.program("kstack-inject.exe", &["fault-probe", "unmapped"])?;
+            ensure(
+                output.status.success()
+                    && String::from_utf8_lossy(&output.stdout).trim() == "0x00000000 faulted",
+                || format!("an unmapped read inside the scope: {output:?}"),
+            )?;
+        }
+        let output = wine.program("kstack-inject.exe", &["fault-probe", "mapped"])?;
+        let expected = format!("0x00000000 {:#x}", FaultProbe::MAPPED_VALUE);
+        ensure(
+            output.status.success() && String::from_utf8_lossy(&output.stdout).trim() == expected,
+            || format!("a mapped read inside the scope should give {expected}: {output:?}"),
+        )?;
+        wine.client_ok(&["config", "--enable", "ondemand"])?;
+        wine.client_ok(&["selftest"])?;
+        Ok(())
     })
 }
 

@@ -3,6 +3,10 @@
 //! `kstack-inject SOURCE WORD WORD WORD`, where the words are the source's
 //! fact words as `SourceFacts::to_words` lays them out (decimal or 0x hex).
 //! Prints the request's NTSTATUS; exits 0 when it succeeded.
+//!
+//! `kstack-inject fault-probe mapped|unmapped` sends a fault-probe request
+//! instead and prints the status and the reply (the value read, or
+//! `faulted` when the driver's exception scope caught the read).
 
 use std::process::ExitCode;
 
@@ -12,6 +16,11 @@ fn main() -> ExitCode {
     use kstack_client::{device::Device, transport::Transport};
 
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, target] = args.as_slice()
+        && mode == "fault-probe"
+    {
+        return fault_probe(target);
+    }
     let parse_word = |text: &str| match text.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => text.parse().ok(),
@@ -41,6 +50,45 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Sends one fault-probe request for `target`.
+#[cfg(windows)]
+fn fault_probe(target: &str) -> ExitCode {
+    use kstack_abi::{
+        ioctl::FAULT_PROBE_CODE,
+        messages::{FAULT_PROBE_REPLY_SIZE, FaultProbe, encode_fault_probe_request},
+    };
+    use kstack_client::{device::Device, transport::Transport};
+
+    let target = match target {
+        "mapped" => FaultProbe::Mapped,
+        "unmapped" => FaultProbe::Unmapped,
+        _ => {
+            eprintln!("usage: kstack-inject fault-probe mapped|unmapped");
+            return ExitCode::from(2);
+        }
+    };
+    let mut device = match Device::open() {
+        Ok(device) => device,
+        Err(error) => {
+            eprintln!("kstack-inject: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    let mut reply = [0_u8; FAULT_PROBE_REPLY_SIZE];
+    let answer = device.control(FAULT_PROBE_CODE, &encode_fault_probe_request(target), &mut reply);
+    let value = u64::from_le_bytes(reply);
+    if answer.status < 0 || answer.information != FAULT_PROBE_REPLY_SIZE {
+        println!("{:#010x}", answer.status);
+        return ExitCode::FAILURE;
+    }
+    if value == u64::MAX {
+        println!("{:#010x} faulted", answer.status);
+    } else {
+        println!("{:#010x} {value:#x}", answer.status);
+    }
+    ExitCode::SUCCESS
 }
 
 #[cfg(not(windows))]
