@@ -7,7 +7,7 @@ use crate::{
     ntstatus::{
         NtStatus, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
         STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_INVALID_PARAMETER_5,
-        STATUS_INVALID_PARAMETER_6,
+        STATUS_INVALID_PARAMETER_6, STATUS_INVALID_PARAMETER_7,
     },
     wire::{Reader, Writer},
 };
@@ -17,6 +17,10 @@ use crate::{
 pub const DEFAULT_FRAMES_TO_SKIP: u16 = 0;
 /// Default `frames_to_capture`.
 pub const DEFAULT_FRAMES_TO_CAPTURE: u16 = 32;
+/// Default `user_frames` of every source that runs in the thread that
+/// caused its event (all but the timer): with [`DEFAULT_FRAMES_TO_CAPTURE`]
+/// kernel frames, a whole record of [`MAX_FRAMES`].
+pub const DEFAULT_USER_FRAMES: u8 = 30;
 /// Default timer period: 10 ms, about 100 samples a second per enabled timer.
 pub const DEFAULT_TIMER_PERIOD_MS: u32 = 10;
 /// Timer period bounds, in milliseconds.
@@ -29,7 +33,7 @@ pub const MAX_FRAMES_TO_SKIP: u16 = 64;
 pub const MAX_PROCESS_IDS: usize = 8;
 
 /// Encoded size of a [`CaptureConfig`].
-pub const CAPTURE_CONFIG_SIZE: usize = 96;
+pub const CAPTURE_CONFIG_SIZE: usize = 104;
 /// Offset of `sample_every` in an encoded [`CaptureConfig`]: one u16 per
 /// source in [`Source::ALL`] order, then zeros to 16 bytes.
 const SAMPLE_EVERY_OFFSET: usize = 16;
@@ -37,6 +41,9 @@ const SAMPLE_EVERY_OFFSET: usize = 16;
 const INCLUDE_OFFSET: usize = 32;
 /// Offset of the exclude list (`MAX_PROCESS_IDS` u32, unused ones 0).
 const EXCLUDE_OFFSET: usize = INCLUDE_OFFSET + 4 * MAX_PROCESS_IDS;
+/// Offset of `user_frames`: one u8 per source in [`Source::ALL`] order,
+/// then zeros to 8 bytes.
+const USER_FRAMES_OFFSET: usize = EXCLUDE_OFFSET + 4 * MAX_PROCESS_IDS;
 
 /// Which processes' events the sources keep, by the process the callback
 /// runs in (the record's `process_id`; for process, thread and image events
@@ -187,6 +194,13 @@ pub struct CaptureConfig {
     pub sample_every: [u16; Source::COUNT],
     /// The timer source's period in milliseconds.
     pub timer_period_ms: u32,
+    /// Per source, in [`Source::ALL`] order: the most user-mode frames to
+    /// walk after the kernel frames (0: none, the record's user part is
+    /// [`crate::UserPart::Off`]). A record holds at most [`MAX_FRAMES`]
+    /// frames in all, so the user part gets at most what the kernel part
+    /// left. 0 to [`MAX_FRAMES`]; the timer's must be 0 (it runs in a DPC,
+    /// at `DISPATCH_LEVEL`, on whatever thread was interrupted).
+    pub user_frames: [u8; Source::COUNT],
 }
 
 impl Default for CaptureConfig {
@@ -199,6 +213,10 @@ impl Default for CaptureConfig {
             processes: ProcessFilter::ALL,
             sample_every: [1; Source::COUNT],
             timer_period_ms: DEFAULT_TIMER_PERIOD_MS,
+            user_frames: Source::ALL.map(|source| match source {
+                Source::Timer => 0,
+                _ => DEFAULT_USER_FRAMES,
+            }),
         }
     }
 }
@@ -236,6 +254,14 @@ pub enum ConfigError {
         /// The value given.
         value: u16,
     },
+    /// A source's `user_frames` is above [`MAX_FRAMES`], or the timer's is
+    /// not 0.
+    UserFrames {
+        /// The source.
+        source: Source,
+        /// The value given.
+        value: u8,
+    },
 }
 
 impl ConfigError {
@@ -249,6 +275,7 @@ impl ConfigError {
             Self::TimerPeriod { .. } => STATUS_INVALID_PARAMETER_4,
             Self::Processes => STATUS_INVALID_PARAMETER_5,
             Self::SampleEvery { .. } => STATUS_INVALID_PARAMETER_6,
+            Self::UserFrames { .. } => STATUS_INVALID_PARAMETER_7,
         }
     }
 }
@@ -285,6 +312,11 @@ impl core::fmt::Display for ConfigError {
                 "{} keeps one event in {value}; it must be 1 to 65535 (1 for ondemand)",
                 source.name()
             ),
+            Self::UserFrames { source, value } => write!(
+                f,
+                "{} walks {value} user frames; it must be 0 to {MAX_FRAMES} (0 for timer)",
+                source.name()
+            ),
         }
     }
 }
@@ -318,6 +350,13 @@ impl CaptureConfig {
             if value == 0 || (value != 1 && matches!(source, Source::OnDemand)) {
                 return Err(ConfigError::SampleEvery { source, value });
             }
+            let user = self.user_frames[index];
+            if user as u16 > MAX_FRAMES || (user != 0 && matches!(source, Source::Timer)) {
+                return Err(ConfigError::UserFrames {
+                    source,
+                    value: user,
+                });
+            }
             index += 1;
         }
         Ok(())
@@ -327,6 +366,12 @@ impl CaptureConfig {
     #[must_use]
     pub const fn sample_every(&self, source: Source) -> u16 {
         self.sample_every[source.index()]
+    }
+
+    /// The most user frames `source` walks.
+    #[must_use]
+    pub const fn user_frames(&self, source: Source) -> u8 {
+        self.user_frames[source.index()]
     }
 
     pub(crate) fn encode(&self, w: &mut Writer<'_>, at: usize) {
@@ -351,10 +396,15 @@ impl CaptureConfig {
                 self.processes.exclude[index],
             );
         }
+        for index in 0..8 {
+            let value = self.user_frames.get(index).copied().unwrap_or(0);
+            w.u8(at + USER_FRAMES_OFFSET + index, value);
+        }
     }
 
     /// Decodes and validates the configuration at `at`. Unused list
-    /// entries and the bytes after `sample_every` are not looked at.
+    /// entries and the bytes after `sample_every` and `user_frames` are not
+    /// looked at.
     pub(crate) fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
         let bits = r.u32(at)?;
         let sources = SourceSet::from_bits(bits).ok_or(ConfigError::UnknownSources {
@@ -378,6 +428,10 @@ impl CaptureConfig {
         for (index, value) in sample_every.iter_mut().enumerate() {
             *value = r.u16(at + SAMPLE_EVERY_OFFSET + 2 * index)?;
         }
+        let mut user_frames = [0; Source::COUNT];
+        for (index, value) in user_frames.iter_mut().enumerate() {
+            *value = r.u8(at + USER_FRAMES_OFFSET + index)?;
+        }
         let config = Self {
             sources,
             frames_to_skip: r.u16(at + 4)?,
@@ -385,6 +439,7 @@ impl CaptureConfig {
             processes: ProcessFilter::new(&include[..include_len], &exclude[..exclude_len])?,
             sample_every,
             timer_period_ms: r.u32(at + 8)?,
+            user_frames,
         };
         config.validate()?;
         Ok(config)
@@ -575,6 +630,7 @@ mod tests {
             processes: ProcessFilter::new(&[4, 0x1234_5678], &[0]).unwrap(),
             sample_every,
             timer_period_ms: 250,
+            user_frames: [0, 1, 2, 3, 62, 0, 9],
         };
         let mut bytes = [0xAA_u8; CAPTURE_CONFIG_SIZE];
         config.encode(&mut Writer::new(&mut bytes), 0);

@@ -256,8 +256,8 @@ mod tests {
     fn buffer_limits_are_the_documented_sizes() {
         // A read header (24) and one largest record (568).
         assert_eq!(MIN_READ_BUFFER, 592);
-        // The configure request (8 + 96) is the largest input.
-        assert_eq!(MAX_INPUT_LENGTH, 104);
+        // The configure request (8 + 104) is the largest input.
+        assert_eq!(MAX_INPUT_LENGTH, 112);
     }
 
     #[test]

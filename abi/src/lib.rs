@@ -12,6 +12,7 @@
 //! - [`record`]: the trace record, with an ETW-shaped frame part.
 //! - [`ntstatus`]: the statuses the driver completes requests with.
 //! - [`paging`]: `DisablePagingExecutive`, configured and in effect.
+//! - [`user_part`]: what happened to each record's user-mode frames.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -23,6 +24,7 @@ pub mod ntstatus;
 pub mod paging;
 pub mod record;
 pub mod source;
+pub mod user_part;
 mod wire;
 
 pub use altitude::Altitude;
@@ -36,6 +38,7 @@ pub use record::{
     set_record_os_hash, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
+pub use user_part::{UserPart, UserWalk};
 
 use crate::ntstatus::{
     NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER, STATUS_REVISION_MISMATCH,
@@ -43,7 +46,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (
@@ -190,6 +193,23 @@ pub enum DecodeError {
         /// The stack id.
         stack_id: u64,
     },
+    /// A record's user part is longer than its stack.
+    UserFrames {
+        /// The record's `user_frame_count`.
+        user_frame_count: u8,
+        /// Its `frame_count`.
+        frame_count: u16,
+    },
+    /// A record's `user_part` is no known [`UserPart`].
+    UnknownUserPart {
+        /// The wire value.
+        value: u8,
+    },
+    /// A status's user-walk state is unknown.
+    UserWalk {
+        /// The wire value.
+        value: u32,
+    },
     /// A test fault-probe request names no known target.
     UnknownProbeTarget {
         /// The target word received.
@@ -222,6 +242,9 @@ impl DecodeError {
             | Self::InvalidFacts { .. }
             | Self::PagingState { .. }
             | Self::UnknownStack { .. }
+            | Self::UserFrames { .. }
+            | Self::UnknownUserPart { .. }
+            | Self::UserWalk { .. }
             | Self::UnknownProbeTarget { .. } => STATUS_INVALID_PARAMETER,
         }
     }
@@ -271,6 +294,15 @@ impl core::fmt::Display for DecodeError {
                 f,
                 "a record names stack {stack_id:#018x}, whose frames no earlier record carried"
             ),
+            Self::UserFrames {
+                user_frame_count,
+                frame_count,
+            } => write!(
+                f,
+                "a record says {user_frame_count} of its {frame_count} frames are user frames"
+            ),
+            Self::UnknownUserPart { value } => write!(f, "unknown user-part state {value}"),
+            Self::UserWalk { value } => write!(f, "unknown user-walk state {value}"),
             Self::UnknownProbeTarget { value } => {
                 write!(f, "unknown fault-probe target {value}")
             }

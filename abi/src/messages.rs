@@ -4,7 +4,7 @@
 
 use crate::{
     ABI_VERSION, Altitude, CaptureConfig, DecodeError, PagingExecutive, PagingInEffect, Records,
-    Source, SourceFacts,
+    Source, SourceFacts, UserPart, UserWalk,
     config::CAPTURE_CONFIG_SIZE,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
@@ -19,7 +19,7 @@ pub const CAPTURE_NOW_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
 /// Read response header.
 pub const READ_HEADER_SIZE: usize = 24;
 /// Bytes per source in the status response.
-const SOURCE_STATUS_SIZE: usize = 56;
+const SOURCE_STATUS_SIZE: usize = 56 + 8 * UserPart::COUNT;
 /// Offset of the configuration in force in the status response.
 const CONFIG_OFFSET: usize = 32;
 /// Offset of `dropped`, `cleared` and `sequences_spent` (u64 each), after
@@ -46,8 +46,11 @@ const PAGING_OFFSET: usize = ALTITUDES_OFFSET + 16;
 /// `used` u32, then `hits`, `inserts`, `evictions`, `collisions`, `full`,
 /// `busy`, `empty` and `sent`, u64 each), after the paging part.
 const STACK_TABLE_OFFSET: usize = PAGING_OFFSET + 24;
+/// Offset of whether the driver can walk user stacks (a [`UserWalk`] u32,
+/// 4 reserved zero bytes), after the stack table's part.
+const USER_WALK_OFFSET: usize = STACK_TABLE_OFFSET + 72;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = STACK_TABLE_OFFSET + 72;
+pub const STATUS_RESPONSE_SIZE: usize = USER_WALK_OFFSET + 8;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -214,10 +217,10 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
     }
 }
 
-/// One source's part of the status response. Layout (56 bytes):
+/// One source's part of the status response. Layout (136 bytes):
 /// `registration` i32, state u32 (bit 0: available), then the counters
 /// `captured`, `skipped_irql`, `skipped_stack`, `filtered`, `not_kept`,
-/// `sampled_out`, u64 each.
+/// `sampled_out`, then `user_parts` in [`UserPart::ALL`] order, u64 each.
 ///
 /// The counters count events of an enabled source (a disabled source's
 /// events are not looked at), each event under exactly one of them, from
@@ -247,6 +250,11 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 ///   disabled source.
 /// - `sampled_out`: admitted by the process filter, then not kept by the
 ///   source's sampling (see [`CaptureConfig::sample_every`]); no walk.
+///
+/// Every walked event becomes one record, kept, dropped or answered only,
+/// and every record says what happened to its user part, so
+/// `captured + not_kept` = the sum of `user_parts` (exact when no capture
+/// is under way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SourceStatus {
     /// The NTSTATUS of registering the source's callback at load
@@ -269,6 +277,17 @@ pub struct SourceStatus {
     pub not_kept: u64,
     /// Events not kept by the source's sampling (no walk).
     pub sampled_out: u64,
+    /// Records by what happened to their user part, in [`UserPart::ALL`]
+    /// order ([`SourceStatus::user_part`] reads one).
+    pub user_parts: [u64; UserPart::COUNT],
+}
+
+impl SourceStatus {
+    /// Records whose user part had outcome `part`.
+    #[must_use]
+    pub const fn user_part(&self, part: UserPart) -> u64 {
+        self.user_parts[part.index()]
+    }
 }
 
 /// Where the driver's own image is loaded, from its `DRIVER_OBJECT`
@@ -373,6 +392,10 @@ pub struct StatusResponse {
     pub registry_altitude: Altitude,
     /// The stack table.
     pub stack_table: StackTableStatus,
+    /// Whether the driver can walk user stacks (decided at load); when it
+    /// cannot, every record of a source with user frames on says
+    /// [`UserPart::Unavailable`].
+    pub user_walk: UserWalk,
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
@@ -433,6 +456,9 @@ impl StatusResponse {
             w.u64(at + 32, source.filtered);
             w.u64(at + 40, source.not_kept);
             w.u64(at + 48, source.sampled_out);
+            for (part, &count) in source.user_parts.iter().enumerate() {
+                w.u64(at + 56 + 8 * part, count);
+            }
         }
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
@@ -471,6 +497,8 @@ impl StatusResponse {
         {
             w.u64(STACK_TABLE_OFFSET + 8 + 8 * index, counter);
         }
+        w.u32(USER_WALK_OFFSET, self.user_walk as u32);
+        w.u32(USER_WALK_OFFSET + 4, 0);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -498,6 +526,7 @@ impl StatusResponse {
             filtered: 0,
             not_kept: 0,
             sampled_out: 0,
+            user_parts: [0; UserPart::COUNT],
         }; Source::COUNT];
         for (index, source) in sources.iter_mut().enumerate() {
             let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
@@ -514,13 +543,20 @@ impl StatusResponse {
                 filtered: r.u64(at + 32)?,
                 not_kept: r.u64(at + 40)?,
                 sampled_out: r.u64(at + 48)?,
+                user_parts: [0; UserPart::COUNT],
             };
+            for (part, count) in source.user_parts.iter_mut().enumerate() {
+                *count = r.u64(at + 56 + 8 * part)?;
+            }
         }
         let configured = if flags & FLAG_PAGING_EXECUTIVE_SET == 0 {
             None
         } else {
             Some(r.u32(16)?)
         };
+        let walk_value = r.u32(USER_WALK_OFFSET)?;
+        let user_walk =
+            UserWalk::from_wire(walk_value).ok_or(DecodeError::UserWalk { value: walk_value })?;
         let state = r.u32(PAGING_OFFSET)?;
         let in_effect = PagingInEffect::from_wire(state)
             .filter(|in_effect| {
@@ -571,6 +607,7 @@ impl StatusResponse {
                 empty: r.u64(STACK_TABLE_OFFSET + 56)?,
                 sent: r.u64(STACK_TABLE_OFFSET + 64)?,
             },
+            user_walk,
         })
     }
 }
@@ -669,6 +706,7 @@ mod tests {
             filtered: 0,
             not_kept: 0,
             sampled_out: 0,
+            user_parts: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
         }; Source::COUNT];
         sources[Source::Registry.index()] = SourceStatus {
             registration: STATUS_NOT_SUPPORTED,
@@ -679,6 +717,7 @@ mod tests {
             filtered: 0,
             not_kept: 0,
             sampled_out: 7,
+            user_parts: [0; UserPart::COUNT],
         };
         sources[Source::Timer.index()].skipped_irql = 7;
         sources[Source::Registry.index()].skipped_stack = 9;
@@ -707,6 +746,7 @@ mod tests {
                 processes: crate::ProcessFilter::new(&[4, 8], &[0]).unwrap(),
                 sample_every: [1, 2, 3, 4, 5, 6, 1],
                 timer_period_ms: 10,
+                user_frames: [30, 30, 30, 30, 30, 0, 1],
             },
             dropped: 5,
             cleared: 6,
@@ -738,14 +778,17 @@ mod tests {
                 // Every byte set, as for the last source's counters.
                 sent: u64::MAX - 2,
             },
+            user_walk: UserWalk::HostStub,
         }
     }
 
     #[test]
     fn message_sizes_are_the_documented_ones() {
-        assert_eq!(CONFIGURE_REQUEST_SIZE, 104);
+        assert_eq!(CONFIGURE_REQUEST_SIZE, 112);
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
+        assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1264);
         assert_eq!(READ_HEADER_SIZE, 24);
     }
 
@@ -759,6 +802,7 @@ mod tests {
             ALTITUDES_OFFSET + 6..ALTITUDES_OFFSET + 8,
             ALTITUDES_OFFSET + 14..ALTITUDES_OFFSET + 16,
             PAGING_OFFSET + 4..PAGING_OFFSET + 8,
+            USER_WALK_OFFSET + 4..USER_WALK_OFFSET + 8,
         ];
         for range in reserved {
             assert!(
@@ -807,7 +851,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 688);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1264);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -822,7 +866,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &688_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &1264_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 
@@ -955,6 +999,8 @@ mod tests {
             shard: 0,
             irql: 0,
             flags: RecordFlags::NONE,
+            user_frame_count: 1,
+            user_part: UserPart::Captured,
             os_hash: 0,
             stack_id: stack_id(frames),
             facts: SourceFacts::OnDemand { tag: 1 },

@@ -46,6 +46,9 @@ pub const STATUS_INVALID_PARAMETER_5: NtStatus = nt(0xC000_00F3);
 /// Configuration field 6 (`sample_every`) is out of range: 0, or other
 /// than 1 for the on-demand source.
 pub const STATUS_INVALID_PARAMETER_6: NtStatus = nt(0xC000_00F4);
+/// Configuration field 7 (`user_frames`) is out of range: above
+/// `MAX_FRAMES`, or other than 0 for the timer source.
+pub const STATUS_INVALID_PARAMETER_7: NtStatus = nt(0xC000_00F5);
 /// Another read, clear or configure request is in progress; retry
 /// (Win32 `ERROR_BUSY`). A warning status: no data is returned.
 pub const STATUS_DEVICE_BUSY: NtStatus = nt(0x8000_0011);
@@ -91,6 +94,7 @@ const _: () = {
         STATUS_INVALID_PARAMETER_4,
         STATUS_INVALID_PARAMETER_5,
         STATUS_INVALID_PARAMETER_6,
+        STATUS_INVALID_PARAMETER_7,
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
         KSTACK_STATUS_STACK_TOO_LOW,
     ];

@@ -7,14 +7,16 @@
 //! | 0  | 2 | `record_size`: bytes in this record, header and frames |
 //! | 2  | 1 | `source` ([`Source`] wire value) |
 //! | 3  | 1 | `irql` at capture |
-//! | 4  | 2 | `frame_count` |
+//! | 4  | 1 | `frame_count`: the frames in this record, kernel part then user part |
+//! | 5  | 1 | `user_frame_count`: how many of the stack's frames, the last ones, are the user part |
 //! | 6  | 2 | `flags` ([`RecordFlags`]) |
 //! | 8  | 8 | `sequence`: per shard and driver load, from 1; a gap is a record dropped or cleared |
 //! | 16 | 8 | `timestamp`: 100 ns units since 1601-01-01 UTC: the system time at driver load plus the time elapsed since on the performance counter, taken inside the publish section (see below) |
 //! | 24 | 4 | `process_id` of the current process |
 //! | 28 | 4 | `thread_id` of the current thread |
 //! | 32 | 2 | `processor` the capture ran on |
-//! | 34 | 2 | `shard`: the ring shard that kept it, below [`MAX_SHARDS`] |
+//! | 34 | 1 | `shard`: the ring shard that kept it, below [`MAX_SHARDS`] |
+//! | 35 | 1 | `user_part`: what happened to the user part ([`UserPart`]) |
 //! | 36 | 4 | `os_hash`: `RtlCaptureStackBackTrace`'s BackTraceHash, as returned |
 //! | 40 | 24 | three fact words ([`SourceFacts`]) |
 //! | 64 | 8 | `match_id`: kstack's 64-bit [`stack_id`] of the frames |
@@ -41,11 +43,19 @@
 //!
 //! Bytes 64.. are shaped like ETW's `EVENT_EXTENDED_ITEM_STACK_TRACE64`
 //! (`MatchId`, then `Address[]`). ETW's `MatchId` pairs a kernel stack with
-//! the user-mode half of the same event; kstack captures kernel stacks only,
-//! so that slot holds the stack id, equal for identical stacks.
+//! the user-mode half of the same event; a kstack record holds both halves
+//! in one address list (the kernel frames, then `user_frame_count` user
+//! frames), so that slot holds the stack id of the whole list, equal for
+//! identical stacks. The user part of a WoW64 thread (flag
+//! [`RecordFlags::WOW64`]) is what the walk returned for it.
+//!
+//! ABI 5 to 7 records read as ABI 8 records: their `frame_count` was a u16
+//! below 63 and their `shard` a u16 below 64, so bytes 5 and 35 are 0 (no
+//! user frames, [`UserPart::Off`]).
 
 use crate::{
     DecodeError, Source, SourceFacts,
+    user_part::UserPart,
     wire::{Reader, Writer},
 };
 
@@ -53,9 +63,9 @@ use crate::{
 pub const RECORD_HEADER_SIZE: usize = 64;
 /// Bytes of `match_id` before the addresses.
 const MATCH_ID_SIZE: usize = 8;
-/// The most frames one record holds. Kept under 63, the limit on
-/// FramesToSkip + FramesToCapture that older Windows releases document for
-/// `RtlCaptureStackBackTrace`.
+/// The most frames one record holds, kernel and user part together. Kept
+/// under 63, the limit on FramesToSkip + FramesToCapture that older Windows
+/// releases document for `RtlCaptureStackBackTrace`.
 pub const MAX_FRAMES: u16 = 62;
 /// The size of a record with `MAX_FRAMES` frames.
 pub const MAX_RECORD_SIZE: usize = record_size(MAX_FRAMES);
@@ -81,7 +91,8 @@ pub struct RecordFlags(u16);
 impl RecordFlags {
     /// No flag.
     pub const NONE: Self = Self(0);
-    /// The walk filled every frame asked for: the stack may go deeper.
+    /// The kernel walk filled every frame asked for: the kernel stack may go
+    /// deeper.
     pub const TRUNCATED: Self = Self(1);
     /// A capture-now record returned to its caller but not kept in the ring
     /// (the on-demand source was disabled); its sequence is 0.
@@ -107,8 +118,13 @@ impl RecordFlags {
     /// the I/O manager could not copy back, may take such frames with
     /// them.) Capture-now answers always carry their frames.
     pub const STACK_BY_ID: Self = Self(4);
+    /// The process is a 32-bit (WoW64) process on 64-bit Windows. Set only
+    /// on records whose user part was walked (captured, truncated or
+    /// faulted).
+    pub const WOW64: Self = Self(8);
     /// Every defined bit.
-    const KNOWN: u16 = Self::TRUNCATED.0 | Self::NOT_IN_RING.0 | Self::STACK_BY_ID.0;
+    const KNOWN: u16 =
+        Self::TRUNCATED.0 | Self::NOT_IN_RING.0 | Self::STACK_BY_ID.0 | Self::WOW64.0;
 
     /// These flags and `other`'s.
     #[must_use]
@@ -165,6 +181,12 @@ pub struct RecordHeader {
     pub irql: u8,
     /// Flag bits.
     pub flags: RecordFlags,
+    /// How many of the stack's frames, the last ones, are its user part.
+    /// For a record without frames ([`RecordFlags::STACK_BY_ID`],
+    /// `frame_count` 0) it describes the remembered stack.
+    pub user_frame_count: u8,
+    /// What happened to the user part.
+    pub user_part: UserPart,
     /// The OS BackTraceHash, as `RtlCaptureStackBackTrace` returned it.
     pub os_hash: u32,
     /// kstack's 64-bit stack id of the frames (see [`stack_id`]).
@@ -192,6 +214,14 @@ impl RecordView<'_> {
     #[must_use]
     pub const fn frame_count(&self) -> usize {
         self.addresses.len() / 8
+    }
+
+    /// How many of the record's frames are kernel frames (all of them
+    /// but the user part).
+    #[must_use]
+    pub const fn kernel_frame_count(&self) -> usize {
+        self.frame_count()
+            .saturating_sub(self.header.user_frame_count as usize)
     }
 
     /// The return addresses, most recent call first.
@@ -234,13 +264,13 @@ pub fn encode_record(
     frames: &[u64],
     out: &mut [u8],
 ) -> Result<usize, DecodeError> {
-    let frame_count = u16::try_from(frames.len())
+    let frame_count = u8::try_from(frames.len())
         .ok()
-        .filter(|&count| count <= MAX_FRAMES)
+        .filter(|&count| u16::from(count) <= MAX_FRAMES)
         .ok_or(DecodeError::TooManyFrames {
             count: frames.len(),
         })?;
-    let size = record_size(frame_count);
+    let size = record_size(frame_count.into());
     let available = out.len();
     let out = out.get_mut(..size).ok_or(DecodeError::Truncated {
         needed: size,
@@ -255,14 +285,16 @@ pub fn encode_record(
     w.u16(0, size as u16);
     w.u8(2, header.facts.source() as u8);
     w.u8(3, header.irql);
-    w.u16(4, frame_count);
+    w.u8(4, frame_count);
+    w.u8(5, header.user_frame_count);
     w.u16(6, header.flags.bits());
     w.u64(8, header.sequence);
     w.u64(TIMESTAMP_OFFSET, header.timestamp);
     w.u32(24, header.process_id);
     w.u32(28, header.thread_id);
     w.u16(32, header.processor);
-    w.u16(34, header.shard);
+    w.u8(34, u8::try_from(header.shard).unwrap_or(u8::MAX));
+    w.u8(35, header.user_part as u8);
     w.u32(OS_HASH_OFFSET, header.os_hash);
     w.u64(40, fact_a);
     w.u64(48, fact_b);
@@ -282,7 +314,7 @@ pub fn encode_record(
 pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeError> {
     let r = Reader::new(bytes);
     let size = usize::from(r.u16(0)?);
-    let frame_count = r.u16(4)?;
+    let frame_count = u16::from(r.u8(4)?);
     if frame_count > MAX_FRAMES {
         return Err(DecodeError::TooManyFrames {
             count: usize::from(frame_count),
@@ -305,10 +337,22 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     let flags = RecordFlags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags {
         bits: u32::from(flag_bits),
     })?;
-    let shard = r.u16(34)?;
+    let shard = u16::from(r.u8(34)?);
     if shard >= MAX_SHARDS {
         return Err(DecodeError::ShardOutOfRange { shard });
     }
+    let user_frame_count = r.u8(5)?;
+    let without_frames = frame_count == 0 && flags.contains(RecordFlags::STACK_BY_ID);
+    let user_limit = if without_frames { MAX_FRAMES } else { frame_count };
+    if u16::from(user_frame_count) > user_limit {
+        return Err(DecodeError::UserFrames {
+            user_frame_count,
+            frame_count,
+        });
+    }
+    let user_value = r.u8(35)?;
+    let user_part =
+        UserPart::from_wire(user_value).ok_or(DecodeError::UnknownUserPart { value: user_value })?;
     let header = RecordHeader {
         sequence: r.u64(8)?,
         timestamp: r.u64(TIMESTAMP_OFFSET)?,
@@ -318,6 +362,8 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
         shard,
         irql: r.u8(3)?,
         flags,
+        user_frame_count,
+        user_part,
         os_hash: r.u32(OS_HASH_OFFSET)?,
         stack_id: r.u64(64)?,
         facts: SourceFacts::from_words(source, [r.u64(40)?, r.u64(48)?, r.u64(56)?])?,
@@ -413,6 +459,8 @@ mod tests {
             shard: 3,
             irql: 2,
             flags: RecordFlags::TRUNCATED,
+            user_frame_count: 0,
+            user_part: UserPart::Irql,
             os_hash: 0xDEAD_BEEF,
             stack_id: stack_id(frames.iter().copied()),
             facts,
@@ -475,20 +523,27 @@ mod tests {
     #[test]
     fn layout_matches_the_documented_offsets() {
         let frames = [0x1111, 0x2222];
-        let header = sample_header(SourceFacts::OnDemand { tag: 0xABCD }, &frames);
+        let header = RecordHeader {
+            user_frame_count: 1,
+            user_part: UserPart::Truncated,
+            flags: RecordFlags::TRUNCATED.union(RecordFlags::WOW64),
+            ..sample_header(SourceFacts::OnDemand { tag: 0xABCD }, &frames)
+        };
         let mut out = [0xFF_u8; 100];
         let size = encode_record(&header, &frames, &mut out).unwrap();
         assert_eq!(size, 88);
         assert_eq!(&out[0..2], &88_u16.to_le_bytes());
         assert_eq!(out[2], Source::OnDemand as u8);
         assert_eq!(out[3], 2);
-        assert_eq!(&out[4..6], &2_u16.to_le_bytes());
-        assert_eq!(&out[6..8], &1_u16.to_le_bytes());
+        assert_eq!(out[4], 2);
+        assert_eq!(out[5], 1);
+        assert_eq!(&out[6..8], &9_u16.to_le_bytes());
         assert_eq!(&out[8..16], &41_u64.to_le_bytes());
         assert_eq!(&out[16..24], &header.timestamp.to_le_bytes());
         assert_eq!(record_timestamp(&out), header.timestamp);
         assert_eq!(&out[32..34], &1_u16.to_le_bytes());
-        assert_eq!(&out[34..36], &3_u16.to_le_bytes());
+        assert_eq!(out[34], 3);
+        assert_eq!(out[35], UserPart::Truncated as u8);
         assert_eq!(&out[36..40], &0xDEAD_BEEF_u32.to_le_bytes());
         assert_eq!(&out[40..48], &0xABCD_u64.to_le_bytes());
         assert_eq!(&out[64..72], &header.stack_id.to_le_bytes());
@@ -497,6 +552,23 @@ mod tests {
         assert_eq!(out[88], 0xFF, "nothing written past the record");
         assert_eq!(MAX_RECORD_SIZE, 568);
         assert_eq!(MAX_RECORD_SIZE % 8, 0);
+    }
+
+    #[test]
+    fn an_abi_7_record_reads_as_one_without_a_user_part() {
+        // ABI 7's layout: frame_count u16 at 4, shard u16 at 34.
+        let mut old = [0_u8; 80];
+        old[0..2].copy_from_slice(&80_u16.to_le_bytes());
+        old[2] = Source::Timer as u8;
+        old[4..6].copy_from_slice(&1_u16.to_le_bytes());
+        old[34..36].copy_from_slice(&63_u16.to_le_bytes());
+        old[72..80].copy_from_slice(&0xFFFF_F800_0000_1000_u64.to_le_bytes());
+        let (view, size) = decode_record(&old).unwrap();
+        assert_eq!(size, 80);
+        assert_eq!(view.header.shard, 63);
+        assert_eq!(view.header.user_frame_count, 0);
+        assert_eq!(view.header.user_part, UserPart::Off);
+        assert_eq!(view.kernel_frame_count(), 1);
     }
 
     #[test]
@@ -547,10 +619,25 @@ mod tests {
             Err(DecodeError::UnknownSource { value: 9 })
         );
         let mut bad = good;
-        bad[6] = 8;
+        bad[6] = 16;
         assert_eq!(
             decode_record(&bad),
-            Err(DecodeError::UnknownFlags { bits: 8 })
+            Err(DecodeError::UnknownFlags { bits: 16 })
+        );
+        let mut bad = good;
+        bad[5] = 4;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::UserFrames {
+                user_frame_count: 4,
+                frame_count: 3
+            })
+        );
+        let mut bad = good;
+        bad[35] = 10;
+        assert_eq!(
+            decode_record(&bad),
+            Err(DecodeError::UnknownUserPart { value: 10 })
         );
         let mut bad = good;
         bad[34] = 64;
@@ -664,11 +751,19 @@ mod tests {
             facts in any_facts(),
             frames in prop::collection::vec(any::<u64>(), 0..=MAX_FRAMES as usize),
             sequence: u64, timestamp: u64, process_id: u32, thread_id: u32, processor: u16,
-            shard in 0..MAX_SHARDS, irql: u8, truncated: bool, os_hash: u32,
+            shard in 0..MAX_SHARDS, irql: u8, truncated: bool, wow64: bool, os_hash: u32,
+            user_share in 0.0..=1.0_f64, user_part in 0..UserPart::COUNT,
         ) {
+            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss,
+                reason = "a share of at most 62 frames")]
+            let user_frame_count = (frames.len() as f64 * user_share) as u8;
+            let mut flags = if truncated { RecordFlags::TRUNCATED } else { RecordFlags::NONE };
+            if wow64 {
+                flags = flags.union(RecordFlags::WOW64);
+            }
             let header = RecordHeader {
-                sequence, timestamp, process_id, thread_id, processor, shard, irql,
-                flags: if truncated { RecordFlags::TRUNCATED } else { RecordFlags::NONE },
+                sequence, timestamp, process_id, thread_id, processor, shard, irql, flags,
+                user_frame_count, user_part: UserPart::ALL[user_part],
                 os_hash, stack_id: stack_id(frames.iter().copied()), facts,
             };
             let mut out = [0_u8; MAX_RECORD_SIZE];

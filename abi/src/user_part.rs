@@ -1,0 +1,156 @@
+//! The user-mode part of a record's stack: the frames of the thread that
+//! caused the event, below its system call, walked after the kernel part
+//! (`RtlWalkFrameChain` with `RTL_WALK_USER_MODE_STACK`).
+//!
+//! Every record says what happened to its user part ([`UserPart`]); the
+//! status counts each outcome per source ([`crate::SourceStatus::user_parts`])
+//! and says whether the driver can walk user stacks at all ([`UserWalk`]).
+
+/// What happened to a record's user part. Its frames, if any, are the last
+/// `user_frame_count` of the record's stack (see [`crate::RecordHeader`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum UserPart {
+    /// Not asked for: the source's `user_frames` setting is 0 (see
+    /// [`crate::CaptureConfig::user_frames`]). Every record of a driver
+    /// before ABI 8 reads as this.
+    #[default]
+    Off = 0,
+    /// Walked to its end: every user frame is in the record.
+    Captured = 1,
+    /// The walk filled the room it had (the source's `user_frames`, or what
+    /// the kernel part left of [`crate::MAX_FRAMES`]): the stack may go on.
+    Truncated = 2,
+    /// The walk raised an exception (user memory unmapped or protected
+    /// under it); the driver's exception scope caught it and the record
+    /// keeps no user frames.
+    Faulted = 3,
+    /// Not walked: this thread was already walking its user stack (a
+    /// callback reached while paging the stack in).
+    Reentered = 4,
+    /// Not walked: the callback ran at `DISPATCH_LEVEL` or above, where the
+    /// user stack cannot be paged in (the timer source always).
+    Irql = 5,
+    /// Not walked: a system thread has no user stack.
+    SystemThread = 6,
+    /// Not walked: the thread was attached to another process's address
+    /// space, so its own user stack is not mapped.
+    Attached = 7,
+    /// Not walked: the driver cannot walk user stacks here (see
+    /// [`UserWalk`] in the status).
+    Unavailable = 8,
+    /// Not walked: more threads were walking at once than the driver's
+    /// re-entry guard tracks.
+    GuardFull = 9,
+}
+
+impl UserPart {
+    /// How many outcomes there are.
+    pub const COUNT: usize = 10;
+    /// Every outcome, in wire order.
+    pub const ALL: [Self; Self::COUNT] = [
+        Self::Off,
+        Self::Captured,
+        Self::Truncated,
+        Self::Faulted,
+        Self::Reentered,
+        Self::Irql,
+        Self::SystemThread,
+        Self::Attached,
+        Self::Unavailable,
+        Self::GuardFull,
+    ];
+
+    /// The outcome with this wire value.
+    #[must_use]
+    pub const fn from_wire(value: u8) -> Option<Self> {
+        if (value as usize) < Self::COUNT {
+            Some(Self::ALL[value as usize])
+        } else {
+            None
+        }
+    }
+
+    /// Its position in [`UserPart::ALL`] and in the status counters.
+    #[must_use]
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in the client's output.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Captured => "captured",
+            Self::Truncated => "truncated",
+            Self::Faulted => "faulted",
+            Self::Reentered => "reentered",
+            Self::Irql => "irql",
+            Self::SystemThread => "system_thread",
+            Self::Attached => "attached",
+            Self::Unavailable => "unavailable",
+            Self::GuardFull => "guard_full",
+        }
+    }
+}
+
+/// Whether the driver can walk user stacks, decided once at load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u32)]
+pub enum UserWalk {
+    /// `RtlWalkFrameChain` is there and implemented.
+    Available = 0,
+    /// The kernel does not export `RtlWalkFrameChain`.
+    #[default]
+    NotExported = 1,
+    /// The host exports it only as a stub that ends the host when called
+    /// (Wine: recognized by Wine's own `wine_ntoskrnl_main_loop` export);
+    /// the driver never calls it.
+    HostStub = 2,
+}
+
+impl UserWalk {
+    /// The value with this wire value.
+    #[must_use]
+    pub const fn from_wire(value: u32) -> Option<Self> {
+        match value {
+            0 => Some(Self::Available),
+            1 => Some(Self::NotExported),
+            2 => Some(Self::HostStub),
+            _ => None,
+        }
+    }
+
+    /// Why user frames are unavailable, or `None` when they are available.
+    #[must_use]
+    pub const fn reason(self) -> Option<&'static str> {
+        match self {
+            Self::Available => None,
+            Self::NotExported => Some("the kernel does not export RtlWalkFrameChain"),
+            Self::HostStub => Some("the host (Wine) exports RtlWalkFrameChain only as a stub"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_values_round_trip_and_unknown_ones_are_refused() {
+        for (index, part) in UserPart::ALL.into_iter().enumerate() {
+            assert_eq!(part.index(), index);
+            assert_eq!(UserPart::from_wire(part as u8), Some(part));
+        }
+        assert_eq!(UserPart::from_wire(10), None);
+        let names: std::collections::BTreeSet<_> =
+            UserPart::ALL.into_iter().map(UserPart::name).collect();
+        assert_eq!(names.len(), UserPart::COUNT);
+        for walk in [UserWalk::Available, UserWalk::NotExported, UserWalk::HostStub] {
+            assert_eq!(UserWalk::from_wire(walk as u32), Some(walk));
+            assert_eq!(walk.reason().is_none(), walk == UserWalk::Available);
+        }
+        assert_eq!(UserWalk::from_wire(3), None);
+    }
+}
