@@ -77,6 +77,8 @@ fn timer_header(frames: &[u64; FRAMES], processor: u16) -> RecordHeader {
         irql: 2,
         // The walk filled all 32 frames asked for.
         flags: RecordFlags::TRUNCATED,
+        user_frame_count: 0,
+        user_part: kstack_abi::UserPart::Off,
         // Windows' BackTraceHash is the low 32 bits of the sum of the frames.
         os_hash: u32::try_from(frames.iter().copied().fold(0_u64, u64::wrapping_add) & 0xFFFF_FFFF)
             .expect("masked to 32 bits"),
@@ -520,6 +522,8 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
     }
     let event = RecordHeader {
         flags: RecordFlags::STACK_BY_ID,
+        user_frame_count: 0,
+        user_part: kstack_abi::UserPart::Off,
         ..header
     };
     let mut buffer = vec![0_u8; shard_bytes()];

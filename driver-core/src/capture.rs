@@ -13,7 +13,7 @@
 
 use kstack_abi::{
     Altitude, CaptureConfig, DriverImage, MAX_FRAMES, MAX_PROCESS_IDS, PagingExecutive,
-    ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet,
+    ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet, UserPart, UserWalk,
     config::admitted,
     encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
@@ -21,11 +21,12 @@ use kstack_abi::{
 };
 
 use crate::{
-    paging_policy::{WalkDecision, walk_decision},
+    paging_policy::{DISPATCH_LEVEL, WalkDecision, walk_decision},
     ring::Full,
     sharded_ring::{ShardedRing, Uncaptured},
     stack_table::{StackTable, Tabled},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, Wait, fence},
+    user_walk_guard::{Refused, UserWalkGuard},
 };
 
 /// What the capture needs from the kernel. Every method is callable at up
@@ -52,6 +53,29 @@ pub trait Platform {
     /// `RtlCaptureStackBackTrace(frames_to_skip, frames.len(), frames, &hash)`:
     /// returns the frames written and the OS BackTraceHash.
     fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32);
+    /// What the user walk needs to know of the current thread. Called only
+    /// below `DISPATCH_LEVEL` and only when the driver can walk user stacks
+    /// ([`UserWalk::Available`]).
+    fn user_thread(&self) -> UserThread;
+    /// `RtlWalkFrameChain(frames, frames.len(), RTL_WALK_USER_MODE_STACK)`
+    /// inside the driver's exception scope: the user frames written, or
+    /// `None` when the walk raised an exception. Called only below
+    /// `DISPATCH_LEVEL`, on a thread [`Platform::user_thread`] found to be
+    /// neither a system thread nor attached, and only when the driver can
+    /// walk user stacks.
+    fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize>;
+}
+
+/// The current thread, as far as the user walk cares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserThread {
+    /// A system thread: no user stack.
+    pub system: bool,
+    /// Attached to another process's address space (`KeStackAttachProcess`):
+    /// its own user stack is not mapped.
+    pub attached: bool,
+    /// Its process is a 32-bit (WoW64) process.
+    pub wow64: bool,
 }
 
 /// The least kernel stack a capture needs left before it walks, in bytes.
@@ -129,6 +153,8 @@ struct ConfigCell {
     packed: AtomicU64,
     timer_period_ms: AtomicU32,
     sample_every: [AtomicU32; Source::COUNT],
+    /// `user_frames`, one byte per source.
+    user_frames: AtomicU64,
     include: [AtomicU32; MAX_PROCESS_IDS],
     exclude: [AtomicU32; MAX_PROCESS_IDS],
 }
@@ -140,6 +166,7 @@ impl ConfigCell {
             packed: AtomicU64::new(0),
             timer_period_ms: AtomicU32::new(0),
             sample_every: core::array::from_fn(|_| AtomicU32::new(1)),
+            user_frames: AtomicU64::new(0),
             include: core::array::from_fn(|_| AtomicU32::new(0)),
             exclude: core::array::from_fn(|_| AtomicU32::new(0)),
         };
@@ -197,6 +224,7 @@ impl ConfigCell {
                 .unwrap_or(1),
             frames_to_skip: u16::from(packed[1]),
             frames_to_capture: u16::from(packed[2]),
+            user_frames: self.user_frames.load(Ordering::Relaxed).to_le_bytes()[source.index()],
         }
     }
 
@@ -224,6 +252,10 @@ impl ConfigCell {
                 u16::try_from(self.sample_every[index].load(Ordering::Relaxed)).unwrap_or(1)
             }),
             timer_period_ms: self.timer_period_ms.load(Ordering::Relaxed),
+            user_frames: {
+                let bytes = self.user_frames.load(Ordering::Relaxed).to_le_bytes();
+                core::array::from_fn(|index| bytes[index])
+            },
         }
     }
 
@@ -248,6 +280,10 @@ impl ConfigCell {
         for (cell, &every) in self.sample_every.iter().zip(&config.sample_every) {
             cell.store(u32::from(every), Ordering::Relaxed);
         }
+        let mut user_frames = [0; 8];
+        user_frames[..Source::COUNT].copy_from_slice(&config.user_frames);
+        self.user_frames
+            .store(u64::from_le_bytes(user_frames), Ordering::Relaxed);
         for (cells, ids) in [(&self.include, include), (&self.exclude, exclude)] {
             for (cell, &id) in cells.iter().zip(ids) {
                 cell.store(id, Ordering::Relaxed);
@@ -278,6 +314,8 @@ pub(crate) struct EventConfig {
     pub(crate) sample_every: u16,
     pub(crate) frames_to_skip: u16,
     pub(crate) frames_to_capture: u16,
+    /// Its source's most user frames.
+    pub(crate) user_frames: u8,
 }
 
 /// Everything the driver keeps while loaded. Lives in non-paged memory
@@ -299,12 +337,21 @@ pub struct DriverCore<'a> {
     pub(crate) cleared: AtomicU64,
     /// Serializes configure requests (a try-lock; never waits).
     pub(crate) configuring: AtomicBool,
+    /// Whether user stacks can be walked ([`UserWalk`] wire value), set
+    /// once at load.
+    user_walk: AtomicU32,
+    /// The threads walking their user stack now.
+    user_walkers: UserWalkGuard,
 }
 
 /// A walked stack, before it is a record.
 pub(crate) struct Stack {
+    /// The kernel frames, then the user frames.
     frames: [u64; MAX_FRAMES as usize],
     count: usize,
+    /// How many of the frames are the user part (the last ones).
+    user_count: u8,
+    user_part: UserPart,
     os_hash: u32,
     /// The IRQL the walk ran at (the callback's).
     irql: u8,
@@ -316,6 +363,8 @@ impl Stack {
     pub(crate) const EMPTY: Self = Self {
         frames: [0; MAX_FRAMES as usize],
         count: 0,
+        user_count: 0,
+        user_part: UserPart::Off,
         os_hash: 0,
         irql: 0,
         flags: RecordFlags::NONE,
@@ -343,6 +392,8 @@ impl Stack {
             shard,
             irql: self.irql,
             flags: self.flags,
+            user_frame_count: self.user_count,
+            user_part: self.user_part,
             os_hash: self.os_hash,
             stack_id: stack_id(self.frames().iter().copied()),
             facts,
@@ -399,7 +450,25 @@ impl<'a> DriverCore<'a> {
             config: ConfigCell::new(&CaptureConfig::default()),
             cleared: AtomicU64::new(0),
             configuring: AtomicBool::new(false),
+            user_walk: AtomicU32::new(UserWalk::NotExported as u32),
+            user_walkers: UserWalkGuard::new(),
         }
+    }
+
+    /// Records whether user stacks can be walked (decided at load, before
+    /// any source is registered).
+    ///
+    /// Max IRQL: any.
+    pub fn set_user_walk(&self, walk: UserWalk) {
+        self.user_walk.store(walk as u32, Ordering::Relaxed);
+    }
+
+    /// Whether user stacks can be walked.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn user_walk(&self) -> UserWalk {
+        UserWalk::from_wire(self.user_walk.load(Ordering::Relaxed)).unwrap_or_default()
     }
 
     /// Records how registering `source`'s callback went.
@@ -563,7 +632,61 @@ impl<'a> DriverCore<'a> {
         } else {
             RecordFlags::NONE
         };
+        stack.user_part = self.walk_user(platform, config.user_frames, stack);
+        self.ring
+            .shard_for(platform.processor())
+            .count_user_part(source, stack.user_part);
         Ok(())
+    }
+
+    /// Appends the user part to `stack` (its kernel part walked at
+    /// `stack.irql`), where that is allowed; returns what happened to it.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (walks only below it).
+    fn walk_user(&self, platform: &impl Platform, wanted: u8, stack: &mut Stack) -> UserPart {
+        if wanted == 0 {
+            return UserPart::Off;
+        }
+        if self.user_walk() != UserWalk::Available {
+            return UserPart::Unavailable;
+        }
+        // A walk below DISPATCH_LEVEL may page the user stack in; at or
+        // above it, it may not.
+        if stack.irql >= DISPATCH_LEVEL {
+            return UserPart::Irql;
+        }
+        let thread = platform.user_thread();
+        if thread.system {
+            return UserPart::SystemThread;
+        }
+        if thread.attached {
+            return UserPart::Attached;
+        }
+        if thread.wow64 {
+            stack.flags = stack.flags.union(RecordFlags::WOW64);
+        }
+        let room = (usize::from(MAX_FRAMES) - stack.count).min(usize::from(wanted));
+        if room == 0 {
+            return UserPart::Truncated;
+        }
+        let _walking = match self.user_walkers.enter(platform.current_ids().1) {
+            Ok(walking) => walking,
+            Err(Refused::Reentered) => return UserPart::Reentered,
+            Err(Refused::Full) => return UserPart::GuardFull,
+        };
+        let user = &mut stack.frames[stack.count..stack.count + room];
+        let Some(count) = platform.walk_user_stack(user) else {
+            return UserPart::Faulted;
+        };
+        let count = count.min(room);
+        stack.count += count;
+        // At most MAX_FRAMES.
+        stack.user_count = u8::try_from(count).unwrap_or(u8::MAX);
+        if count == room {
+            UserPart::Truncated
+        } else {
+            UserPart::Captured
+        }
     }
 
     /// The publish section: at `DISPATCH_LEVEL`, into the shard of the
@@ -683,6 +806,11 @@ pub(crate) mod tests {
         pub raises: Cell<u32>,
         pub walks_in_section: Cell<u32>,
         pub stamps_in_section: Cell<u32>,
+        pub user_thread: Cell<UserThread>,
+        /// User frames the user walk finds (0x7FF0_0000_1000, ...), or
+        /// `None`: the walk faults.
+        pub user_depth: Cell<Option<usize>>,
+        pub user_walks: Cell<u32>,
     }
 
     impl Default for FakePlatform {
@@ -700,6 +828,9 @@ pub(crate) mod tests {
                 raises: Cell::new(0),
                 walks_in_section: Cell::new(0),
                 stamps_in_section: Cell::new(0),
+                user_thread: Cell::new(UserThread::default()),
+                user_depth: Cell::new(Some(3)),
+                user_walks: Cell::new(0),
             }
         }
     }
@@ -756,6 +887,22 @@ pub(crate) mod tests {
                 *frame = 0x1000 * (index as u64 + 1);
             }
             (count, 0xABCD)
+        }
+
+        fn user_thread(&self) -> UserThread {
+            assert!(self.irql.get() < 2, "asked below DISPATCH_LEVEL only");
+            self.user_thread.get()
+        }
+
+        fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize> {
+            let thread = self.user_thread.get();
+            assert!(self.irql.get() < 2 && !thread.system && !thread.attached);
+            self.user_walks.set(self.user_walks.get() + 1);
+            let count = self.user_depth.get()?.min(frames.len());
+            for (index, frame) in frames[..count].iter_mut().enumerate() {
+                *frame = 0x7FF0_0000_1000 * (index as u64 + 1);
+            }
+            Some(count)
         }
     }
 
@@ -914,6 +1061,109 @@ pub(crate) mod tests {
             [(0, 1, 0), (1, 1, 1), (0, 2, 0), (0, 3, 2), (1, 2, 1)]
         );
         assert_eq!(core.ring.captured(Source::Process), 5);
+    }
+
+    /// One capture of `facts` under `config`, the core able to walk user
+    /// stacks (`walk`) and `platform` as set; returns the record's header
+    /// and frames, and what the status counts for the source.
+    fn user_capture(
+        walk: UserWalk,
+        config: &CaptureConfig,
+        platform: &FakePlatform,
+        facts: SourceFacts,
+    ) -> (RecordHeader, Vec<u64>, [u64; UserPart::COUNT]) {
+        let core = registered_core(
+            ring_of_records(8, 1),
+            PagingExecutive::decide(Some(1), Some(1), Some(2), false),
+            all_registered(),
+        );
+        core.set_user_walk(walk);
+        core.set_config(&FakePlatform::default(), config);
+        assert!(matches!(
+            core.capture(platform, facts),
+            CaptureOutcome::Published(1)
+        ));
+        let (header, frames) = drain_all(&core).remove(0);
+        (header, frames, core.ring.user_parts(facts.source()))
+    }
+
+    #[test]
+    fn every_record_says_what_became_of_its_user_part_and_is_counted_once() {
+        let all = CaptureConfig {
+            sources: SourceSet::ALL,
+            ..CaptureConfig::default()
+        };
+        let no_user_frames = CaptureConfig {
+            user_frames: [0; Source::COUNT],
+            ..all
+        };
+        let deep_kernel = CaptureConfig {
+            frames_to_capture: MAX_FRAMES,
+            ..all
+        };
+        let thread = |system, attached, wow64| UserThread {
+            system,
+            attached,
+            wow64,
+        };
+        let registry = SourceFacts::Registry { notify_class: 1 };
+        // (why, walk, config, irql, thread, user depth, expected part, user frames, wow64)
+        let cases = [
+            ("off", UserWalk::Available, no_user_frames, 0, thread(false, false, false), Some(3), UserPart::Off, 0, false),
+            ("no routine", UserWalk::NotExported, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
+            ("host stub", UserWalk::HostStub, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
+            ("dispatch", UserWalk::Available, all, 2, thread(false, false, false), Some(3), UserPart::Irql, 0, false),
+            ("system", UserWalk::Available, all, 0, thread(true, false, true), Some(3), UserPart::SystemThread, 0, false),
+            ("attached", UserWalk::Available, all, 0, thread(false, true, true), Some(3), UserPart::Attached, 0, false),
+            ("captured", UserWalk::Available, all, 0, thread(false, false, false), Some(3), UserPart::Captured, 3, false),
+            ("apc level", UserWalk::Available, all, 1, thread(false, false, true), Some(3), UserPart::Captured, 3, true),
+            ("faulted", UserWalk::Available, all, 0, thread(false, false, true), None, UserPart::Faulted, 0, true),
+            ("capped", UserWalk::Available, all, 0, thread(false, false, false), Some(40), UserPart::Truncated, 30, false),
+            ("no room", UserWalk::Available, deep_kernel, 0, thread(false, false, false), Some(3), UserPart::Truncated, 0, false),
+        ];
+        for (why, walk, config, irql, user_thread, depth, part, user_frames, wow64) in cases {
+            let platform = FakePlatform {
+                stack_depth: if why == "no room" { 62 } else { 5 },
+                ..FakePlatform::default()
+            };
+            platform.irql.set(irql);
+            platform.user_thread.set(user_thread);
+            platform.user_depth.set(depth);
+            let (header, frames, counted) = user_capture(walk, &config, &platform, registry);
+            assert_eq!(header.user_part, part, "{why}");
+            assert_eq!(usize::from(header.user_frame_count), user_frames, "{why}");
+            let kernel = frames.len() - user_frames;
+            assert!(frames[..kernel].iter().all(|&frame| frame < 0x7FF0_0000_0000), "{why}");
+            assert!(frames[kernel..].iter().all(|&frame| frame >= 0x7FF0_0000_0000), "{why}");
+            assert_eq!(header.stack_id, stack_id(frames.iter().copied()), "{why}: the whole stack");
+            assert_eq!(header.flags.contains(RecordFlags::WOW64), wow64, "{why}");
+            let mut expected = [0; UserPart::COUNT];
+            expected[part.index()] = 1;
+            assert_eq!(counted, expected, "{why}");
+            let walked = matches!(part, UserPart::Captured | UserPart::Truncated | UserPart::Faulted)
+                && user_frames + usize::from(part == UserPart::Faulted) > 0;
+            assert_eq!(platform.user_walks.get() == 1, walked, "{why}");
+        }
+    }
+
+    #[test]
+    fn a_thread_already_walking_its_user_stack_is_not_walked_again() {
+        let core = registered_core(ring_of_records(8, 1), PagingExecutive::NOT_SET, all_registered());
+        core.set_user_walk(UserWalk::Available);
+        enable(&core, SourceSet::ALL);
+        let platform = FakePlatform::default();
+        // The fake platform's thread (id 200) in the middle of a user walk,
+        // as when paging its stack in reaches a callback.
+        let walking = core.user_walkers.enter(200).unwrap();
+        core.capture(&platform, SourceFacts::ImageLoad { image_base: 1, image_size: 2, process_id: 4 });
+        drop(walking);
+        core.capture(&platform, SourceFacts::ImageLoad { image_base: 1, image_size: 2, process_id: 4 });
+        let parts: Vec<_> = drain_all(&core).iter().map(|(header, _)| header.user_part).collect();
+        assert_eq!(parts, [UserPart::Reentered, UserPart::Captured]);
+        assert_eq!(platform.user_walks.get(), 1);
+        assert_eq!(core.user_walkers.marked(), 0, "a walk leaves no mark behind");
+        let counted = core.ring.user_parts(Source::ImageLoad);
+        assert_eq!((counted[UserPart::Reentered.index()], counted[UserPart::Captured.index()]), (1, 1));
     }
 
     #[test]
@@ -1154,6 +1404,13 @@ pub(crate) mod tests {
             processes: ProcessFilter::new(&ids(u32::MAX), &ids(u32::MAX - 8)).unwrap(),
             sample_every,
             timer_period_ms: 10_000,
+            user_frames: Source::ALL.map(|source| {
+                if source == Source::Timer {
+                    0
+                } else {
+                    u8::try_from(MAX_FRAMES).unwrap()
+                }
+            }),
         }
     }
 
@@ -1175,6 +1432,7 @@ pub(crate) mod tests {
             sample_every: config.sample_every(source),
             frames_to_skip: config.frames_to_skip,
             frames_to_capture: config.frames_to_capture,
+            user_frames: config.user_frames(source),
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`paging_policy`]: when a stack walk is allowed.
 //! - [`stack_table`]: each distinct stack kept once, named by records.
 //! - [`capture`]: from a callback's facts to a record in the ring.
+//! - [`user_walk_guard`]: which threads are walking their user stack.
 //! - [`requests`]: serving the IOCTLs, every input validated by kstack-abi.
 //!
 //! The driver crate supplies the kernel through [`capture::Platform`] and
@@ -24,10 +25,11 @@ pub mod rundown;
 pub mod sharded_ring;
 pub mod stack_table;
 mod sync;
+pub mod user_walk_guard;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 
-pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration};
+pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration, UserThread};
 pub use requests::{Caller, SourceControl};
 pub use ring::{RecordRing, Word};
 pub use rundown::{Rundown, RundownGuard};

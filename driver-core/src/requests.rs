@@ -103,6 +103,7 @@ impl DriverCore<'_> {
             filtered: self.ring.uncaptured(source, Uncaptured::Filtered),
             not_kept: self.ring.uncaptured(source, Uncaptured::NotKept),
             sampled_out: self.ring.uncaptured(source, Uncaptured::SampledOut),
+            user_parts: self.ring.user_parts(source),
         });
         StatusResponse {
             driver_version: KSTACK_VERSION,
@@ -124,6 +125,7 @@ impl DriverCore<'_> {
             stack_table: self
                 .table
                 .status(self.ring.shards().iter().map(Shard::table_counters)),
+            user_walk: self.user_walk(),
         }
     }
 
@@ -543,6 +545,7 @@ mod tests {
             processes: ProcessFilter::new(&[8], &[0]).unwrap(),
             sample_every: Source::ALL.map(|source| if source == Source::OnDemand { 1 } else { 2 }),
             timer_period_ms: 20,
+            user_frames: [1, 2, 3, 4, 5, 0, 62],
         };
         assert_eq!(configure(&core, &wanted, &timer), STATUS_SUCCESS);
         assert_eq!(status(&core).config, wanted);
@@ -1016,6 +1019,14 @@ mod tests {
             std::thread::yield_now();
             frames[0] = u64::from(self.processor);
             (1, 0)
+        }
+
+        fn user_thread(&self) -> crate::UserThread {
+            crate::UserThread::default()
+        }
+
+        fn walk_user_stack(&self, _frames: &mut [u64]) -> Option<usize> {
+            Some(0)
         }
     }
 

@@ -62,7 +62,7 @@
 //! A [`Shard`] is 128-byte aligned (its ring's producer and consumer sides
 //! are), so shards side by side in memory share no cache line.
 
-use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source};
+use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source, UserPart};
 
 use crate::{
     ring::{Consumer, Drained, Full, RecordRing, WORD_SIZE, Word},
@@ -126,6 +126,7 @@ pub fn shards_over(words: &[Word], shards: usize) -> impl Iterator<Item = Shard<
             not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
             sampled_out: core::array::from_fn(|_| AtomicU64::new(0)),
             sample_ticks: core::array::from_fn(|_| AtomicU64::new(0)),
+            user_parts: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
             table: TableCounters::default(),
         }
     })
@@ -154,6 +155,8 @@ pub struct Shard<'a> {
     /// Events that reached this shard's sampling, per source: the n-th
     /// (from 0) is kept when n is a multiple of the source's rate.
     sample_ticks: [AtomicU64; Source::COUNT],
+    /// Records by what happened to their user part, per source.
+    user_parts: [[AtomicU64; UserPart::COUNT]; Source::COUNT],
     /// The stack table's lookup outcomes of this shard's captures.
     table: TableCounters,
 }
@@ -226,6 +229,13 @@ impl Shard<'_> {
             Uncaptured::SampledOut => &self.sampled_out,
         };
         counters[source.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a walked event of `source` whose user part had outcome `part`.
+    ///
+    /// Max IRQL: any.
+    pub fn count_user_part(&self, source: Source, part: UserPart) {
+        self.user_parts[source.index()][part.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether this shard keeps its next event of `source` under
@@ -386,6 +396,20 @@ impl<'a> ShardedRing<'a> {
                 counters[source.index()].load(Ordering::Relaxed)
             })
             .sum()
+    }
+
+    /// Walked events of `source` by their user part's outcome, over all
+    /// shards.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn user_parts(&self, source: Source) -> [u64; UserPart::COUNT] {
+        core::array::from_fn(|part| {
+            self.shards
+                .iter()
+                .map(|shard| shard.user_parts[source.index()][part].load(Ordering::Relaxed))
+                .sum()
+        })
     }
 
     /// Records copied out by reads.

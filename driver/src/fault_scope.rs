@@ -103,7 +103,11 @@ pub unsafe fn guarded_walk(
     // SAFETY: the thunk passes the caller's arguments on unchanged; the
     // caller's contract is `walk`'s.
     let result = unsafe { kstack_guarded_walk(walk, buffer, count, flags) };
-    u32::try_from(result).ok()
+    if result == FAULTED {
+        None
+    } else {
+        u32::try_from(result).ok()
+    }
 }
 
 /// Test builds only: a [`FrameWalk`]-shaped routine that reads the 32-bit

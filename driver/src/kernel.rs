@@ -9,19 +9,19 @@
 use core::mem::{offset_of, size_of};
 
 use kstack_abi::DriverImage;
-use kstack_driver_core::Platform;
+use kstack_driver_core::{Platform, UserThread};
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
     NTSTATUS, OB_PRE_OPERATION_INFORMATION, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO,
     ntddk::{
-        IoGetStackLimits, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
+        IoGetStackLimits, IoIs32bitProcess, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
         KeQueryActiveProcessorCountEx, PsGetCurrentProcessId, PsGetCurrentThreadId,
-        RtlCaptureStackBackTrace,
+        PsIsSystemThread, RtlCaptureStackBackTrace,
     },
 };
 
-use crate::routines::Routines;
+use crate::{fault_scope, routines::Routines};
 
 // WDK x64 offsets of every field this module touches. Field paths only:
 // bindgen's names for anonymous types differ between header sets.
@@ -81,6 +81,20 @@ unsafe extern "C" {
     #[link_name = "PsThreadType"]
     static THREAD_TYPE: POBJECT_TYPE;
 }
+
+// Routines the mingw-w64 headers do not declare (the WDK's wdm.h and
+// ntddk.h do; both are ntoskrnl exports on every supported Windows).
+#[link(name = "ntoskrnl", kind = "dylib")]
+unsafe extern "system" {
+    /// `PsGetCurrentThread()`: the current thread, not referenced.
+    fn PsGetCurrentThread() -> wdk_sys::PETHREAD;
+    /// `KeIsAttachedProcess()`: whether the current thread is attached to
+    /// another process's address space.
+    fn KeIsAttachedProcess() -> wdk_sys::BOOLEAN;
+}
+
+/// `RtlWalkFrameChain`'s flag for the user-mode stack (ntrtl.h).
+const RTL_WALK_USER_MODE_STACK: u32 = 1;
 
 /// Which kernel object type.
 #[derive(Clone, Copy)]
@@ -329,6 +343,43 @@ impl Platform for KernelPlatform<'_> {
             )
         };
         (usize::from(captured), hash)
+    }
+
+    fn user_thread(&self) -> UserThread {
+        // SAFETY: any IRQL; the current thread, not referenced.
+        let thread = unsafe { PsGetCurrentThread() };
+        // SAFETY: `thread` is the current thread, alive while it runs this.
+        let system = unsafe { PsIsSystemThread(thread) } != 0;
+        // SAFETY: any IRQL; reads the current thread's state.
+        let attached = unsafe { KeIsAttachedProcess() } != 0;
+        // SAFETY: a null IRP asks about the current process (PASSIVE_LEVEL
+        // or APC_LEVEL, which the caller ensures: below DISPATCH_LEVEL).
+        let wow64 = unsafe { IoIs32bitProcess(core::ptr::null_mut()) } != 0;
+        UserThread {
+            system,
+            attached,
+            wow64,
+        }
+    }
+
+    #[inline(never)]
+    fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize> {
+        // Only set when the routine is implemented (see `Routines::resolve`).
+        let walk = self.routines.walk_frame_chain?;
+        let wanted = u32::try_from(frames.len()).unwrap_or(u32::MAX);
+        // SAFETY: `frames` holds `wanted` pointer-sized slots and the walk
+        // writes at most that many; the caller runs it below
+        // DISPATCH_LEVEL on a thread with its own user stack mapped, and a
+        // fault on the user stack is caught by the scope.
+        let walked = unsafe {
+            fault_scope::guarded_walk(
+                walk,
+                frames.as_mut_ptr().cast(),
+                wanted,
+                RTL_WALK_USER_MODE_STACK,
+            )
+        }?;
+        Some(usize::try_from(walked).unwrap_or(usize::MAX))
     }
 }
 

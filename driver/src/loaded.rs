@@ -204,6 +204,10 @@ pub fn create(
     }
     // SAFETY: initialized above; it lives until `destroy`.
     let driver = unsafe { state.as_ref() };
+    driver
+        .recorder
+        .core
+        .set_user_walk(driver.recorder.routines.user_walk);
     recorder::publish(&driver.recorder);
     LOADED.store(state.as_ptr(), Ordering::Release);
     Ok(driver)

@@ -5,15 +5,27 @@
 //! `KeQuerySystemTimePrecise`; Wine 8 lacks both, and `CmRegisterCallbackEx`.
 //! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
 //! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
+//!
+//! `RtlWalkFrameChain` (the user-stack walk) is exported by Wine 8 too, but
+//! only as a stub that ends the host process when called, and
+//! `MmGetSystemRoutineAddress` cannot tell a stub from a routine. So the
+//! driver asks for a name only Wine's ntoskrnl exports
+//! (`wine_ntoskrnl_main_loop`): when it is there, the host is Wine and the
+//! walk is reported unavailable ([`UserWalk::HostStub`]) and never called.
 
 use core::{ffi::c_void, ptr};
+
+use kstack_abi::UserWalk;
 
 use wdk_sys::{
     LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEX_CALLBACK_FUNCTION,
     ntddk::MmGetSystemRoutineAddress,
 };
 
-use crate::unicode::{unicode_string, utf16};
+use crate::{
+    fault_scope::FrameWalk,
+    unicode::{unicode_string, utf16},
+};
 
 /// `ExAllocatePool2(Flags, NumberOfBytes, Tag)`.
 pub type AllocatePool2 = unsafe extern "system" fn(u64, usize, u32) -> *mut c_void;
@@ -47,6 +59,10 @@ pub struct Routines {
     pub register_registry_callback: Option<RegisterRegistryCallback>,
     pub unregister_registry_callback: Option<UnregisterRegistryCallback>,
     pub query_system_information: Option<QuerySystemInformation>,
+    /// `RtlWalkFrameChain`, only when it can be called ([`UserWalk::Available`]).
+    pub walk_frame_chain: Option<FrameWalk>,
+    /// Whether user stacks can be walked, and if not why.
+    pub user_walk: UserWalk,
 }
 
 /// The address the kernel exports under `name`, or null.
@@ -98,6 +114,21 @@ impl Routines {
         let unregister_registry_callback = unsafe { routine(find(utf16!("CmUnRegisterCallback"))) };
         // SAFETY: as above (the prototype in winternl.h).
         let query_system_information = unsafe { routine(find(utf16!("ZwQuerySystemInformation"))) };
+        let walk = find(utf16!("RtlWalkFrameChain"));
+        let user_walk = if walk.is_null() {
+            UserWalk::NotExported
+        } else if find(utf16!("wine_ntoskrnl_main_loop")).is_null() {
+            UserWalk::Available
+        } else {
+            UserWalk::HostStub
+        };
+        let walk = if user_walk == UserWalk::Available {
+            walk
+        } else {
+            ptr::null_mut()
+        };
+        // SAFETY: as above (`RtlWalkFrameChain(Callers, Count, Flags)`, ntrtl.h).
+        let walk_frame_chain = unsafe { routine(walk) };
         Self {
             allocate_pool2,
             query_system_time,
@@ -105,6 +136,8 @@ impl Routines {
             register_registry_callback,
             unregister_registry_callback,
             query_system_information,
+            walk_frame_chain,
+            user_walk,
         }
     }
 }

@@ -71,6 +71,8 @@ fn capture() -> Vec<u8> {
                 shard: u16::try_from(sequence % 8).expect("small"),
                 irql: 2,
                 flags: RecordFlags::NONE,
+                user_frame_count: 0,
+                user_part: kstack_abi::UserPart::Off,
                 os_hash: 0,
                 stack_id: stack_id(stack_frames.iter().copied()),
                 facts: SourceFacts::Timer,

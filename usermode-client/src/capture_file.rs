@@ -341,6 +341,8 @@ pub(crate) mod tests {
                 shard: 0,
                 irql: 2,
                 flags: RecordFlags::NONE,
+                user_frame_count: 0,
+                user_part: kstack_abi::UserPart::Off,
                 os_hash: 0x1234,
                 stack_id: stack_id(frames.iter().copied()),
                 facts,

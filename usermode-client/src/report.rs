@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use kstack_abi::{
-    ABI_VERSION, KSTACK_VERSION, PagingExecutive, PagingInEffect, ProcessFilter, Source,
-    StatusResponse, paging::ASSUME_IN_EFFECT_VALUE,
+    ABI_VERSION, CaptureConfig, KSTACK_VERSION, PagingExecutive, PagingInEffect, ProcessFilter,
+    Source, StatusResponse, UserPart, paging::ASSUME_IN_EFFECT_VALUE,
 };
 use serde_json::{Value, json};
 
@@ -84,6 +84,7 @@ pub fn status(status: &StatusResponse) -> String {
         sum(|source| source.skipped_stack),
         sum(|source| source.not_kept)
     );
+    let _ = writeln!(out, "{}", user_parts_text(status));
     let altitude = |altitude: kstack_abi::Altitude| {
         if altitude.is_some() {
             altitude.to_string()
@@ -100,9 +101,10 @@ pub fn status(status: &StatusResponse) -> String {
     let config = &status.config;
     let _ = writeln!(
         out,
-        "capture: skip {} frames, keep up to {}, {}; pool allocations held: {}",
+        "capture: skip {} frames, keep up to {}, {}, {}; pool allocations held: {}",
         config.frames_to_skip,
         config.frames_to_capture,
+        user_frames_text(config),
         processes_text(&config.processes),
         status.outstanding_allocations
     );
@@ -129,6 +131,57 @@ pub fn processes_text(filter: &ProcessFilter) -> String {
             ids(exclude)
         ),
     }
+}
+
+/// The user frames each source walks, in words, sources with the same
+/// count together.
+#[must_use]
+pub fn user_frames_text(config: &CaptureConfig) -> String {
+    let mut counts: Vec<u8> = config.user_frames.to_vec();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    counts.dedup();
+    let groups: Vec<String> = counts
+        .into_iter()
+        .map(|count| {
+            let sources: Vec<&str> = Source::ALL
+                .into_iter()
+                .filter(|&source| config.user_frames(source) == count)
+                .map(Source::name)
+                .collect();
+            let sources = if sources.len() == Source::COUNT {
+                "every source".to_owned()
+            } else {
+                sources.join(",")
+            };
+            if count == 0 {
+                format!("none for {sources}")
+            } else {
+                format!("up to {count} for {sources}")
+            }
+        })
+        .collect();
+    format!("user frames {}", groups.join(", "))
+}
+
+/// Whether user stacks can be walked, and what became of the user parts
+/// of every record so far.
+fn user_parts_text(status: &StatusResponse) -> String {
+    let total = |part: UserPart| -> u64 {
+        status
+            .sources
+            .iter()
+            .map(|source| source.user_part(part))
+            .sum()
+    };
+    let walk = status
+        .user_walk
+        .reason()
+        .map_or_else(|| "available".to_owned(), |reason| format!("unavailable ({reason})"));
+    let parts: Vec<String> = UserPart::ALL
+        .into_iter()
+        .map(|part| format!("{} {}", total(part), part.name().replace('_', " ")))
+        .collect();
+    format!("user frames: {walk}; user parts: {}", parts.join(", "))
 }
 
 /// The per-source part of the `kstack status` report: one line a source.
@@ -193,6 +246,11 @@ pub fn status_json(status: &StatusResponse) -> Value {
                 "filtered": state.filtered,
                 "sampled_out": state.sampled_out,
                 "not_kept": state.not_kept,
+                "user_frames": config.user_frames(source),
+                "user_parts": UserPart::ALL
+                    .into_iter()
+                    .map(|part| (part.name().to_owned(), json!(state.user_part(part))))
+                    .collect::<serde_json::Map<_, _>>(),
             })
         })
         .collect();
@@ -213,6 +271,10 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "boot_time": time_json(status.paging_executive.boot_time),
         },
         "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
+        "user_walk": {
+            "available": status.user_walk.reason().is_none(),
+            "reason": status.user_walk.reason(),
+        },
         "ring": {
             "capacity_bytes": status.ring_capacity,
             "used": status.ring_used,

@@ -358,6 +358,7 @@ pub(crate) mod tests {
                 filtered: 0,
                 not_kept: 0,
                 sampled_out: 1,
+                user_parts: [0; kstack_abi::UserPart::COUNT],
             }; Source::COUNT],
             driver_image: DriverImage {
                 base: 0x1_4000_0000,
@@ -375,6 +376,7 @@ pub(crate) mod tests {
                 inserts: 3,
                 ..kstack_abi::StackTableStatus::default()
             },
+            user_walk: kstack_abi::UserWalk::HostStub,
         }
     }
 

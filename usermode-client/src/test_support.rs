@@ -29,6 +29,8 @@ pub fn record_bytes(
         shard: 0,
         irql: 0,
         flags,
+        user_frame_count: 0,
+        user_part: kstack_abi::UserPart::Off,
         os_hash: 1,
         stack_id: stack_id(stack.iter().copied()),
         facts,

@@ -68,6 +68,12 @@ impl StackMemory {
             self.stacks.insert(stack_id, Arc::clone(&frames));
             frames
         };
+        if usize::from(header.user_frame_count) > frames.len() {
+            return Err(DecodeError::UserFrames {
+                user_frame_count: header.user_frame_count,
+                frame_count: u16::try_from(frames.len()).unwrap_or(u16::MAX),
+            });
+        }
         Ok(TraceRecord { header, frames })
     }
 }
@@ -99,6 +105,25 @@ impl TraceRecord {
     #[must_use]
     pub const fn source(&self) -> Source {
         self.header.facts.source()
+    }
+
+    /// The kernel frames, most recent call first.
+    #[must_use]
+    pub fn kernel_frames(&self) -> &[u64] {
+        &self.frames[..self.frames.len() - self.user_frame_count()]
+    }
+
+    /// The user frames (the user part of the stack, below its system
+    /// call), most recent call first.
+    #[must_use]
+    pub fn user_frames(&self) -> &[u64] {
+        &self.frames[self.frames.len() - self.user_frame_count()..]
+    }
+
+    /// How many of the frames are user frames (never more than there are:
+    /// decoding and [`StackMemory::resolve`] check it).
+    fn user_frame_count(&self) -> usize {
+        usize::from(self.header.user_frame_count).min(self.frames.len())
     }
 
     /// What the source knew, in words.
@@ -310,6 +335,8 @@ mod tests {
                 shard: 1,
                 irql: 2,
                 flags: RecordFlags::TRUNCATED,
+                user_frame_count: 0,
+                user_part: kstack_abi::UserPart::Off,
                 os_hash: 0xDEAD_BEEF,
                 stack_id: 0x0123_4567_89AB_CDEF,
                 facts: SourceFacts::Timer,

@@ -10,7 +10,8 @@ use kstack_abi::{
 };
 use kstack_client::{device::Device, session, transport::Transport};
 use kstack_driver_core::{
-    Caller, DriverCore, Platform, ShardedRing, SourceControl, SourceRegistration, StackTable, Word,
+    Caller, DriverCore, Platform, ShardedRing, SourceControl, SourceRegistration, StackTable,
+    UserThread, Word,
     sharded_ring::{ring_words, shards_over},
 };
 
@@ -45,6 +46,14 @@ impl Platform for UserPlatform {
     fn walk_stack(&self, _frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
         frames.fill(0x1000);
         (frames.len(), 0)
+    }
+
+    fn user_thread(&self) -> UserThread {
+        UserThread::default()
+    }
+
+    fn walk_user_stack(&self, _frames: &mut [u64]) -> Option<usize> {
+        Some(0)
     }
 }
 

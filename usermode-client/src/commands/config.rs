@@ -1,8 +1,13 @@
 //! `kstack config`: shows or changes what is captured.
 
 use clap::Args;
-use kstack_abi::{CaptureConfig, MAX_PROCESS_IDS, ProcessFilter, Source, SourceSet};
-use kstack_client::{error::ClientError, report::processes_text, session, transport::Transport};
+use kstack_abi::{CaptureConfig, MAX_FRAMES, MAX_PROCESS_IDS, ProcessFilter, Source, SourceSet};
+use kstack_client::{
+    error::ClientError,
+    report::{processes_text, user_frames_text},
+    session,
+    transport::Transport,
+};
 
 use super::live::open_device;
 
@@ -41,7 +46,15 @@ pub struct ConfigArgs {
     /// keep their rate. Each processor keeps its first event and then every
     /// N-th; the others are counted as `sampled-out` in `kstack status`.
     #[arg(long, value_parser = parse_sampling)]
-    sample: Option<Rates>,
+    sample: Option<PerSource<u16>>,
+    /// The most user-mode frames to walk after the kernel frames, per
+    /// source: `registry=20,object=0` (0 to 62; 0: none; `timer` only 0).
+    /// Sources not named keep theirs (30 by default, timer 0). A record
+    /// holds at most 62 frames in all: the user part gets what the kernel
+    /// part leaves. Each record says what happened to its user part;
+    /// `kstack status` counts the outcomes.
+    #[arg(long, value_parser = parse_user_frames)]
+    user_frames: Option<PerSource<u8>>,
     /// The timer source's period in milliseconds (1 to 10000).
     #[arg(long)]
     timer_period: Option<u32>,
@@ -70,9 +83,9 @@ pub fn parse_sources(text: &str) -> Result<SourceSet, String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pids(Vec<u32>);
 
-/// Per-source sampling rates as one option value.
+/// Per-source values (sampling rates, user frames) as one option value.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rates(Vec<(Source, u16)>);
+pub struct PerSource<T>(Vec<(Source, T)>);
 
 /// A process id list, or `word` for the empty list.
 fn parse_pids(text: &str, word: &str) -> Result<Pids, String> {
@@ -104,27 +117,49 @@ fn parse_exclude(text: &str) -> Result<Pids, String> {
     parse_pids(text, "none")
 }
 
-/// `source=N` pairs, comma-separated.
-fn parse_sampling(text: &str) -> Result<Rates, String> {
+/// `source=N` pairs, comma-separated; `value` parses and checks each N
+/// (`what` names it in errors, `example` shows a pair).
+fn parse_per_source<T>(
+    text: &str,
+    example: &str,
+    what: &str,
+    value: impl Fn(&str) -> Result<T, String>,
+) -> Result<PerSource<T>, String> {
     text.split(',')
         .map(|pair| {
-            let (name, every) = pair
+            let (name, number) = pair
                 .split_once('=')
-                .ok_or_else(|| format!("`{pair}` is not source=N (e.g. timer=10)"))?;
+                .ok_or_else(|| format!("`{pair}` is not source=N (e.g. {example})"))?;
             let source = parse_sources(name)?;
             let [source] = source.iter().collect::<Vec<_>>()[..] else {
-                return Err(format!("`{name}`: one source per rate"));
+                return Err(format!("`{name}`: one source per {what}"));
             };
-            let every = every
-                .trim()
-                .parse::<u16>()
-                .ok()
-                .filter(|&every| every >= 1)
-                .ok_or_else(|| format!("`{every}`: a rate is 1 to 65535"))?;
-            Ok((source, every))
+            Ok((source, value(number.trim())?))
         })
         .collect::<Result<_, _>>()
-        .map(Rates)
+        .map(PerSource)
+}
+
+/// Sampling rates: `source=N`, N from 1 to 65535.
+fn parse_sampling(text: &str) -> Result<PerSource<u16>, String> {
+    parse_per_source(text, "timer=10", "rate", |every| {
+        every
+            .parse::<u16>()
+            .ok()
+            .filter(|&every| every >= 1)
+            .ok_or_else(|| format!("`{every}`: a rate is 1 to 65535"))
+    })
+}
+
+/// User frames: `source=N`, N from 0 to [`MAX_FRAMES`].
+fn parse_user_frames(text: &str) -> Result<PerSource<u8>, String> {
+    parse_per_source(text, "registry=20", "count", |count| {
+        count
+            .parse::<u8>()
+            .ok()
+            .filter(|&count| u16::from(count) <= MAX_FRAMES)
+            .ok_or_else(|| format!("`{count}`: user frames are 0 to {MAX_FRAMES}"))
+    })
 }
 
 pub fn run(args: &ConfigArgs) -> Result<(), ClientError> {
@@ -154,6 +189,10 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
     for &(source, every) in args.sample.iter().flat_map(|rates| &rates.0) {
         sample_every[source.index()] = every;
     }
+    let mut user_frames = current.user_frames;
+    for &(source, count) in args.user_frames.iter().flat_map(|counts| &counts.0) {
+        user_frames[source.index()] = count;
+    }
     let wanted = CaptureConfig {
         sources,
         frames_to_skip: args.skip.unwrap_or(current.frames_to_skip),
@@ -161,7 +200,9 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
         processes,
         sample_every,
         timer_period_ms: args.timer_period.unwrap_or(current.timer_period_ms),
+        user_frames,
     };
+    wanted.validate().map_err(ClientError::InvalidConfig)?;
     if wanted != current {
         session::configure(device, &wanted)?;
     }
@@ -173,7 +214,7 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
         .map(|source| format!("{} 1/{}", source.name(), config.sample_every(source)))
         .collect();
     println!(
-        "sources enabled: {}; skip {} frames, keep up to {}, {}, {}; timer period {} ms",
+        "sources enabled: {}; skip {} frames, keep up to {}, {}, {}, {}; timer period {} ms",
         if enabled.is_empty() {
             "none".to_owned()
         } else {
@@ -181,6 +222,7 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
         },
         config.frames_to_skip,
         config.frames_to_capture,
+        user_frames_text(&config),
         processes_text(&config.processes),
         if sampled.is_empty() {
             "every event kept".to_owned()
@@ -229,7 +271,7 @@ mod tests {
     fn sampling_pairs_parse_and_bad_ones_are_explained() {
         assert_eq!(
             parse_sampling("timer=10, registry=100"),
-            Ok(Rates(vec![(Source::Timer, 10), (Source::Registry, 100)]))
+            Ok(PerSource(vec![(Source::Timer, 10), (Source::Registry, 100)]))
         );
         for (text, expected) in [
             ("timer", "is not source=N"),
@@ -239,6 +281,19 @@ mod tests {
             ("timer=70000", "a rate is 1 to 65535"),
         ] {
             let error = parse_sampling(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+        assert_eq!(
+            parse_user_frames("registry=0, ondemand=62"),
+            Ok(PerSource(vec![(Source::Registry, 0), (Source::OnDemand, 62)]))
+        );
+        for (text, expected) in [
+            ("registry", "(e.g. registry=20)"),
+            ("all=3", "one source per count"),
+            ("registry=63", "user frames are 0 to 62"),
+            ("registry=-1", "user frames are 0 to 62"),
+        ] {
+            let error = parse_user_frames(text).unwrap_err();
             assert!(error.contains(expected), "{text}: {error}");
         }
     }
@@ -266,6 +321,8 @@ mod command_line_tests {
             "0",
             "--sample",
             "registry=10,timer=2",
+            "--user-frames",
+            "registry=20,object=0",
         ])
         .unwrap()
         .config;
@@ -273,7 +330,11 @@ mod command_line_tests {
         assert_eq!(parsed.exclude_pid, Some(Pids(vec![0])));
         assert_eq!(
             parsed.sample,
-            Some(Rates(vec![(Source::Registry, 10), (Source::Timer, 2)]))
+            Some(PerSource(vec![(Source::Registry, 10), (Source::Timer, 2)]))
+        );
+        assert_eq!(
+            parsed.user_frames,
+            Some(PerSource(vec![(Source::Registry, 20), (Source::ObjectHandle, 0)]))
         );
         let cleared = Command::try_parse_from(["config", "--pid", "all", "--exclude-pid", "none"])
             .unwrap()

@@ -334,11 +334,13 @@ mod tests {
                     filtered: 0,
                     not_kept: 0,
                     sampled_out: 0,
+                    user_parts: [0; kstack_abi::UserPart::COUNT],
                 }; Source::COUNT],
                 driver_image: DriverImage::default(),
                 object_altitude: Altitude::default(),
                 registry_altitude: Altitude::default(),
                 stack_table: kstack_abi::StackTableStatus::default(),
+                user_walk: kstack_abi::UserWalk::Available,
             };
             let mut bytes = vec![0; STATUS_RESPONSE_SIZE];
             status.encode(&mut bytes);

@@ -91,6 +91,8 @@ fn records() -> Vec<TraceRecord> {
                 shard,
                 irql,
                 flags,
+                user_frame_count: 0,
+                user_part: kstack_abi::UserPart::Off,
                 os_hash: u32::try_from(stack_id(frames.iter().copied()) & 0xFFFF_FFFF).unwrap(),
                 stack_id: stack_id(frames.iter().copied()),
                 facts,
