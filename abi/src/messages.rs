@@ -283,6 +283,42 @@ pub struct SourceStatus {
 }
 
 impl SourceStatus {
+    /// Nothing registered, nothing counted.
+    const ZERO: Self = Self {
+        registration: 0,
+        available: false,
+        captured: 0,
+        skipped_irql: 0,
+        skipped_stack: 0,
+        filtered: 0,
+        not_kept: 0,
+        sampled_out: 0,
+        user_parts: [0; UserPart::COUNT],
+    };
+
+    /// Decodes the source part at `at` of a status response.
+    fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
+        let state = r.u32(at + 4)?;
+        if state & !SOURCE_AVAILABLE != 0 {
+            return Err(DecodeError::UnknownFlags { bits: state });
+        }
+        let mut user_parts = [0; UserPart::COUNT];
+        for (part, count) in user_parts.iter_mut().enumerate() {
+            *count = r.u64(at + 56 + 8 * part)?;
+        }
+        Ok(Self {
+            registration: r.i32(at)?,
+            available: state == SOURCE_AVAILABLE,
+            captured: r.u64(at + 8)?,
+            skipped_irql: r.u64(at + 16)?,
+            skipped_stack: r.u64(at + 24)?,
+            filtered: r.u64(at + 32)?,
+            not_kept: r.u64(at + 40)?,
+            sampled_out: r.u64(at + 48)?,
+            user_parts,
+        })
+    }
+
     /// Records whose user part had outcome `part`.
     #[must_use]
     pub const fn user_part(&self, part: UserPart) -> u64 {
@@ -517,37 +553,9 @@ impl StatusResponse {
                 bits: u32::from(flags),
             });
         }
-        let mut sources = [SourceStatus {
-            registration: 0,
-            available: false,
-            captured: 0,
-            skipped_irql: 0,
-            skipped_stack: 0,
-            filtered: 0,
-            not_kept: 0,
-            sampled_out: 0,
-            user_parts: [0; UserPart::COUNT],
-        }; Source::COUNT];
+        let mut sources = [SourceStatus::ZERO; Source::COUNT];
         for (index, source) in sources.iter_mut().enumerate() {
-            let at = SOURCES_OFFSET + SOURCE_STATUS_SIZE * index;
-            let state = r.u32(at + 4)?;
-            if state & !SOURCE_AVAILABLE != 0 {
-                return Err(DecodeError::UnknownFlags { bits: state });
-            }
-            *source = SourceStatus {
-                registration: r.i32(at)?,
-                available: state == SOURCE_AVAILABLE,
-                captured: r.u64(at + 8)?,
-                skipped_irql: r.u64(at + 16)?,
-                skipped_stack: r.u64(at + 24)?,
-                filtered: r.u64(at + 32)?,
-                not_kept: r.u64(at + 40)?,
-                sampled_out: r.u64(at + 48)?,
-                user_parts: [0; UserPart::COUNT],
-            };
-            for (part, count) in source.user_parts.iter_mut().enumerate() {
-                *count = r.u64(at + 56 + 8 * part)?;
-            }
+            *source = SourceStatus::decode(r, SOURCES_OFFSET + SOURCE_STATUS_SIZE * index)?;
         }
         let configured = if flags & FLAG_PAGING_EXECUTIVE_SET == 0 {
             None

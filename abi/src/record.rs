@@ -343,7 +343,11 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     }
     let user_frame_count = r.u8(5)?;
     let without_frames = frame_count == 0 && flags.contains(RecordFlags::STACK_BY_ID);
-    let user_limit = if without_frames { MAX_FRAMES } else { frame_count };
+    let user_limit = if without_frames {
+        MAX_FRAMES
+    } else {
+        frame_count
+    };
     if u16::from(user_frame_count) > user_limit {
         return Err(DecodeError::UserFrames {
             user_frame_count,
@@ -351,8 +355,8 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
         });
     }
     let user_value = r.u8(35)?;
-    let user_part =
-        UserPart::from_wire(user_value).ok_or(DecodeError::UnknownUserPart { value: user_value })?;
+    let user_part = UserPart::from_wire(user_value)
+        .ok_or(DecodeError::UnknownUserPart { value: user_value })?;
     let header = RecordHeader {
         sequence: r.u64(8)?,
         timestamp: r.u64(TIMESTAMP_OFFSET)?,

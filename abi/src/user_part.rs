@@ -147,7 +147,11 @@ mod tests {
         let names: std::collections::BTreeSet<_> =
             UserPart::ALL.into_iter().map(UserPart::name).collect();
         assert_eq!(names.len(), UserPart::COUNT);
-        for walk in [UserWalk::Available, UserWalk::NotExported, UserWalk::HostStub] {
+        for walk in [
+            UserWalk::Available,
+            UserWalk::NotExported,
+            UserWalk::HostStub,
+        ] {
             assert_eq!(UserWalk::from_wire(walk as u32), Some(walk));
             assert_eq!(walk.reason().is_none(), walk == UserWalk::Available);
         }

@@ -807,7 +807,7 @@ pub(crate) mod tests {
         pub walks_in_section: Cell<u32>,
         pub stamps_in_section: Cell<u32>,
         pub user_thread: Cell<UserThread>,
-        /// User frames the user walk finds (0x7FF0_0000_1000, ...), or
+        /// User frames the user walk finds (`0x7FF0_0000_1000`, ...), or
         /// `None`: the walk faults.
         pub user_depth: Cell<Option<usize>>,
         pub user_walks: Cell<u32>,
@@ -1108,6 +1108,7 @@ pub(crate) mod tests {
         };
         let registry = SourceFacts::Registry { notify_class: 1 };
         // (why, walk, config, irql, thread, user depth, expected part, user frames, wow64)
+        #[rustfmt::skip]
         let cases = [
             ("off", UserWalk::Available, no_user_frames, 0, thread(false, false, false), Some(3), UserPart::Off, 0, false),
             ("no routine", UserWalk::NotExported, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
@@ -1133,37 +1134,84 @@ pub(crate) mod tests {
             assert_eq!(header.user_part, part, "{why}");
             assert_eq!(usize::from(header.user_frame_count), user_frames, "{why}");
             let kernel = frames.len() - user_frames;
-            assert!(frames[..kernel].iter().all(|&frame| frame < 0x7FF0_0000_0000), "{why}");
-            assert!(frames[kernel..].iter().all(|&frame| frame >= 0x7FF0_0000_0000), "{why}");
-            assert_eq!(header.stack_id, stack_id(frames.iter().copied()), "{why}: the whole stack");
+            assert!(
+                frames[..kernel]
+                    .iter()
+                    .all(|&frame| frame < 0x7FF0_0000_0000),
+                "{why}"
+            );
+            assert!(
+                frames[kernel..]
+                    .iter()
+                    .all(|&frame| frame >= 0x7FF0_0000_0000),
+                "{why}"
+            );
+            assert_eq!(
+                header.stack_id,
+                stack_id(frames.iter().copied()),
+                "{why}: the whole stack"
+            );
             assert_eq!(header.flags.contains(RecordFlags::WOW64), wow64, "{why}");
             let mut expected = [0; UserPart::COUNT];
             expected[part.index()] = 1;
             assert_eq!(counted, expected, "{why}");
-            let walked = matches!(part, UserPart::Captured | UserPart::Truncated | UserPart::Faulted)
-                && user_frames + usize::from(part == UserPart::Faulted) > 0;
+            let walked = matches!(
+                part,
+                UserPart::Captured | UserPart::Truncated | UserPart::Faulted
+            ) && user_frames + usize::from(part == UserPart::Faulted) > 0;
             assert_eq!(platform.user_walks.get() == 1, walked, "{why}");
         }
     }
 
     #[test]
     fn a_thread_already_walking_its_user_stack_is_not_walked_again() {
-        let core = registered_core(ring_of_records(8, 1), PagingExecutive::NOT_SET, all_registered());
+        let core = registered_core(
+            ring_of_records(8, 1),
+            PagingExecutive::NOT_SET,
+            all_registered(),
+        );
         core.set_user_walk(UserWalk::Available);
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         // The fake platform's thread (id 200) in the middle of a user walk,
         // as when paging its stack in reaches a callback.
         let walking = core.user_walkers.enter(200).unwrap();
-        core.capture(&platform, SourceFacts::ImageLoad { image_base: 1, image_size: 2, process_id: 4 });
+        core.capture(
+            &platform,
+            SourceFacts::ImageLoad {
+                image_base: 1,
+                image_size: 2,
+                process_id: 4,
+            },
+        );
         drop(walking);
-        core.capture(&platform, SourceFacts::ImageLoad { image_base: 1, image_size: 2, process_id: 4 });
-        let parts: Vec<_> = drain_all(&core).iter().map(|(header, _)| header.user_part).collect();
+        core.capture(
+            &platform,
+            SourceFacts::ImageLoad {
+                image_base: 1,
+                image_size: 2,
+                process_id: 4,
+            },
+        );
+        let parts: Vec<_> = drain_all(&core)
+            .iter()
+            .map(|(header, _)| header.user_part)
+            .collect();
         assert_eq!(parts, [UserPart::Reentered, UserPart::Captured]);
         assert_eq!(platform.user_walks.get(), 1);
-        assert_eq!(core.user_walkers.marked(), 0, "a walk leaves no mark behind");
+        assert_eq!(
+            core.user_walkers.marked(),
+            0,
+            "a walk leaves no mark behind"
+        );
         let counted = core.ring.user_parts(Source::ImageLoad);
-        assert_eq!((counted[UserPart::Reentered.index()], counted[UserPart::Captured.index()]), (1, 1));
+        assert_eq!(
+            (
+                counted[UserPart::Reentered.index()],
+                counted[UserPart::Captured.index()]
+            ),
+            (1, 1)
+        );
     }
 
     #[test]

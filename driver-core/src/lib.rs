@@ -25,9 +25,9 @@ pub mod rundown;
 pub mod sharded_ring;
 pub mod stack_table;
 mod sync;
-pub mod user_walk_guard;
 #[cfg(feature = "test-support")]
 pub mod test_support;
+pub mod user_walk_guard;
 
 pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration, UserThread};
 pub use requests::{Caller, SourceControl};

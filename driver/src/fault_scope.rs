@@ -79,8 +79,12 @@ core::arch::global_asm!(
 
 unsafe extern "C" {
     /// The thunk above.
-    fn kstack_guarded_walk(walk: FrameWalk, buffer: *mut *mut c_void, count: u32, flags: u32)
-    -> u64;
+    fn kstack_guarded_walk(
+        walk: FrameWalk,
+        buffer: *mut *mut c_void,
+        count: u32,
+        flags: u32,
+    ) -> u64;
 }
 
 /// Calls `walk(buffer, count, flags)` inside the exception scope: its

@@ -133,34 +133,44 @@ pub fn processes_text(filter: &ProcessFilter) -> String {
     }
 }
 
-/// The user frames each source walks, in words, sources with the same
-/// count together.
+/// The user frames each source walks, in words: the count most sources
+/// share, then the sources with another.
 #[must_use]
 pub fn user_frames_text(config: &CaptureConfig) -> String {
-    let mut counts: Vec<u8> = config.user_frames.to_vec();
-    counts.sort_unstable_by(|a, b| b.cmp(a));
-    counts.dedup();
-    let groups: Vec<String> = counts
+    let sharing = |count: u8| {
+        Source::ALL
+            .into_iter()
+            .filter(|&source| config.user_frames(source) == count)
+            .count()
+    };
+    let common = config
+        .user_frames
+        .iter()
+        .copied()
+        .max_by_key(|&count| (sharing(count), count))
+        .unwrap_or(0);
+    let words = |count: u8| {
+        if count == 0 {
+            "none".to_owned()
+        } else {
+            count.to_string()
+        }
+    };
+    let head = if common == 0 {
+        "no user frames".to_owned()
+    } else {
+        format!("user frames up to {common}")
+    };
+    let others: Vec<String> = Source::ALL
         .into_iter()
-        .map(|count| {
-            let sources: Vec<&str> = Source::ALL
-                .into_iter()
-                .filter(|&source| config.user_frames(source) == count)
-                .map(Source::name)
-                .collect();
-            let sources = if sources.len() == Source::COUNT {
-                "every source".to_owned()
-            } else {
-                sources.join(",")
-            };
-            if count == 0 {
-                format!("none for {sources}")
-            } else {
-                format!("up to {count} for {sources}")
-            }
-        })
+        .filter(|&source| config.user_frames(source) != common)
+        .map(|source| format!("{}: {}", source.name(), words(config.user_frames(source))))
         .collect();
-    format!("user frames {}", groups.join(", "))
+    if others.is_empty() {
+        head
+    } else {
+        format!("{head} ({})", others.join(", "))
+    }
 }
 
 /// Whether user stacks can be walked, and what became of the user parts
@@ -173,10 +183,10 @@ fn user_parts_text(status: &StatusResponse) -> String {
             .map(|source| source.user_part(part))
             .sum()
     };
-    let walk = status
-        .user_walk
-        .reason()
-        .map_or_else(|| "available".to_owned(), |reason| format!("unavailable ({reason})"));
+    let walk = status.user_walk.reason().map_or_else(
+        || "available".to_owned(),
+        |reason| format!("unavailable ({reason})"),
+    );
     let parts: Vec<String> = UserPart::ALL
         .into_iter()
         .map(|part| format!("{} {}", total(part), part.name().replace('_', " ")))
@@ -401,6 +411,24 @@ mod tests {
     use crate::session::tests::sample_status;
 
     #[test]
+    fn user_frame_settings_read_as_the_common_count_then_the_others() {
+        let mut config = CaptureConfig::default();
+        assert_eq!(
+            user_frames_text(&config),
+            "user frames up to 30 (timer: none)"
+        );
+        config.user_frames[Source::Registry.index()] = 20;
+        assert_eq!(
+            user_frames_text(&config),
+            "user frames up to 30 (registry: 20, timer: none)"
+        );
+        config.user_frames = [0; Source::COUNT];
+        assert_eq!(user_frames_text(&config), "no user frames");
+        config.user_frames[Source::OnDemand.index()] = 62;
+        assert_eq!(user_frames_text(&config), "no user frames (ondemand: 62)");
+    }
+
+    #[test]
     fn status_report_covers_every_source_and_counter() {
         let text = status(&sample_status());
         for source in Source::ALL {
@@ -435,7 +463,16 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("keep up to 32, processes 4, 8 only (and never 0)"),
+            text.contains(
+                "keep up to 32, user frames up to 30 (timer: none), processes 4, 8 only (and never 0)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "user frames: unavailable (the host (Wine) exports RtlWalkFrameChain only as a \
+                 stub); user parts: 0 off, 0 captured,"
+            ),
             "{text}"
         );
         assert!(

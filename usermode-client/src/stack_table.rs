@@ -62,8 +62,11 @@ impl Origin {
 pub struct StackSummary {
     /// kstack's stack id.
     pub stack_id: u64,
-    /// Its frames, most recent call first.
+    /// Its frames, most recent call first: the kernel part, then
+    /// `user_frames` user frames.
     pub frames: Vec<u64>,
+    /// How many of the frames, the last ones, are the user part.
+    pub user_frames: usize,
     /// Records per source, in [`Source::ALL`] order.
     pub per_source: [u64; Source::COUNT],
     /// Records per source, process and thread (exporters label samples
@@ -76,6 +79,18 @@ pub struct StackSummary {
 }
 
 impl StackSummary {
+    /// The kernel frames.
+    #[must_use]
+    pub fn kernel_frames(&self) -> &[u64] {
+        &self.frames[..self.frames.len().saturating_sub(self.user_frames)]
+    }
+
+    /// The user frames.
+    #[must_use]
+    pub fn user_part(&self) -> &[u64] {
+        &self.frames[self.kernel_frames().len()..]
+    }
+
     /// Records with this stack.
     #[must_use]
     pub fn count(&self) -> u64 {
@@ -114,6 +129,7 @@ impl StackTable {
             .or_insert_with(|| StackSummary {
                 stack_id: header.stack_id,
                 frames: frames().into_iter().collect(),
+                user_frames: usize::from(header.user_frame_count),
                 per_source: [0; Source::COUNT],
                 per_origin: BTreeMap::new(),
                 first: seen,
@@ -247,7 +263,11 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
             sighting_text(summary.first),
             sighting_text(summary.last),
         );
+        let kernel = summary.kernel_frames().len();
         for (index, &frame) in summary.frames.iter().take(limits.frames).enumerate() {
+            if index == kernel {
+                out.push_str("  -- user mode --\n");
+            }
             let _ = writeln!(out, "  {index:>2}  {}", symbolizer.location(frame));
         }
         let hidden = summary.frames.len().saturating_sub(limits.frames);
@@ -282,8 +302,10 @@ pub fn top_json(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
                 "sources": per_source,
                 "first": sighting_json(summary.first),
                 "last": sighting_json(summary.last),
-                "frames": summary.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
-                "locations": summary.frames.iter().map(|&frame| symbolizer.location(frame)).collect::<Vec<_>>(),
+                "frames": Symbolizer::hex(summary.kernel_frames()),
+                "locations": symbolizer.locations(summary.kernel_frames()),
+                "user_frames": Symbolizer::hex(summary.user_part()),
+                "user_locations": symbolizer.locations(summary.user_part()),
             })
         })
         .collect()

@@ -129,6 +129,18 @@ impl Symbolizer {
             .unwrap_or_else(|| format!("{address:#x}"))
     }
 
+    /// [`Self::location`] of each frame.
+    #[must_use]
+    pub fn locations(&self, frames: &[u64]) -> Vec<String> {
+        frames.iter().map(|&frame| self.location(frame)).collect()
+    }
+
+    /// The frames as JSON shows addresses: hex strings.
+    #[must_use]
+    pub fn hex(frames: &[u64]) -> Vec<String> {
+        frames.iter().map(|frame| format!("{frame:#x}")).collect()
+    }
+
     /// The frames as Sysmon prints a CallTrace: locations joined by `|`,
     /// most recent call first.
     #[must_use]

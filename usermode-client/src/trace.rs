@@ -4,7 +4,7 @@
 use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
 use kstack_abi::{
-    DecodeError, RecordFlags, RecordHeader, RecordView, Source, SourceFacts,
+    DecodeError, RecordFlags, RecordHeader, RecordView, Source, SourceFacts, UserPart,
     source::{HandleOperation, Lifecycle, ObjectKind},
 };
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use crate::symbolizer::Symbolizer;
 
 /// Version of the JSON line schema (README, "JSON output").
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 /// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,22 +203,53 @@ impl TraceRecord {
         if self.header.flags.contains(RecordFlags::NOT_IN_RING) {
             out.push_str(" [not kept in the ring]");
         }
+        if self.header.user_part != UserPart::Off {
+            let _ = write!(
+                out,
+                " user part: {}",
+                self.header.user_part.name().replace('_', " ")
+            );
+        }
+        if self.header.flags.contains(RecordFlags::WOW64) {
+            out.push_str(" [wow64]");
+        }
         out.push('\n');
         if call_trace {
             let _ = writeln!(out, "  CallTrace: {}", symbolizer.call_trace(&self.frames));
             return out;
         }
+        let kernel = self.kernel_frames().len();
         for (index, &frame) in self.frames.iter().enumerate() {
+            if index == kernel {
+                out.push_str("  -- user mode --\n");
+            }
+            let address = if index >= kernel && self.shows_user_frames_as_32_bit() {
+                format!("{frame:#010x}        ")
+            } else {
+                format!("{frame:#018x}")
+            };
             match symbolizer.name(frame) {
                 Some(name) => {
-                    let _ = writeln!(out, "  {index:>2}  {frame:#018x}  {name}");
+                    let _ = writeln!(out, "  {index:>2}  {address}  {name}");
                 }
                 None => {
-                    let _ = writeln!(out, "  {index:>2}  {frame:#018x}");
+                    let _ = writeln!(out, "  {index:>2}  {}", address.trim_end());
                 }
             }
         }
         out
+    }
+
+    /// Whether the user part is a WoW64 process's 32-bit frames: every
+    /// one below 4 GiB, so it fits `EVENT_EXTENDED_ITEM_STACK_TRACE32`'s
+    /// `ULONG Address[]`.
+    #[must_use]
+    pub fn shows_user_frames_as_32_bit(&self) -> bool {
+        self.header.flags.contains(RecordFlags::WOW64)
+            && self
+                .user_frames()
+                .iter()
+                .all(|&frame| u32::try_from(frame).is_ok())
     }
 
     /// One JSON line (schema version [`JSON_SCHEMA_VERSION`]).
@@ -230,6 +261,9 @@ impl TraceRecord {
         }
         if self.header.flags.contains(RecordFlags::NOT_IN_RING) {
             flags.push("not_in_ring");
+        }
+        if self.header.flags.contains(RecordFlags::WOW64) {
+            flags.push("wow64");
         }
         json!({
             "schema": JSON_SCHEMA_VERSION,
@@ -246,8 +280,12 @@ impl TraceRecord {
             "os_hash": format!("{:#010x}", self.header.os_hash),
             "stack_id": format!("{:#018x}", self.header.stack_id),
             "facts": facts_json(&self.header.facts),
-            "frames": self.frames.iter().map(|frame| format!("{frame:#x}")).collect::<Vec<_>>(),
-            "locations": self.frames.iter().map(|&frame| symbolizer.location(frame)).collect::<Vec<_>>(),
+            "frames": Symbolizer::hex(self.kernel_frames()),
+            "locations": symbolizer.locations(self.kernel_frames()),
+            "user_part": self.header.user_part.name(),
+            "user_frames": Symbolizer::hex(self.user_frames()),
+            "user_locations": symbolizer.locations(self.user_frames()),
+            "user_frames_32_bit": self.shows_user_frames_as_32_bit(),
         })
     }
 }
@@ -440,7 +478,7 @@ mod tests {
     #[test]
     fn json_line_has_the_documented_fields() {
         let value = sample().to_json(&no_modules());
-        assert_eq!(value["schema"], 1);
+        assert_eq!(value["schema"], 2);
         assert_eq!(
             (&value["sequence"], &value["shard"]),
             (&json!(7), &json!(1))
@@ -454,6 +492,78 @@ mod tests {
             json!(["0xfffff80012345678", "0xfffff80000001000"])
         );
         assert_eq!(value["time"], "2025-11-22T08:00:01Z");
+        assert_eq!(value["user_part"], "off");
+        assert_eq!(value["user_frames"], json!([]));
+        assert_eq!(value["user_frames_32_bit"], false);
+    }
+
+    /// A registry record with two kernel frames and two user frames.
+    fn with_user_part(flags: RecordFlags, user: [u64; 2]) -> TraceRecord {
+        let mut record = sample();
+        record.header.facts = SourceFacts::Registry { notify_class: 1 };
+        record.header.flags = flags;
+        record.header.user_frame_count = 2;
+        record.header.user_part = UserPart::Captured;
+        record.frames = [
+            0xFFFF_F800_1234_5678,
+            0xFFFF_F800_0000_1000,
+            user[0],
+            user[1],
+        ]
+        .into();
+        record
+    }
+
+    #[test]
+    fn user_frames_follow_a_boundary_and_have_their_own_json_array() {
+        let record = with_user_part(RecordFlags::NONE, [0x7FF6_1234_0010, 0x7FFE_0000_2000]);
+        assert_eq!(
+            record.kernel_frames(),
+            [0xFFFF_F800_1234_5678, 0xFFFF_F800_0000_1000]
+        );
+        assert_eq!(record.user_frames(), [0x7FF6_1234_0010, 0x7FFE_0000_2000]);
+        let text = record.to_text(&no_modules(), false);
+        assert!(
+            text.ends_with(
+                "registry operation class 1 user part: captured\n   0  0xfffff80012345678\n   \
+                 1  0xfffff80000001000\n  -- user mode --\n   2  0x00007ff612340010\n   \
+                 3  0x00007ffe00002000\n"
+            ),
+            "{text}"
+        );
+        let value = record.to_json(&no_modules());
+        assert_eq!(
+            value["frames"],
+            json!(["0xfffff80012345678", "0xfffff80000001000"])
+        );
+        assert_eq!(
+            value["user_frames"],
+            json!(["0x7ff612340010", "0x7ffe00002000"])
+        );
+        assert_eq!(
+            value["user_locations"],
+            json!(["0x7ff612340010", "0x7ffe00002000"])
+        );
+        assert_eq!(value["user_part"], "captured");
+        assert!(!record.shows_user_frames_as_32_bit());
+    }
+
+    #[test]
+    fn a_wow64_user_part_below_4_gib_is_shown_32_bit() {
+        let record = with_user_part(RecordFlags::WOW64, [0x0040_1000, 0x7700_2000]);
+        assert!(record.shows_user_frames_as_32_bit());
+        let text = record.to_text(&no_modules(), false);
+        assert!(text.contains("user part: captured [wow64]\n"), "{text}");
+        assert!(
+            text.ends_with("-- user mode --\n   2  0x00401000\n   3  0x77002000\n"),
+            "{text}"
+        );
+        let value = record.to_json(&no_modules());
+        assert_eq!(value["flags"], json!(["wow64"]));
+        assert_eq!(value["user_frames_32_bit"], true);
+        // 64-bit frames of the WoW64 layer are not 32-bit frames.
+        let layer = with_user_part(RecordFlags::WOW64, [0x0040_1000, 0x7FFE_0000_2000]);
+        assert!(!layer.shows_user_frames_as_32_bit());
     }
 
     #[test]

@@ -64,11 +64,12 @@ fn top_stacks(dir: &Path) -> Vec<Value> {
     .collect()
 }
 
+/// A `top --json` stack's frames, named: the kernel part, then the user
+/// part.
 fn locations(stack: &Value) -> Vec<&str> {
-    stack["locations"]
-        .as_array()
-        .unwrap()
-        .iter()
+    ["locations", "user_locations"]
+        .into_iter()
+        .flat_map(|part| stack[part].as_array().unwrap())
         .map(|location| location.as_str().unwrap())
         .collect()
 }

@@ -271,7 +271,10 @@ mod tests {
     fn sampling_pairs_parse_and_bad_ones_are_explained() {
         assert_eq!(
             parse_sampling("timer=10, registry=100"),
-            Ok(PerSource(vec![(Source::Timer, 10), (Source::Registry, 100)]))
+            Ok(PerSource(vec![
+                (Source::Timer, 10),
+                (Source::Registry, 100)
+            ]))
         );
         for (text, expected) in [
             ("timer", "is not source=N"),
@@ -285,7 +288,10 @@ mod tests {
         }
         assert_eq!(
             parse_user_frames("registry=0, ondemand=62"),
-            Ok(PerSource(vec![(Source::Registry, 0), (Source::OnDemand, 62)]))
+            Ok(PerSource(vec![
+                (Source::Registry, 0),
+                (Source::OnDemand, 62)
+            ]))
         );
         for (text, expected) in [
             ("registry", "(e.g. registry=20)"),
@@ -334,7 +340,10 @@ mod command_line_tests {
         );
         assert_eq!(
             parsed.user_frames,
-            Some(PerSource(vec![(Source::Registry, 20), (Source::ObjectHandle, 0)]))
+            Some(PerSource(vec![
+                (Source::Registry, 20),
+                (Source::ObjectHandle, 0)
+            ]))
         );
         let cleared = Command::try_parse_from(["config", "--pid", "all", "--exclude-pid", "none"])
             .unwrap()

@@ -59,7 +59,13 @@ const IMAGE: &[u64] = &[
     FLTMGR + 0x5_3D10,
     NT + 0x42_A2B5,
 ];
-const REGISTRY: &[u64] = &[KSTACK + 0x2610, NT + 0x69_B7C0, 0x7FF6_1234_5678];
+/// Two kernel frames, then the user part: two frames in no module known.
+const REGISTRY: &[u64] = &[
+    KSTACK + 0x2610,
+    NT + 0x69_B7C0,
+    0x7FF6_1234_5678,
+    0x7FF6_1230_1A00,
+];
 const OBJECT: &[u64] = &[KSTACK + 0x2890, NT + 0x6A_0010, NT + 0x6A_1F33];
 const ONDEMAND: &[u64] = &[
     KSTACK + 0x3010,
@@ -70,7 +76,9 @@ const ONDEMAND: &[u64] = &[
 const THREAD: &[u64] = &[KSTACK + 0x2350, NT + 0x6F_4410];
 
 /// A capture with every source, repeated stacks, a truncated record, a
-/// capture-now record and a frame outside every module.
+/// capture-now record and a record with a user part (its frames, the
+/// ones below the kernel's half of the address space, outside every
+/// module).
 fn records() -> Vec<TraceRecord> {
     let mut records = Vec::new();
     // Captured on two processors in turn, each with its own ring shard and
@@ -80,6 +88,11 @@ fn records() -> Vec<TraceRecord> {
         let index = records.len() as u64 + 1;
         let shard = u16::try_from(index % 2).unwrap();
         spent[usize::from(shard)] += 1;
+        let user_frames = frames
+            .iter()
+            .rev()
+            .take_while(|&&frame| frame < 0xFFFF_8000_0000_0000)
+            .count();
         records.push(TraceRecord {
             header: RecordHeader {
                 sequence: spent[usize::from(shard)],
@@ -91,8 +104,12 @@ fn records() -> Vec<TraceRecord> {
                 shard,
                 irql,
                 flags,
-                user_frame_count: 0,
-                user_part: kstack_abi::UserPart::Off,
+                user_frame_count: u8::try_from(user_frames).unwrap(),
+                user_part: if user_frames == 0 {
+                    kstack_abi::UserPart::Off
+                } else {
+                    kstack_abi::UserPart::Captured
+                },
                 os_hash: u32::try_from(stack_id(frames.iter().copied()) & 0xFFFF_FFFF).unwrap(),
                 stack_id: stack_id(frames.iter().copied()),
                 facts,

@@ -77,7 +77,11 @@ fn fault_probe(target: &str) -> ExitCode {
         }
     };
     let mut reply = [0_u8; FAULT_PROBE_REPLY_SIZE];
-    let answer = device.control(FAULT_PROBE_CODE, &encode_fault_probe_request(target), &mut reply);
+    let answer = device.control(
+        FAULT_PROBE_CODE,
+        &encode_fault_probe_request(target),
+        &mut reply,
+    );
     let value = u64::from_le_bytes(reply);
     if answer.status < 0 || answer.information != FAULT_PROBE_REPLY_SIZE {
         println!("{:#010x}", answer.status);
