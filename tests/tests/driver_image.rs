@@ -278,7 +278,7 @@ const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
 /// Windows 8; `CmRegisterCallbackEx`; `KeQueryPerformanceCounter`, HAL's
 /// before Windows 8; `ZwQuerySystemInformation`, declared only in user-mode
 /// headers). Data exports are imported, as the WDK declares them.
-const KERNEL_IMPORTS: [(&str, Windows); 46] = [
+const KERNEL_IMPORTS: [(&str, Windows); 51] = [
     ("ExAllocatePoolWithTag", Windows::W2000),
     ("ExFreePoolWithTag", Windows::W2000),
     ("IoCreateDevice", Windows::W2000),
@@ -286,6 +286,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 46] = [
     ("IoDeleteDevice", Windows::W2000),
     ("IoDeleteSymbolicLink", Windows::W2000),
     ("IoGetStackLimits", Windows::W2000),
+    ("IoIs32bitProcess", Windows::Xp),
     ("IofCompleteRequest", Windows::W2000),
     ("KeBugCheckEx", Windows::W2000),
     ("KeCancelTimer", Windows::W2000),
@@ -294,6 +295,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 46] = [
     ("KeGetCurrentProcessorNumberEx", Windows::Seven),
     ("KeInitializeDpc", Windows::W2000),
     ("KeInitializeTimerEx", Windows::W2000),
+    ("KeIsAttachedProcess", Windows::VistaSp1),
     ("KeQueryActiveProcessorCountEx", Windows::Seven),
     ("KeSetTimerEx", Windows::W2000),
     ("MmGetSystemRoutineAddress", Windows::W2000),
@@ -301,9 +303,11 @@ const KERNEL_IMPORTS: [(&str, Windows); 46] = [
     ("ObRegisterCallbacks", Windows::VistaSp1),
     ("ObUnRegisterCallbacks", Windows::VistaSp1),
     ("PsGetCurrentProcessId", Windows::W2000),
+    ("PsGetCurrentThread", Windows::W2000),
     ("PsGetCurrentThreadId", Windows::W2000),
     ("PsGetProcessId", Windows::Xp),
     ("PsGetThreadProcessId", Windows::VistaSp1),
+    ("PsIsSystemThread", Windows::Xp),
     ("PsProcessType", Windows::W2000),
     ("PsRemoveCreateThreadNotifyRoutine", Windows::Xp),
     ("PsRemoveLoadImageNotifyRoutine", Windows::Xp),
@@ -323,6 +327,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 46] = [
     ("ZwQueryValueKey", Windows::W2000),
     ("ZwSetSecurityObject", Windows::Xp),
     ("ZwSetValueKey", Windows::W2000),
+    ("__C_specific_handler", Windows::Xp),
     ("memcpy", Windows::W2000),
     ("memset", Windows::W2000),
 ];
@@ -330,6 +335,15 @@ const KERNEL_IMPORTS: [(&str, Windows); 46] = [
 /// Every DLL kstack.sys imports from, with the names it imports (an
 /// import by ordinal has none).
 fn imports(pe: &PeFile64<'_>) -> Vec<(String, Vec<Option<String>>)> {
+    import_tables(pe)
+        .into_iter()
+        .map(|(dll, _, names)| (dll, names))
+        .collect()
+}
+
+/// [`imports`], with the RVA of each DLL's import address table (the
+/// slot of its n-th name is 8 n bytes further).
+fn import_tables(pe: &PeFile64<'_>) -> Vec<(String, u32, Vec<Option<String>>)> {
     let mut dlls = Vec::new();
     let Some(table) = pe.import_table().expect("the import table parses") else {
         return dlls;
@@ -360,7 +374,11 @@ fn imports(pe: &PeFile64<'_>) -> Vec<(String, Vec<Option<String>>)> {
                 object::read::pe::Import::Ordinal(_) => None,
             });
         }
-        dlls.push((String::from_utf8_lossy(dll).into_owned(), names));
+        dlls.push((
+            String::from_utf8_lossy(dll).into_owned(),
+            descriptor.first_thunk.get(LE),
+            names,
+        ));
     }
     dlls
 }
@@ -404,6 +422,120 @@ fn every_import_exists_on_the_minimum_windows() {
             "{document} must name the minimum, {MINIMUM_WINDOWS_TEXT}"
         );
     }
+}
+
+/// One function's structured-exception scope, as its unwind information
+/// names it for `__C_specific_handler`.
+#[derive(Debug)]
+struct Scope {
+    begin: u32,
+    end: u32,
+    filter: u32,
+    landing: u32,
+}
+
+/// The functions of the image whose unwind information names an exception
+/// handler: (function start, handler RVA, the scope table after it).
+fn functions_with_handlers(pe: &PeFile64<'_>) -> Vec<(u32, u32, Vec<Scope>)> {
+    const UNW_FLAG_EHANDLER: u8 = 1;
+    let at = |rva: u32, len: usize| -> &[u8] {
+        let bytes = pe
+            .section_table()
+            .pe_data_at(pe.data(), rva)
+            .expect("an RVA inside a section");
+        &bytes[..len]
+    };
+    let word = |rva: u32| u32::from_le_bytes(at(rva, 4).try_into().unwrap());
+    let (table, size) = pe
+        .data_directories()
+        .get(object::pe::IMAGE_DIRECTORY_ENTRY_EXCEPTION)
+        .expect("an exception directory")
+        .address_range();
+    let mut found = Vec::new();
+    for entry in (table..table + size).step_by(12) {
+        let (start, unwind) = (word(entry), word(entry + 8));
+        let header = at(unwind, 4);
+        if header[0] >> 3 & UNW_FLAG_EHANDLER == 0 {
+            continue;
+        }
+        // The unwind codes (2 bytes each, an even number of slots), then
+        // the handler's RVA, then its data.
+        let codes = u32::from(header[2]).next_multiple_of(2);
+        let handler_at = unwind + 4 + 2 * codes;
+        let scopes_at = handler_at + 4;
+        let scopes = (0..word(scopes_at))
+            .map(|index| {
+                let entry = scopes_at + 4 + 16 * index;
+                Scope {
+                    begin: word(entry),
+                    end: word(entry + 4),
+                    filter: word(entry + 8),
+                    landing: word(entry + 12),
+                }
+            })
+            .collect();
+        found.push((start, word(handler_at), scopes));
+    }
+    found
+}
+
+/// The fault scope the user walk runs in (driver/src/fault_scope.rs) is in
+/// the release image: one function names `__C_specific_handler` (through
+/// the linker's jump to its import slot) with one catch-all scope over a
+/// call, landing inside the function.
+#[test]
+fn the_release_image_carries_the_fault_scope() {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let (_, table, names) = import_tables(&pe)
+        .into_iter()
+        .find(|(dll, _, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
+        .expect("kstack.sys imports from ntoskrnl.exe");
+    let index = names
+        .iter()
+        .position(|name| name.as_deref() == Some("__C_specific_handler"))
+        .expect("kstack.sys imports __C_specific_handler");
+    let slot = table + 8 * u32::try_from(index).unwrap();
+    let handlers = functions_with_handlers(&pe);
+    let [(start, handler, scopes)] = &handlers[..] else {
+        panic!("one function with an exception handler expected: {handlers:?}");
+    };
+    let jump = pe
+        .section_table()
+        .pe_data_at(pe.data(), *handler)
+        .expect("the handler's code");
+    // jmp qword ptr [rip + disp32]
+    assert_eq!(
+        &jump[..2],
+        &[0xFF, 0x25],
+        "the handler is a jump through an import slot"
+    );
+    let target = handler
+        .wrapping_add(6)
+        .wrapping_add_signed(i32::from_le_bytes(jump[2..6].try_into().unwrap()));
+    assert_eq!(
+        target, slot,
+        "the handler jumps through __C_specific_handler's slot"
+    );
+    let [scope] = &scopes[..] else {
+        panic!("one scope expected: {scopes:?}");
+    };
+    assert_eq!(
+        scope.filter, 1,
+        "EXCEPTION_EXECUTE_HANDLER: every exception is caught"
+    );
+    assert!(*start < scope.begin && scope.begin < scope.end && scope.end <= scope.landing);
+    let covered = pe
+        .section_table()
+        .pe_data_at(pe.data(), scope.begin)
+        .expect("the scope's code");
+    // call rax, then the nop that keeps the return address inside.
+    assert_eq!(
+        &covered[..3],
+        &[0xFF, 0xD0, 0x90],
+        "the scope covers the call"
+    );
+    assert_eq!(scope.end - scope.begin, 3);
 }
 
 #[test]
@@ -681,6 +813,8 @@ fn frame_sizes() -> Vec<(String, usize)> {
 /// `MIN_REMAINING_STACK` (8 KiB) is chosen over. A change that grows the
 /// capture path past them fails here.
 const CALLBACK_PATH_BOUND: usize = 1536;
+/// `kstack_guarded_walk`'s frame: `sub rsp, 40` and its return address.
+const FAULT_SCOPE_THUNK_FRAME: usize = 48;
 const CAPTURE_NOW_PATH_BOUND: usize = 4608;
 
 #[test]
@@ -713,7 +847,12 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
     // The deepest of the walk (then RtlCaptureStackBackTrace's own frames)
     // and the publish section. A procedure the optimizer inlined has no
     // frame of its own (its frame is its caller's).
-    let walk = largest("DriverCore::walk<") + largest("walk_stack");
+    // The kernel walk, then (after it returned) the user walk through
+    // the fault scope's thunk, whose 40 bytes and return address the PDB
+    // does not list (driver/src/fault_scope.rs), then RtlWalkFrameChain's
+    // own frames.
+    let walk = largest("DriverCore::walk<")
+        + largest("walk_stack").max(largest("walk_user_stack") + FAULT_SCOPE_THUNK_FRAME);
     // The stack table's lookup runs in the section before the ring's
     // publish: its procedures, when not inlined, are one chain deep.
     let table = largest("StackTable::enter")

@@ -106,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 17] {
+fn cases() -> [(&'static str, Case); 18] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -143,6 +143,10 @@ fn cases() -> [(&'static str, Case); 17] {
         (
             "injection (test build): process lists and 1-in-N sampling count every event once",
             filters_and_sampling_count_every_event,
+        ),
+        (
+            "user frames: unavailable under Wine (its RtlWalkFrameChain is a stub, never called); every record says so, the outcomes add up",
+            user_frames_unavailable_under_wine,
         ),
         (
             "fault scope (test build): a read through an unmapped pointer is caught, a mapped one returns its value",
@@ -977,6 +981,105 @@ fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
     let records = wine.client_ok(&["read", "--json"])?;
     ensure(records.trim().is_empty(), || {
         format!("nothing may be recorded: {records}")
+    })
+}
+
+/// Under Wine the driver finds `RtlWalkFrameChain` exported as a stub and
+/// never calls it: status says why; every source's records (all but the
+/// timer, whose user frames are off) say their user part is unavailable;
+/// per source, the outcomes add up to the records made; and the host keeps
+/// serving every source and request (the injection build fires the
+/// callbacks Wine never fires).
+fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
+    with_injection_driver(context, |context, _| {
+        let wine = &context.wine;
+        let before = status(wine)?;
+        ensure(
+            before["user_walk"]
+                == serde_json::json!({
+                    "available": false,
+                    "reason": "the host (Wine) exports RtlWalkFrameChain only as a stub",
+                }),
+            || {
+                format!(
+                    "status should say why user frames are unavailable: {}",
+                    before["user_walk"]
+                )
+            },
+        )?;
+        let refused = wine.client(&["config", "--user-frames", "timer=1"])?;
+        ensure(!refused.status.success(), || {
+            format!("user frames for the timer must be refused: {refused:?}")
+        })?;
+        wine.stop_driver()?;
+        wine.set_disable_paging_executive(Some(1))?;
+        wine.set_assume_paging_executive_in_effect(Some(1))?;
+        wine.start_driver()?;
+        wine.client_ok(&[
+            "config",
+            "--enable",
+            "all",
+            "--timer-period",
+            "5",
+            "--user-frames",
+            "registry=12",
+        ])?;
+        for facts in injected_events() {
+            ensure(inject(wine, &facts)?.status.success(), || {
+                format!("injecting {facts:?}")
+            })?;
+        }
+        wine.client_ok(&["selftest"])?;
+        thread::sleep(Duration::from_millis(100));
+        wine.client_ok(&["config", "--disable", "all"])?;
+        let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+        let after = status(wine)?;
+        let mut seen = BTreeSet::new();
+        for record in &records {
+            let source = record["source"].as_str().unwrap_or_default();
+            seen.insert(source);
+            let expected = if source == "timer" {
+                "off"
+            } else {
+                "unavailable"
+            };
+            ensure(
+                record["user_part"] == expected
+                    && record["user_frames"] == serde_json::json!([])
+                    && record["user_frames_32_bit"] == false,
+                || format!("a {source} record's user part should be {expected}: {record}"),
+            )?;
+        }
+        ensure(seen.len() == 7, || {
+            format!("records of every source expected, got {seen:?}")
+        })?;
+        for source in after["sources"]
+            .as_array()
+            .ok_or("status without sources")?
+        {
+            let parts = source["user_parts"]
+                .as_object()
+                .ok_or_else(|| format!("no user_parts: {source}"))?;
+            let counted: u64 = parts.values().filter_map(Value::as_u64).sum();
+            let made =
+                source["captured"].as_u64().unwrap_or(0) + source["not_kept"].as_u64().unwrap_or(0);
+            let expected_part = if source["name"] == "timer" {
+                "off"
+            } else {
+                "unavailable"
+            };
+            ensure(
+                counted == made && parts[expected_part].as_u64() == Some(made),
+                || format!("every record's user part counted, all {expected_part}: {source}"),
+            )?;
+        }
+        let registry_frames = after["sources"]
+            .as_array()
+            .and_then(|sources| sources.iter().find(|source| source["name"] == "registry"))
+            .map(|registry| registry["user_frames"].clone());
+        ensure(registry_frames == Some(serde_json::json!(12)), || {
+            format!("the registry source's user frames setting: {registry_frames:?}")
+        })
     })
 }
 
