@@ -479,7 +479,7 @@ fn functions_with_handlers(pe: &PeFile64<'_>) -> Vec<(u32, u32, Vec<Scope>)> {
     found
 }
 
-/// The fault scope the user walk runs in (driver/src/fault_scope.rs) is in
+/// The fault scope the user walk runs in (`driver/src/fault_scope.rs`) is in
 /// the release image: one function names `__C_specific_handler` (through
 /// the linker's jump to its import slot) with one catch-all scope over a
 /// call, landing inside the function.
