@@ -26,8 +26,10 @@ use crate::sync::{AtomicU32, Ordering};
 
 /// Slots in the table: far more than threads walking at once (a walk runs
 /// below `DISPATCH_LEVEL`, so walkers are at most the threads inside
-/// kstack's callbacks at one time).
-pub const SLOTS: usize = 1024;
+/// kstack's callbacks at one time). Under loom, where each slot is a
+/// modelled atomic on a coroutine's small stack, 16: the scenarios' two
+/// threads need no more.
+pub const SLOTS: usize = if cfg!(loom) { 16 } else { 1024 };
 /// Slots looked at per thread.
 pub const PROBES: usize = 8;
 
@@ -119,8 +121,10 @@ impl Default for UserWalkGuard {
 }
 
 /// The first slot of `thread_id`'s window. Windows thread ids are multiples
-/// of 4, so the id is mixed before taking the slot.
-fn window_start(thread_id: u32) -> usize {
+/// of 4, so the id is mixed before taking the slot. (Public for the
+/// concurrency scenarios, which pick threads sharing a window.)
+#[must_use]
+pub fn window_start(thread_id: u32) -> usize {
     let mixed = thread_id.wrapping_mul(0x9E37_79B9);
     (mixed >> 22) as usize % SLOTS
 }

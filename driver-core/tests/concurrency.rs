@@ -537,3 +537,34 @@ fn an_eviction_while_a_reader_takes_the_frames() {
         assert!(matches!(other, Tabled::Slot(_) | Tabled::Inline));
     });
 }
+
+/// Two threads whose thread ids share a window of the user-walk guard mark
+/// themselves at once: each gets its own slot, each then finds itself
+/// walking (a nested capture on that thread) and never the other, and
+/// both marks are gone after.
+#[test]
+fn two_threads_mark_themselves_in_one_window_of_the_user_walk_guard() {
+    use kstack_driver_core::user_walk_guard::{Refused, UserWalkGuard, window_start};
+
+    let sharing = (2..u32::MAX / 4)
+        .map(|n: u32| n * 4)
+        .find(|&id| window_start(id) == window_start(4))
+        .expect("another thread id with thread 4's window");
+    model(move || {
+        let guard: &'static UserWalkGuard = keep(UserWalkGuard::new());
+        let walkers: Vec<_> = [4_u32, sharing]
+            .into_iter()
+            .map(|id| {
+                thread::spawn(move || {
+                    let walking = guard.enter(id).expect("a free slot");
+                    assert_eq!(guard.enter(id).err(), Some(Refused::Reentered));
+                    drop(walking);
+                })
+            })
+            .collect();
+        for walker in walkers {
+            walker.join().unwrap();
+        }
+        assert_eq!(guard.marked(), 0);
+    });
+}
