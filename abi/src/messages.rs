@@ -284,7 +284,7 @@ pub struct SourceStatus {
 
 impl SourceStatus {
     /// Nothing registered, nothing counted.
-    const ZERO: Self = Self {
+    pub const ZERO: Self = Self {
         registration: 0,
         available: false,
         captured: 0,

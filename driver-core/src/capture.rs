@@ -1175,24 +1175,15 @@ pub(crate) mod tests {
         let platform = FakePlatform::default();
         // The fake platform's thread (id 200) in the middle of a user walk,
         // as when paging its stack in reaches a callback.
+        let image = SourceFacts::ImageLoad {
+            image_base: 1,
+            image_size: 2,
+            process_id: 4,
+        };
         let walking = core.user_walkers.enter(200).unwrap();
-        core.capture(
-            &platform,
-            SourceFacts::ImageLoad {
-                image_base: 1,
-                image_size: 2,
-                process_id: 4,
-            },
-        );
+        core.capture(&platform, image);
         drop(walking);
-        core.capture(
-            &platform,
-            SourceFacts::ImageLoad {
-                image_base: 1,
-                image_size: 2,
-                process_id: 4,
-            },
-        );
+        core.capture(&platform, image);
         let parts: Vec<_> = drain_all(&core)
             .iter()
             .map(|(header, _)| header.user_part)

@@ -350,15 +350,10 @@ pub(crate) mod tests {
             read: 4,
             sequences_spent: 7,
             sources: [SourceStatus {
-                registration: 0,
                 available: true,
                 captured: 1,
-                skipped_irql: 0,
-                skipped_stack: 0,
-                filtered: 0,
-                not_kept: 0,
                 sampled_out: 1,
-                user_parts: [0; kstack_abi::UserPart::COUNT],
+                ..SourceStatus::ZERO
             }; Source::COUNT],
             driver_image: DriverImage {
                 base: 0x1_4000_0000,

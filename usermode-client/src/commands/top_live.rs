@@ -326,15 +326,8 @@ mod tests {
                 read: self.status_requests,
                 sequences_spent: self.status_requests,
                 sources: [SourceStatus {
-                    registration: 0,
                     available: true,
-                    captured: 0,
-                    skipped_irql: 0,
-                    skipped_stack: 0,
-                    filtered: 0,
-                    not_kept: 0,
-                    sampled_out: 0,
-                    user_parts: [0; kstack_abi::UserPart::COUNT],
+                    ..SourceStatus::ZERO
                 }; Source::COUNT],
                 driver_image: DriverImage::default(),
                 object_altitude: Altitude::default(),

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 #[cfg(windows)]
 fn main() -> ExitCode {
     use kstack_abi::{Source, SourceFacts, ioctl::INJECT_CODE, messages::encode_inject_request};
-    use kstack_client::{device::Device, transport::Transport};
+    use kstack_client::transport::Transport;
 
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [mode, target] = args.as_slice()
@@ -36,12 +36,9 @@ fn main() -> ExitCode {
         eprintln!("usage: kstack-inject SOURCE WORD WORD WORD (valid fact words for the source)");
         return ExitCode::from(2);
     };
-    let mut device = match Device::open() {
+    let mut device = match open_device() {
         Ok(device) => device,
-        Err(error) => {
-            eprintln!("kstack-inject: {error}");
-            return ExitCode::from(3);
-        }
+        Err(code) => return code,
     };
     let reply = device.control(INJECT_CODE, &encode_inject_request(&facts), &mut []);
     println!("{:#010x}", reply.status);
@@ -52,6 +49,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// The driver's device, or the exit code after saying why not.
+#[cfg(windows)]
+fn open_device() -> Result<kstack_client::device::Device, ExitCode> {
+    kstack_client::device::Device::open().map_err(|error| {
+        eprintln!("kstack-inject: {error}");
+        ExitCode::from(3)
+    })
+}
+
 /// Sends one fault-probe request for `target`.
 #[cfg(windows)]
 fn fault_probe(target: &str) -> ExitCode {
@@ -59,7 +65,7 @@ fn fault_probe(target: &str) -> ExitCode {
         ioctl::FAULT_PROBE_CODE,
         messages::{FAULT_PROBE_REPLY_SIZE, FaultProbe, encode_fault_probe_request},
     };
-    use kstack_client::{device::Device, transport::Transport};
+    use kstack_client::transport::Transport;
 
     let target = match target {
         "mapped" => FaultProbe::Mapped,
@@ -69,12 +75,9 @@ fn fault_probe(target: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut device = match Device::open() {
+    let mut device = match open_device() {
         Ok(device) => device,
-        Err(error) => {
-            eprintln!("kstack-inject: {error}");
-            return ExitCode::from(3);
-        }
+        Err(code) => return code,
     };
     let mut reply = [0_u8; FAULT_PROBE_REPLY_SIZE];
     let answer = device.control(
