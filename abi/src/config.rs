@@ -518,6 +518,43 @@ mod tests {
     }
 
     #[test]
+    fn user_frames_are_0_to_62_and_0_for_the_timer() {
+        let at = |source: Source, value| {
+            let mut config = CaptureConfig::default();
+            config.user_frames[source.index()] = value;
+            config.validate()
+        };
+        assert_eq!(at(Source::Registry, 0), Ok(()));
+        assert_eq!(at(Source::Registry, 62), Ok(()));
+        assert_eq!(
+            at(Source::Registry, 63),
+            Err(ConfigError::UserFrames {
+                source: Source::Registry,
+                value: 63
+            })
+        );
+        assert_eq!(at(Source::Timer, 0), Ok(()));
+        let refused = at(Source::Timer, 1).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "timer walks 1 user frames; it must be 0 to 62 (0 for timer)"
+        );
+        let defaults = CaptureConfig::default();
+        assert_eq!(defaults.user_frames(Source::Timer), 0);
+        assert!(
+            Source::ALL
+                .into_iter()
+                .filter(|&source| source != Source::Timer)
+                .all(|source| defaults.user_frames(source) == DEFAULT_USER_FRAMES)
+        );
+        assert_eq!(
+            DEFAULT_FRAMES_TO_CAPTURE + u16::from(DEFAULT_USER_FRAMES),
+            MAX_FRAMES,
+            "the defaults fill a record"
+        );
+    }
+
+    #[test]
     fn errors_say_which_field_and_its_range() {
         let texts = [
             (
@@ -594,6 +631,11 @@ mod tests {
             ConfigError::SampleEvery {
                 source: Source::Timer,
                 value: 0,
+            }
+            .ntstatus(),
+            ConfigError::UserFrames {
+                source: Source::Timer,
+                value: 1,
             }
             .ntstatus(),
         ];

@@ -83,11 +83,9 @@ fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
 /// The configure request: replace the capture configuration.
 #[must_use]
 pub fn encode_configure_request(config: &CaptureConfig) -> [u8; CONFIGURE_REQUEST_SIZE] {
-    let mut bytes = [0; CONFIGURE_REQUEST_SIZE];
-    let mut w = Writer::new(&mut bytes);
-    encode_prefix(&mut w, CONFIGURE_REQUEST_SIZE);
-    config.encode(&mut w, STATUS_PREFIX_SIZE);
-    bytes
+    encode_request(|w| {
+        config.encode(w, STATUS_PREFIX_SIZE);
+    })
 }
 
 /// Decodes and validates a configure request.
@@ -95,20 +93,16 @@ pub fn encode_configure_request(config: &CaptureConfig) -> [u8; CONFIGURE_REQUES
 /// # Errors
 /// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
 pub fn decode_configure_request(bytes: &[u8]) -> Result<CaptureConfig, DecodeError> {
-    let r = Reader::new(bytes);
-    check_exact_length(bytes, CONFIGURE_REQUEST_SIZE)?;
-    check_prefix(r, CONFIGURE_REQUEST_SIZE)?;
+    let r = request_body(bytes, CONFIGURE_REQUEST_SIZE)?;
     CaptureConfig::decode(r, STATUS_PREFIX_SIZE)
 }
 
 /// The capture-now request; `tag` comes back in the record's facts.
 #[must_use]
 pub fn encode_capture_now_request(tag: u64) -> [u8; CAPTURE_NOW_REQUEST_SIZE] {
-    let mut bytes = [0; CAPTURE_NOW_REQUEST_SIZE];
-    let mut w = Writer::new(&mut bytes);
-    encode_prefix(&mut w, CAPTURE_NOW_REQUEST_SIZE);
-    w.u64(STATUS_PREFIX_SIZE, tag);
-    bytes
+    encode_request(|w| {
+        w.u64(STATUS_PREFIX_SIZE, tag);
+    })
 }
 
 /// Decodes a capture-now request; returns its tag.
@@ -116,9 +110,7 @@ pub fn encode_capture_now_request(tag: u64) -> [u8; CAPTURE_NOW_REQUEST_SIZE] {
 /// # Errors
 /// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
 pub fn decode_capture_now_request(bytes: &[u8]) -> Result<u64, DecodeError> {
-    let r = Reader::new(bytes);
-    check_exact_length(bytes, CAPTURE_NOW_REQUEST_SIZE)?;
-    check_prefix(r, CAPTURE_NOW_REQUEST_SIZE)?;
+    let r = request_body(bytes, CAPTURE_NOW_REQUEST_SIZE)?;
     r.u64(STATUS_PREFIX_SIZE)
 }
 
@@ -131,14 +123,12 @@ pub const INJECT_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8 + 24;
 /// with synthetic arguments built from the facts.
 #[must_use]
 pub fn encode_inject_request(facts: &SourceFacts) -> [u8; INJECT_REQUEST_SIZE] {
-    let mut bytes = [0; INJECT_REQUEST_SIZE];
-    let mut w = Writer::new(&mut bytes);
-    encode_prefix(&mut w, INJECT_REQUEST_SIZE);
-    w.u8(STATUS_PREFIX_SIZE, facts.source() as u8);
-    for (index, word) in facts.to_words().into_iter().enumerate() {
-        w.u64(STATUS_PREFIX_SIZE + 8 + 8 * index, word);
-    }
-    bytes
+    encode_request(|w| {
+        w.u8(STATUS_PREFIX_SIZE, facts.source() as u8);
+        for (index, word) in facts.to_words().into_iter().enumerate() {
+            w.u64(STATUS_PREFIX_SIZE + 8 + 8 * index, word);
+        }
+    })
 }
 
 /// Decodes a test-injection request; returns the facts to inject.
@@ -146,9 +136,7 @@ pub fn encode_inject_request(facts: &SourceFacts) -> [u8; INJECT_REQUEST_SIZE] {
 /// # Errors
 /// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
 pub fn decode_inject_request(bytes: &[u8]) -> Result<SourceFacts, DecodeError> {
-    let r = Reader::new(bytes);
-    check_exact_length(bytes, INJECT_REQUEST_SIZE)?;
-    check_prefix(r, INJECT_REQUEST_SIZE)?;
+    let r = request_body(bytes, INJECT_REQUEST_SIZE)?;
     let value = r.u8(STATUS_PREFIX_SIZE)?;
     let source = Source::from_wire(value).ok_or(DecodeError::UnknownSource { value })?;
     let word = |index: usize| r.u64(STATUS_PREFIX_SIZE + 8 + 8 * index);
@@ -183,11 +171,9 @@ impl FaultProbe {
 /// The test fault-probe request for `target`.
 #[must_use]
 pub fn encode_fault_probe_request(target: FaultProbe) -> [u8; FAULT_PROBE_REQUEST_SIZE] {
-    let mut bytes = [0; FAULT_PROBE_REQUEST_SIZE];
-    let mut w = Writer::new(&mut bytes);
-    encode_prefix(&mut w, FAULT_PROBE_REQUEST_SIZE);
-    w.u8(STATUS_PREFIX_SIZE, target as u8);
-    bytes
+    encode_request(|w| {
+        w.u8(STATUS_PREFIX_SIZE, target as u8);
+    })
 }
 
 /// Decodes a test fault-probe request.
@@ -195,15 +181,30 @@ pub fn encode_fault_probe_request(target: FaultProbe) -> [u8; FAULT_PROBE_REQUES
 /// # Errors
 /// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
 pub fn decode_fault_probe_request(bytes: &[u8]) -> Result<FaultProbe, DecodeError> {
-    let r = Reader::new(bytes);
-    check_exact_length(bytes, FAULT_PROBE_REQUEST_SIZE)?;
-    check_prefix(r, FAULT_PROBE_REQUEST_SIZE)?;
+    let r = request_body(bytes, FAULT_PROBE_REQUEST_SIZE)?;
     let word = r.u64(STATUS_PREFIX_SIZE)?;
     match word {
         0 => Ok(FaultProbe::Mapped),
         1 => Ok(FaultProbe::Unmapped),
         value => Err(DecodeError::UnknownProbeTarget { value }),
     }
+}
+
+/// A request of `N` bytes: the prefix, then what `body` writes.
+fn encode_request<const N: usize>(body: impl FnOnce(&mut Writer<'_>)) -> [u8; N] {
+    let mut bytes = [0; N];
+    let mut w = Writer::new(&mut bytes);
+    encode_prefix(&mut w, N);
+    body(&mut w);
+    bytes
+}
+
+/// `bytes` as a request of exactly `size` bytes with this ABI's prefix.
+fn request_body(bytes: &[u8], size: usize) -> Result<Reader<'_>, DecodeError> {
+    check_exact_length(bytes, size)?;
+    let r = Reader::new(bytes);
+    check_prefix(r, size)?;
+    Ok(r)
 }
 
 const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError> {
