@@ -106,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 18] {
+fn cases() -> [(&'static str, Case); 19] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -147,6 +147,10 @@ fn cases() -> [(&'static str, Case); 18] {
         (
             "user frames: unavailable under Wine (its RtlWalkFrameChain is a stub, never called); every record says so, the outcomes add up",
             user_frames_unavailable_under_wine,
+        ),
+        (
+            "modules --processes lists running processes' modules (the client's own among them) and counts the unreadable",
+            running_processes_modules_are_listed,
         ),
         (
             "fault scope (test build): a read through an unmapped pointer is caught, a mapped one returns its value",
@@ -1081,6 +1085,51 @@ fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
             format!("the registry source's user frames setting: {registry_frames:?}")
         })
     })
+}
+
+/// `kstack modules --processes` through Wine's Toolhelp: the client's own
+/// process is listed with `kstack.exe` and `ntdll.dll`, every module has a
+/// size, and every process is either listed or counted unreadable.
+fn running_processes_modules_are_listed(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    let lines = json_lines(&wine.client_ok(&["modules", "--processes", "--json"])?)?;
+    let mut modules: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for line in &lines {
+        let process_id = line["process_id"]
+            .as_u64()
+            .ok_or_else(|| format!("a line without a process id: {line}"))?;
+        if line.get("unreadable").is_some() {
+            continue;
+        }
+        ensure(line["size"].as_u64().is_some_and(|size| size > 0), || {
+            format!("a module without a size: {line}")
+        })?;
+        let name = line["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        modules.entry(process_id).or_default().insert(name);
+    }
+    ensure(
+        modules
+            .values()
+            .any(|names| names.contains("kstack.exe") && names.contains("ntdll.dll")),
+        || {
+            format!(
+                "the client's own process should be listed with kstack.exe and ntdll.dll: {modules:?}"
+            )
+        },
+    )?;
+    let text = wine.client_ok(&["modules", "--processes"])?;
+    let summary = text.lines().last().unwrap_or_default();
+    ensure(
+        summary.contains("processes listed;") && summary.contains("could not be read"),
+        || {
+            format!(
+                "the text listing ends with a count of listed and unreadable processes: {summary}"
+            )
+        },
+    )
 }
 
 /// The driver's exception scope (`driver/src/fault_scope.rs`) under Wine's

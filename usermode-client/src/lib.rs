@@ -12,6 +12,7 @@ pub mod live_top;
 pub mod modules;
 #[cfg(windows)]
 pub mod pdb_symbols;
+pub mod process_modules;
 pub mod report;
 pub mod session;
 pub mod stack_table;

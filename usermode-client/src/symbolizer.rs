@@ -4,9 +4,12 @@
 //! `module+0xoffset` when only the module list names the module, and the
 //! bare address when no module holds it.
 
-use std::{cell::RefCell, collections::HashMap, fmt::Write as _};
+use std::{cell::RefCell, collections::HashMap};
 
-use crate::modules::{Module, ModuleMap};
+use crate::{
+    modules::{Module, ModuleMap},
+    process_modules::ProcessModules,
+};
 
 /// The function holding an address, as symbols name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +64,8 @@ impl ResolvedFrame<'_> {
 pub struct Symbolizer {
     modules: ModuleMap,
     functions: Option<RefCell<CachedFunctions>>,
+    /// Per-process user-mode modules, for the user part of stacks.
+    processes: ProcessModules,
 }
 
 struct CachedFunctions {
@@ -75,7 +80,47 @@ impl Symbolizer {
         Self {
             modules,
             functions: None,
+            processes: ProcessModules::EMPTY,
         }
+    }
+
+    /// Also names user frames after each process's modules.
+    #[must_use]
+    pub fn with_processes(self, processes: ProcessModules) -> Self {
+        Self { processes, ..self }
+    }
+
+    /// The per-process modules user frames are named after.
+    #[must_use]
+    pub const fn processes(&self) -> &ProcessModules {
+        &self.processes
+    }
+
+    /// A user frame of `process_id` named `module+0xoffset` after that
+    /// process's modules, else as [`Self::name`] names any frame; `None`
+    /// when nothing holds it.
+    #[must_use]
+    pub fn user_name(&self, process_id: u32, address: u64) -> Option<String> {
+        match self.processes.find(process_id, address) {
+            Some((module, offset)) => Some(format!("{}+{offset:#x}", module.name)),
+            None => self.name(address),
+        }
+    }
+
+    /// [`Self::user_name`], or the bare address.
+    #[must_use]
+    pub fn user_location(&self, process_id: u32, address: u64) -> String {
+        self.user_name(process_id, address)
+            .unwrap_or_else(|| format!("{address:#x}"))
+    }
+
+    /// [`Self::user_location`] of each frame.
+    #[must_use]
+    pub fn user_locations(&self, process_id: u32, frames: &[u64]) -> Vec<String> {
+        frames
+            .iter()
+            .map(|&frame| self.user_location(process_id, frame))
+            .collect()
     }
 
     /// Also names the functions `source` knows.
@@ -145,14 +190,7 @@ impl Symbolizer {
     /// most recent call first.
     #[must_use]
     pub fn call_trace(&self, frames: &[u64]) -> String {
-        let mut out = String::new();
-        for (index, &frame) in frames.iter().enumerate() {
-            if index > 0 {
-                out.push('|');
-            }
-            let _ = write!(out, "{}", self.location(frame));
-        }
-        out
+        self.locations(frames).join("|")
     }
 }
 

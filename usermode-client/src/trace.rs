@@ -215,7 +215,7 @@ impl TraceRecord {
         }
         out.push('\n');
         if call_trace {
-            let _ = writeln!(out, "  CallTrace: {}", symbolizer.call_trace(&self.frames));
+            let _ = writeln!(out, "  CallTrace: {}", self.locations(symbolizer).join("|"));
             return out;
         }
         let kernel = self.kernel_frames().len();
@@ -228,7 +228,12 @@ impl TraceRecord {
             } else {
                 format!("{frame:#018x}")
             };
-            match symbolizer.name(frame) {
+            let name = if index < kernel {
+                symbolizer.name(frame)
+            } else {
+                symbolizer.user_name(self.header.process_id, frame)
+            };
+            match name {
                 Some(name) => {
                     let _ = writeln!(out, "  {index:>2}  {address}  {name}");
                 }
@@ -238,6 +243,15 @@ impl TraceRecord {
             }
         }
         out
+    }
+
+    /// Every frame named: the kernel part after the kernel's modules, the
+    /// user part after its process's (see [`Symbolizer::user_location`]).
+    #[must_use]
+    pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
+        let mut locations = symbolizer.locations(self.kernel_frames());
+        locations.extend(symbolizer.user_locations(self.header.process_id, self.user_frames()));
+        locations
     }
 
     /// Whether the user part is a WoW64 process's 32-bit frames: every
@@ -284,7 +298,7 @@ impl TraceRecord {
             "locations": symbolizer.locations(self.kernel_frames()),
             "user_part": self.header.user_part.name(),
             "user_frames": Symbolizer::hex(self.user_frames()),
-            "user_locations": symbolizer.locations(self.user_frames()),
+            "user_locations": symbolizer.user_locations(self.header.process_id, self.user_frames()),
             "user_frames_32_bit": self.shows_user_frames_as_32_bit(),
         })
     }
@@ -546,6 +560,37 @@ mod tests {
         );
         assert_eq!(value["user_part"], "captured");
         assert!(!record.shows_user_frames_as_32_bit());
+    }
+
+    #[test]
+    fn user_frames_are_named_after_their_own_process_modules() {
+        let record = with_user_part(RecordFlags::NONE, [0x7FF6_1234_0010, 0x7FFE_0000_2000]);
+        let mut processes = crate::process_modules::ProcessModules::default();
+        let module = |base, name: &str| crate::modules::Module {
+            base,
+            size: 0x1_0000,
+            name: name.to_owned(),
+        };
+        // The record's process (pid 4), and another with another image
+        // where the record's frame is.
+        processes.add(4, [module(0x7FF6_1234_0000, "kstack.exe")]);
+        processes.add(8, [module(0x7FFE_0000_0000, "other.dll")]);
+        let symbolizer = no_modules().with_processes(processes);
+        let text = record.to_text(&symbolizer, false);
+        assert!(
+            text.ends_with(
+                "-- user mode --\n   2  0x00007ff612340010  kstack.exe+0x10\n   \
+                 3  0x00007ffe00002000\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            record.to_json(&symbolizer)["user_locations"],
+            json!(["kstack.exe+0x10", "0x7ffe00002000"])
+        );
+        assert!(record.to_text(&symbolizer, true).ends_with(
+            "CallTrace: 0xfffff80012345678|0xfffff80000001000|kstack.exe+0x10|0x7ffe00002000\n"
+        ));
     }
 
     #[test]
