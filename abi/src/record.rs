@@ -118,9 +118,10 @@ impl RecordFlags {
     /// the I/O manager could not copy back, may take such frames with
     /// them.) Capture-now answers always carry their frames.
     pub const STACK_BY_ID: Self = Self(4);
-    /// The process is a 32-bit (WoW64) process on 64-bit Windows. Set only
-    /// on records whose user part was walked (captured, truncated or
-    /// faulted).
+    /// The process is a 32-bit (WoW64) process on 64-bit Windows. The
+    /// driver asks only when it is about to walk the user stack, so the flag
+    /// can be set only on records whose user part is captured, truncated,
+    /// faulted, reentered or `guard_full`.
     pub const WOW64: Self = Self(8);
     /// Every defined bit.
     const KNOWN: u16 =
