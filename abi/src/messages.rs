@@ -253,9 +253,10 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 ///   source's sampling (see [`CaptureConfig::sample_every`]); no walk.
 ///
 /// Every walked event becomes one record, kept, dropped or answered only,
-/// and every record says what happened to its user part, so
-/// `captured + not_kept` = the sum of `user_parts` (exact when no capture
-/// is under way).
+/// and every record says what happened to its user part, so the sum of
+/// `user_parts` = `captured + not_kept`, and for the on-demand source
+/// `+ filtered` too (a capture-now from a process the lists leave out is
+/// still walked and answered); exact when no capture is under way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SourceStatus {
     /// The NTSTATUS of registering the source's callback at load

@@ -24,7 +24,7 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
-    RecordFlags, RecordHeader, Records, Source, SourceFacts, encode_record, record_size,
+    RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, encode_record, record_size,
     record_timestamp, stack_id,
 };
 use kstack_driver_core::{
@@ -124,15 +124,17 @@ fn publish_records(
 ) -> u64 {
     let mut full = 0;
     for _ in 0..count {
-        let published =
-            ring.shard_for(processor)
-                .publish(Source::Timer, RECORD_BYTES, |sequence, room| {
-                    let header = RecordHeader {
-                        sequence,
-                        ..*header
-                    };
-                    encode_record(&header, frames, room).expect("the room fits 32 frames");
-                });
+        let published = ring.shard_for(processor).publish(
+            (Source::Timer, UserPart::Off),
+            RECORD_BYTES,
+            |sequence, room| {
+                let header = RecordHeader {
+                    sequence,
+                    ..*header
+                };
+                encode_record(&header, frames, room).expect("the room fits 32 frames");
+            },
+        );
         if published.is_err() {
             full += 1;
         }
@@ -460,16 +462,20 @@ fn publish_tabled(
             continue;
         };
         slots.push(slot);
-        let published = shard.publish(Source::Timer, record_size(0), |sequence, room| {
-            let header = RecordHeader {
-                sequence,
-                stack_id: id,
-                os_hash: slot,
-                flags: header.flags.union(RecordFlags::STACK_BY_ID),
-                ..*header
-            };
-            encode_record(&header, &[], room).expect("the room fits a record without frames");
-        });
+        let published = shard.publish(
+            (Source::Timer, UserPart::Off),
+            record_size(0),
+            |sequence, room| {
+                let header = RecordHeader {
+                    sequence,
+                    stack_id: id,
+                    os_hash: slot,
+                    flags: header.flags.union(RecordFlags::STACK_BY_ID),
+                    ..*header
+                };
+                encode_record(&header, &[], room).expect("the room fits a record without frames");
+            },
+        );
         if published.is_err() {
             missed += 1;
         }

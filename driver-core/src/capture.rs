@@ -633,9 +633,6 @@ impl<'a> DriverCore<'a> {
             RecordFlags::NONE
         };
         stack.user_part = self.walk_user(platform, config.user_frames, stack);
-        self.ring
-            .shard_for(platform.processor())
-            .count_user_part(source, stack.user_part);
         Ok(())
     }
 
@@ -718,7 +715,8 @@ impl<'a> DriverCore<'a> {
                 Tabled::Slot(_) => record_size(0),
                 Tabled::Inline => stack.record_size(),
             };
-            let result = shard.publish(facts.source(), size, |sequence, record| {
+            let counted = (facts.source(), stack.user_part);
+            let result = shard.publish(counted, size, |sequence, record| {
                 header.sequence = sequence;
                 header.timestamp = platform.timestamp();
                 match tabled {
@@ -738,15 +736,19 @@ impl<'a> DriverCore<'a> {
     }
 
     /// A record for `stack` that no ring keeps (a capture-now answered to
-    /// its caller only), stamped now.
+    /// its caller only), stamped now; its user part is counted here.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn unkept(
+        &self,
         platform: &impl Platform,
         stack: &Stack,
         facts: SourceFacts,
         ids: (u32, u32),
     ) -> RecordHeader {
+        self.ring
+            .shard_for(platform.processor())
+            .count_user_part(facts.source(), stack.user_part);
         let mut header = stack.header(facts, ids, platform.processor(), 0);
         header.flags = header.flags.union(RecordFlags::NOT_IN_RING);
         header.timestamp = platform.timestamp();

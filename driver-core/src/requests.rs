@@ -304,7 +304,7 @@ impl DriverCore<'_> {
             None => self.publish(platform, &stack, facts, ids).1,
             Some(why) => {
                 self.count(platform, Source::OnDemand, why);
-                Self::unkept(platform, &stack, facts, ids)
+                self.unkept(platform, &stack, facts, ids)
             }
         };
         (STATUS_SUCCESS, stack.encode(&header, output))
@@ -893,6 +893,7 @@ mod tests {
         fn counters_add_up_after_every_step(steps in proptest::collection::vec(step(), 0..60)) {
             // A small ring on two shards, so drops happen.
             let core = registered_core(ring_of_records(6, 2), PagingExecutive::assumed(), all_registered());
+            core.set_user_walk(kstack_abi::UserWalk::Available);
             let timer = TimerLog::default();
             let platform = FakePlatform::default();
             let mut events = [0_u64; Source::COUNT];
@@ -971,6 +972,12 @@ mod tests {
                             + counted.sampled_out,
                         events[source.index()],
                         "{:?}: every event under exactly one counter", source
+                    );
+                    let answered_filtered = if source == Source::OnDemand { counted.filtered } else { 0 };
+                    prop_assert_eq!(
+                        counted.user_parts.iter().sum::<u64>(),
+                        counted.captured + counted.not_kept + answered_filtered,
+                        "{:?}: every record's user part counted once", source
                     );
                 }
             }

@@ -188,7 +188,8 @@ impl Shard<'_> {
 
     /// Publishes one record of `source`, `size` bytes, under this shard's
     /// next sequence number (see [`RecordRing::publish`]), and counts it as
-    /// captured for `source`, kept or dropped, inside the same section.
+    /// captured for `source`, and its user part's outcome `user_part`, kept
+    /// or dropped, inside the same section.
     ///
     /// # Errors
     /// [`Full`] when the shard lacks room; the drop is counted.
@@ -196,16 +197,19 @@ impl Shard<'_> {
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `DISPATCH_LEVEL`).
     pub fn publish(
         &self,
-        source: Source,
+        (source, user_part): (Source, UserPart),
         size: usize,
         write: impl FnOnce(u64, &mut [u8]),
     ) -> Result<u64, Full> {
         let captured = &self.captured[source.index()];
+        let outcome = &self.user_parts[source.index()][user_part.index()];
         self.ring.publish_counted(size, write, || {
-            // Inside the section: only this producer writes the counter,
-            // so a plain load and store count exactly, without a second
-            // locked instruction.
-            captured.store(captured.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            // Inside the section: only this producer writes these counters,
+            // so a plain load and store count exactly, without a locked
+            // instruction.
+            for counter in [captured, outcome] {
+                counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            }
         })
     }
 
@@ -231,7 +235,9 @@ impl Shard<'_> {
         counters[source.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a walked event of `source` whose user part had outcome `part`.
+    /// Counts a walked event of `source` that enters no ring (a capture-now
+    /// answered only) and whose user part had outcome `part`; those that
+    /// enter a ring are counted by [`Shard::publish`].
     ///
     /// Max IRQL: any.
     pub fn count_user_part(&self, source: Source, part: UserPart) {
@@ -653,7 +659,10 @@ pub(crate) mod tests {
         let last = ring.shard_for(MAX_SHARDS.into()).index();
         assert_eq!(last, 0, "processor MAX_SHARDS wraps to shard 0");
         let last = ring.shard_for(u32::from(MAX_SHARDS) - 1);
-        assert_eq!(last.publish(Source::Timer, 8, record(7, 0)), Ok(1));
+        assert_eq!(
+            last.publish((Source::Timer, UserPart::Off), 8, record(7, 0)),
+            Ok(1)
+        );
         assert!(!ring.is_empty(), "a record in the last shard");
         let mut out = [0_u8; 64];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
@@ -687,11 +696,20 @@ pub(crate) mod tests {
     fn sequences_and_drops_are_per_shard() {
         let ring = leaked_ring(4, 2);
         let (first, second) = (ring.shard_for(0), ring.shard_for(1));
-        assert_eq!(first.publish(Source::Timer, 8, record(1, 0)), Ok(1));
-        assert_eq!(second.publish(Source::Timer, 8, record(2, 0)), Ok(1));
-        assert_eq!(first.publish(Source::Timer, 8, record(3, 0)), Ok(2));
         assert_eq!(
-            first.publish(Source::Timer, 8, record(4, 0)),
+            first.publish((Source::Timer, UserPart::Off), 8, record(1, 0)),
+            Ok(1)
+        );
+        assert_eq!(
+            second.publish((Source::Timer, UserPart::Off), 8, record(2, 0)),
+            Ok(1)
+        );
+        assert_eq!(
+            first.publish((Source::Timer, UserPart::Off), 8, record(3, 0)),
+            Ok(2)
+        );
+        assert_eq!(
+            first.publish((Source::Timer, UserPart::Off), 8, record(4, 0)),
             Err(Full { sequence: 3 })
         );
         assert_eq!(
@@ -710,13 +728,13 @@ pub(crate) mod tests {
     fn a_drain_stops_at_a_record_that_does_not_fit() {
         let ring = leaked_ring(8, 2);
         ring.shard_for(0)
-            .publish(Source::Timer, 8, record(1, 0))
+            .publish((Source::Timer, UserPart::Off), 8, record(1, 0))
             .unwrap();
         ring.shard_for(1)
-            .publish(Source::Timer, 16, record(2, 0))
+            .publish((Source::Timer, UserPart::Off), 16, record(2, 0))
             .unwrap();
         ring.shard_for(0)
-            .publish(Source::Timer, 8, record(3, 0))
+            .publish((Source::Timer, UserPart::Off), 8, record(3, 0))
             .unwrap();
         let mut out = [0_u8; 20];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
@@ -751,9 +769,9 @@ pub(crate) mod tests {
     fn counters_are_summed_over_shards_and_captured_counts_drops_too() {
         let ring = leaked_ring(4, 2);
         for processor in [0, 1, 0, 0] {
-            let _ = ring
-                .shard_for(processor)
-                .publish(Source::Timer, 8, record(1, 0));
+            let _ =
+                ring.shard_for(processor)
+                    .publish((Source::Timer, UserPart::Off), 8, record(1, 0));
         }
         ring.shard_for(1)
             .count(Source::Process, Uncaptured::SkippedIrql);
@@ -776,7 +794,7 @@ pub(crate) mod tests {
         let ring = leaked_ring(8, 2);
         for (processor, key) in [(0, 10), (1, 20), (0, 30), (1, 40)] {
             ring.shard_for(processor)
-                .publish(Source::Timer, 8, record(key, 0))
+                .publish((Source::Timer, UserPart::Off), 8, record(key, 0))
                 .unwrap();
         }
         let mut out = [0_u8; 256];
@@ -874,7 +892,7 @@ pub(crate) mod tests {
                         let shard = ring.shard_for(processor);
                         let index = usize::from(shard.index());
                         prop_assert_eq!(index, usize::try_from(processor).unwrap() % shards);
-                        let result = shard.publish(Source::Timer, 8, record(key, fill));
+                        let result = shard.publish((Source::Timer, UserPart::Off), 8, record(key, fill));
                         let expected = &mut model[index];
                         expected.spent += 1;
                         if expected.records.len() < expected.capacity {

@@ -13,7 +13,7 @@
 //!
 //! `cargo xtask test` runs all three.
 
-use kstack_abi::Source;
+use kstack_abi::{Source, UserPart};
 use kstack_driver_core::{
     RecordRing, Rundown, Shard, ShardedRing, StackTable, Wait, Word,
     ring::Full,
@@ -226,7 +226,7 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
                     for _ in 0..2 - processor {
                         assert!(
                             shard
-                                .publish(Source::Timer, RECORD, record(processor))
+                                .publish((Source::Timer, UserPart::Off), RECORD, record(processor))
                                 .is_ok()
                         );
                     }
@@ -339,7 +339,7 @@ fn reads_come_out_in_time_order_across_reads() {
             .map(|processor| {
                 thread::spawn(move || {
                     let published = ring.shard_for(u32::from(processor)).publish(
-                        Source::Timer,
+                        (Source::Timer, UserPart::Off),
                         RECORD,
                         move |_, record: &mut [u8]| {
                             let stamp = clock.fetch_add(1, Ordering::SeqCst);
@@ -392,7 +392,11 @@ fn a_read_racing_a_clear() {
         let producer = thread::spawn(move || {
             let shard = ring.shard_for(0);
             for _ in 0..2 {
-                assert!(shard.publish(Source::Timer, RECORD, record(1)).is_ok());
+                assert!(
+                    shard
+                        .publish((Source::Timer, UserPart::Off), RECORD, record(1))
+                        .is_ok()
+                );
             }
         });
         let reader = thread::spawn(move || {
