@@ -1123,7 +1123,7 @@ fn running_processes_modules_are_listed(context: &Context) -> WineResult<()> {
     let text = wine.client_ok(&["modules", "--processes"])?;
     let summary = text.lines().last().unwrap_or_default();
     ensure(
-        summary.contains("processes listed;") && summary.contains("could not be read"),
+        summary.contains(" listed; ") && summary.contains("could not be read"),
         || {
             format!(
                 "the text listing ends with a count of listed and unreadable processes: {summary}"

@@ -5,9 +5,12 @@
 //! Layout, little-endian:
 //! - 0: magic `KSTKCAP\0`; 8: format version (u32, [`FORMAT_VERSION`]);
 //!   12: the ABI version of the records (u32); 16: module count (u32);
-//!   20: reserved, zero (u32).
+//!   20: process count (u32; format 1: reserved, zero).
 //! - then per module: base (u64), size (u32), name length (u16), reserved
 //!   zero (u16), the name in UTF-8;
+//! - then (format 2) per process: its id (u32), its module count (u32),
+//!   and its modules as above: the user-mode modules live commands named
+//!   user frames after, so offline analysis names them the same;
 //! - then records back to back, in kstack-abi's record layout: since ABI 7
 //!   each stack is stored once, in the first record that has it (flagged
 //!   `STACK_BY_ID`), and later records with the same stack name it by its
@@ -29,13 +32,16 @@ use kstack_abi::{ABI_VERSION, DecodeError, MAX_RECORD_SIZE, RecordFlags, Records
 
 use crate::{
     modules::{Module, ModuleMap},
+    process_modules::ProcessModules,
     trace::{StackMemory, TraceRecord},
 };
 
 /// The first bytes of every capture file.
 pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
-/// The version of this layout.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of this layout. Version 1 (no process modules) still reads.
+pub const FORMAT_VERSION: u32 = 2;
+/// The layouts this client reads.
+const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// The ABI versions whose records this client reads: ABI 6 changed the
 /// ring's units (bytes, not records) and the status, not the record layout,
 /// so captures saved by the ABI 5 client read the same; ABI 7 added the
@@ -89,7 +95,9 @@ impl fmt::Display for CaptureError {
             Self::NotACapture => write!(f, "not a kstack capture (written by `kstack save`)"),
             Self::FormatVersion(version) => write!(
                 f,
-                "capture format version {version}; this client reads version {FORMAT_VERSION}"
+                "capture format version {version}; this client reads versions {} to {}",
+                READABLE_FORMATS.start(),
+                READABLE_FORMATS.end()
             ),
             Self::AbiVersion(version) => write!(
                 f,
@@ -132,28 +140,39 @@ pub struct CaptureWriter<W: Write> {
 }
 
 impl<W: Write> CaptureWriter<W> {
-    /// Starts a capture with its module list.
+    /// Starts a capture with its kernel module list and no process.
     ///
     /// # Errors
     /// The writer's I/O error.
-    pub fn new(mut out: W, modules: &ModuleMap) -> io::Result<Self> {
-        let count = u32::try_from(modules.modules().len())
-            .map_err(|_| io::Error::other("too many modules"))?;
+    pub fn new(out: W, modules: &ModuleMap) -> io::Result<Self> {
+        Self::with_processes(out, modules, &ProcessModules::EMPTY)
+    }
+
+    /// Starts a capture with its kernel module list and the user-mode
+    /// modules of each process.
+    ///
+    /// # Errors
+    /// The writer's I/O error.
+    pub fn with_processes(
+        mut out: W,
+        modules: &ModuleMap,
+        processes: &ProcessModules,
+    ) -> io::Result<Self> {
+        let count = |count: usize| {
+            u32::try_from(count).map_err(|_| io::Error::other("too many modules or processes"))
+        };
         let mut header = [0_u8; HEADER_SIZE];
         header[..8].copy_from_slice(&MAGIC);
         header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         header[12..16].copy_from_slice(&ABI_VERSION.to_le_bytes());
-        header[16..20].copy_from_slice(&count.to_le_bytes());
+        header[16..20].copy_from_slice(&count(modules.modules().len())?.to_le_bytes());
+        header[20..24].copy_from_slice(&count(processes.processes().count())?.to_le_bytes());
         out.write_all(&header)?;
-        for module in modules.modules() {
-            let name_length = u16::try_from(module.name.len())
-                .map_err(|_| io::Error::other(format!("module name too long: {}", module.name)))?;
-            let mut entry = [0_u8; MODULE_ENTRY_SIZE];
-            entry[..8].copy_from_slice(&module.base.to_le_bytes());
-            entry[8..12].copy_from_slice(&module.size.to_le_bytes());
-            entry[12..14].copy_from_slice(&name_length.to_le_bytes());
-            out.write_all(&entry)?;
-            out.write_all(module.name.as_bytes())?;
+        write_modules(&mut out, modules)?;
+        for (process_id, modules) in processes.processes() {
+            out.write_all(&process_id.to_le_bytes())?;
+            out.write_all(&count(modules.modules().len())?.to_le_bytes())?;
+            write_modules(&mut out, modules)?;
         }
         Ok(Self {
             out,
@@ -207,11 +226,29 @@ impl<W: Write> CaptureWriter<W> {
     }
 }
 
+/// Writes each module's entry and name.
+fn write_modules(out: &mut impl Write, modules: &ModuleMap) -> io::Result<()> {
+    for module in modules.modules() {
+        let name_length = u16::try_from(module.name.len())
+            .map_err(|_| io::Error::other(format!("module name too long: {}", module.name)))?;
+        let mut entry = [0_u8; MODULE_ENTRY_SIZE];
+        entry[..8].copy_from_slice(&module.base.to_le_bytes());
+        entry[8..12].copy_from_slice(&module.size.to_le_bytes());
+        entry[12..14].copy_from_slice(&name_length.to_le_bytes());
+        out.write_all(&entry)?;
+        out.write_all(module.name.as_bytes())?;
+    }
+    Ok(())
+}
+
 /// A capture read from bytes; its records decode as they are iterated.
 #[derive(Debug)]
 pub struct CaptureView<'a> {
     /// The module list saved with it.
     pub modules: ModuleMap,
+    /// The user-mode modules of each process, saved with it (none in
+    /// format 1).
+    pub processes: ProcessModules,
     /// Records, as the trailer counts them.
     pub record_count: u64,
     records_at: usize,
@@ -236,7 +273,7 @@ impl<'a> CaptureView<'a> {
                 .ok_or(CaptureError::Truncated)
         };
         let format = u32_at(8)?;
-        if format != FORMAT_VERSION {
+        if !READABLE_FORMATS.contains(&format) {
             return Err(CaptureError::FormatVersion(format));
         }
         let abi = u32_at(12)?;
@@ -244,23 +281,17 @@ impl<'a> CaptureView<'a> {
             return Err(CaptureError::AbiVersion(abi));
         }
         let count = u32_at(16)?;
+        // Format 1 kept this word reserved, zero: no process.
+        let process_count = u32_at(20)?;
         let mut at = HEADER_SIZE;
-        let mut modules = Vec::new();
-        for index in 0..usize::try_from(count).unwrap_or(usize::MAX) {
-            let entry = bytes
-                .get(at..at + MODULE_ENTRY_SIZE)
-                .ok_or(CaptureError::Truncated)?;
-            let name_length = usize::from(u16::from_le_bytes([entry[12], entry[13]]));
-            let name = bytes
-                .get(at + MODULE_ENTRY_SIZE..at + MODULE_ENTRY_SIZE + name_length)
-                .ok_or(CaptureError::Truncated)?;
-            modules.push(Module {
-                base: u64::from_le_bytes(entry[..8].try_into().unwrap_or_default()),
-                size: u32::from_le_bytes(entry[8..12].try_into().unwrap_or_default()),
-                name: String::from_utf8(name.to_vec())
-                    .map_err(|_| CaptureError::ModuleName { index })?,
-            });
-            at += MODULE_ENTRY_SIZE + name_length;
+        let mut read = 0;
+        let modules = read_modules(bytes, &mut at, count, &mut read)?;
+        let mut processes = ProcessModules::default();
+        for _ in 0..process_count {
+            let process_id = u32_at(at)?;
+            let count = u32_at(at + 4)?;
+            at += 8;
+            processes.add(process_id, read_modules(bytes, &mut at, count, &mut read)?);
         }
         let trailer_at = bytes
             .len()
@@ -269,6 +300,7 @@ impl<'a> CaptureView<'a> {
             .ok_or(CaptureError::Unfinished)?;
         Ok(Self {
             modules: ModuleMap::new(modules),
+            processes,
             record_count: u64::from_le_bytes(
                 bytes[trailer_at + 8..].try_into().unwrap_or_default(),
             ),
@@ -321,6 +353,35 @@ impl<'a> CaptureView<'a> {
             })
         })
     }
+}
+
+/// Reads `count` module entries at `at`, moving `at` past them; `read`
+/// counts every module read so far (errors name a module by it).
+fn read_modules(
+    bytes: &[u8],
+    at: &mut usize,
+    count: u32,
+    read: &mut usize,
+) -> Result<Vec<Module>, CaptureError> {
+    let mut modules = Vec::new();
+    for _ in 0..count {
+        let entry = bytes
+            .get(*at..*at + MODULE_ENTRY_SIZE)
+            .ok_or(CaptureError::Truncated)?;
+        let name_length = usize::from(u16::from_le_bytes([entry[12], entry[13]]));
+        let name = bytes
+            .get(*at + MODULE_ENTRY_SIZE..*at + MODULE_ENTRY_SIZE + name_length)
+            .ok_or(CaptureError::Truncated)?;
+        modules.push(Module {
+            base: u64::from_le_bytes(entry[..8].try_into().unwrap_or_default()),
+            size: u32::from_le_bytes(entry[8..12].try_into().unwrap_or_default()),
+            name: String::from_utf8(name.to_vec())
+                .map_err(|_| CaptureError::ModuleName { index: *read })?,
+        });
+        *at += MODULE_ENTRY_SIZE + name_length;
+        *read += 1;
+    }
+    Ok(modules)
 }
 
 #[cfg(test)]
@@ -376,6 +437,57 @@ pub(crate) mod tests {
         let view = CaptureView::parse(bytes)?;
         let records = view.records().collect::<Result<_, _>>()?;
         Ok((view.modules, records))
+    }
+
+    #[test]
+    fn process_modules_round_trip_and_their_damage_is_named() {
+        let mut processes = ProcessModules::default();
+        let module = |base, name: &str| Module {
+            base,
+            size: 0x1_0000,
+            name: name.to_owned(),
+        };
+        processes.add(
+            100,
+            [
+                module(0x7FF6_0000_0000, "kstack.exe"),
+                module(0x7FFE_0000_0000, "ntdll.dll"),
+            ],
+        );
+        processes.add(200, [module(0x0040_0000, "reg.exe")]);
+        let mut writer =
+            CaptureWriter::with_processes(Vec::new(), &sample_map(), &processes).unwrap();
+        for record in sample_records() {
+            writer.append(&record).unwrap();
+        }
+        let bytes = writer.finish().unwrap();
+        assert_eq!(&bytes[20..24], &2_u32.to_le_bytes(), "the process count");
+        let view = CaptureView::parse(&bytes).unwrap();
+        assert_eq!(view.processes, processes);
+        assert_eq!(view.modules, sample_map());
+        assert_eq!(
+            view.records().collect::<Result<Vec<_>, _>>().unwrap(),
+            sample_records()
+        );
+        // A process list cut short.
+        let mut cut = bytes.clone();
+        cut[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CaptureView::parse(&cut).is_err());
+        // A user module's name that is not UTF-8, named by its place among
+        // all modules (the kernel's first).
+        let kernel_modules = sample_map().modules().len();
+        let name_at = bytes
+            .windows(7)
+            .position(|window| window == b"reg.exe")
+            .unwrap();
+        let mut bad_name = bytes;
+        bad_name[name_at] = 0xFF;
+        assert_eq!(
+            CaptureView::parse(&bad_name).unwrap_err(),
+            CaptureError::ModuleName {
+                index: kernel_modules + 2
+            }
+        );
     }
 
     #[test]
@@ -449,11 +561,17 @@ pub(crate) mod tests {
             CaptureError::NotACapture
         );
         let mut other_format = bytes.clone();
-        other_format[8] = 2;
-        assert_eq!(
-            decoded(&other_format).unwrap_err(),
-            CaptureError::FormatVersion(2)
+        other_format[8] = 3;
+        let error = decoded(&other_format).unwrap_err();
+        assert_eq!(error, CaptureError::FormatVersion(3));
+        assert!(
+            error.to_string().contains("reads versions 1 to 2"),
+            "{error}"
         );
+        // Format 1 (its process count word reserved, zero) still reads.
+        let mut format_1 = bytes.clone();
+        format_1[8] = 1;
+        assert_eq!(decoded(&format_1).unwrap().1, sample_records());
         let mut other_abi = bytes.clone();
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();

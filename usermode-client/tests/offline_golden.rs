@@ -13,7 +13,7 @@ fn offline_outputs_match_their_golden_files() {
     let capture = dir.join("sample.kstack");
     write_capture(&capture);
     let input = capture.to_str().unwrap();
-    let cases: [(&str, &[&str]); 8] = [
+    let cases: [(&str, &[&str]); 9] = [
         ("read.txt", &["read", "--input", input]),
         (
             "read-calltrace.txt",
@@ -28,6 +28,10 @@ fn offline_outputs_match_their_golden_files() {
         ("top.jsonl", &["top", "--json", "--input", input]),
         ("folded.txt", &["folded", "--input", input]),
         ("modules.txt", &["modules", "--input", input]),
+        (
+            "modules-processes.txt",
+            &["modules", "--processes", "--input", input],
+        ),
     ];
     for (golden, args) in cases {
         check_golden(golden, &stdout_of(args));

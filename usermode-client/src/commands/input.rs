@@ -47,8 +47,9 @@ pub fn for_each_saved_record(
 ) -> Result<Symbolizer, ClientError> {
     let bytes = read_file(path)?;
     let mut capture = parse_capture(path, &bytes)?;
-    let symbolizer =
-        symbols.symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?;
+    let symbolizer = symbols
+        .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?
+        .with_processes(std::mem::take(&mut capture.processes));
     for record in capture.records() {
         each(
             &record.map_err(|error| capture_error(path, error))?,

@@ -23,11 +23,12 @@ use super::{
 #[derive(Args)]
 pub struct ModulesArgs {
     /// Show the module list saved in this capture instead.
-    #[arg(long, value_name = "FILE", conflicts_with = "processes")]
+    #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
     /// List the user-mode modules of every running process instead (what
     /// live commands name user frames after), and the processes whose
-    /// modules could not be read. Needs no driver; Windows only.
+    /// modules could not be read; with --input, those the capture saved.
+    /// Needs no driver; live, Windows only.
     #[arg(long)]
     processes: bool,
     #[command(flatten)]
@@ -36,14 +37,21 @@ pub struct ModulesArgs {
 
 pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
     let mut out = io::stdout().lock();
-    let written = if args.processes {
-        write_processes(&mut out, &process_modules::list_running(), args.json.json)
-    } else {
-        let modules = match &args.input {
-            Some(path) => parse_capture(path, &read_file(path)?)?.modules,
-            None => live_modules(&mut open_device()?)?,
-        };
-        write_modules(&mut out, &modules, None, args.json.json)
+    let written = match (&args.input, args.processes) {
+        (Some(path), processes) => {
+            let bytes = read_file(path)?;
+            let capture = parse_capture(path, &bytes)?;
+            if processes {
+                write_processes(&mut out, &capture.processes, args.json.json)
+            } else {
+                write_modules(&mut out, &capture.modules, None, args.json.json)
+            }
+        }
+        (None, true) => write_processes(&mut out, &process_modules::list_running(), args.json.json),
+        (None, false) => {
+            let modules = live_modules(&mut open_device()?)?;
+            write_modules(&mut out, &modules, None, args.json.json)
+        }
     };
     // A closed pipe (`| head`) ends the listing, not in an error.
     let _ = written;
@@ -119,7 +127,8 @@ fn write_processes(out: &mut impl Write, processes: &ProcessModules, json: bool)
         .collect();
     writeln!(
         out,
-        "{listed} processes listed; {} could not be read{}{}",
+        "{listed} {} listed; {} could not be read{}{}",
+        if listed == 1 { "process" } else { "processes" },
         unreadable.len(),
         if gaps.is_empty() { "" } else { ": " },
         gaps.join(", ")
@@ -157,7 +166,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(text).unwrap(),
             "pid    100  0x00007ff600000000      10000 kstack.exe\n\
-             1 processes listed; 1 could not be read: 4 System (error 5)\n"
+             1 process listed; 1 could not be read: 4 System (error 5)\n"
         );
         let mut lines = Vec::new();
         write_processes(&mut lines, &sample(), true).unwrap();

@@ -4,7 +4,9 @@
 use std::{io, path::PathBuf};
 
 use clap::Args;
-use kstack_client::{capture_file::CaptureWriter, error::ClientError, session, stack_table};
+use kstack_client::{
+    capture_file::CaptureWriter, error::ClientError, process_modules, session, stack_table,
+};
 
 use super::{
     live::{FollowArgs, follow_summary_text, live_modules, open_device, stop_flag},
@@ -26,11 +28,13 @@ pub struct SaveArgs {
 pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
     let mut device = open_device()?;
     let modules = live_modules(&mut device)?;
+    let processes = process_modules::list_running();
     let path = args.file.as_path();
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
-    let mut writer = CaptureWriter::new(create_output(path, args.force)?, &modules)
-        .map_err(writing)
-        .inspect_err(|_| discard(path))?;
+    let mut writer =
+        CaptureWriter::with_processes(create_output(path, args.force)?, &modules, &processes)
+            .map_err(writing)
+            .inspect_err(|_| discard(path))?;
     let followed = session::follow(
         &mut device,
         args.follow.drain_or_follow(),
@@ -60,9 +64,10 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         }
     })?;
     eprintln!(
-        "kstack save: {} and {} written to {}; {}",
+        "kstack save: {}, {} and the user-mode modules of {} processes written to {}; {}",
         stack_table::counted(saved, "record"),
         stack_table::counted(modules.modules().len() as u64, "module"),
+        processes.processes().count(),
         path.display(),
         follow_summary_text(&summary)
     );

@@ -14,6 +14,7 @@ use kstack_abi::{
 use kstack_client::{
     capture_file::CaptureWriter,
     modules::{Module, ModuleMap},
+    process_modules::ProcessModules,
     trace::TraceRecord,
 };
 
@@ -59,7 +60,8 @@ const IMAGE: &[u64] = &[
     FLTMGR + 0x5_3D10,
     NT + 0x42_A2B5,
 ];
-/// Two kernel frames, then the user part: two frames in no module known.
+/// Two kernel frames, then the user part: one frame in its process's
+/// `app.exe`, one in no module known.
 const REGISTRY: &[u64] = &[
     KSTACK + 0x2610,
     NT + 0x69_B7C0,
@@ -179,9 +181,24 @@ fn records() -> Vec<TraceRecord> {
     records
 }
 
+/// The user-mode modules saved with the capture: the registry record's
+/// process has one image, holding one of its two user frames.
+fn processes() -> ProcessModules {
+    let mut processes = ProcessModules::default();
+    processes.add(
+        4312,
+        [Module {
+            base: 0x7FF6_1230_0000,
+            size: 0x1_0000,
+            name: "app.exe".to_owned(),
+        }],
+    );
+    processes
+}
+
 pub fn write_capture(path: &Path) {
     let file = std::fs::File::create(path).unwrap();
-    let mut writer = CaptureWriter::new(file, &modules()).unwrap();
+    let mut writer = CaptureWriter::with_processes(file, &modules(), &processes()).unwrap();
     for record in records() {
         writer.append(&record).unwrap();
     }
