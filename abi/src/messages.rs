@@ -378,6 +378,63 @@ pub struct StackTableStatus {
     pub sent: u64,
 }
 
+impl StackTableStatus {
+    /// The names of the u64 counters, in wire order (after `entries` and
+    /// `used`); [`StackTableStatus::counters`] gives their values.
+    pub const COUNTER_NAMES: [&'static str; 8] = [
+        "hits",
+        "inserts",
+        "evictions",
+        "collisions",
+        "full",
+        "busy",
+        "empty",
+        "sent",
+    ];
+
+    /// The u64 counters, in wire order (names in
+    /// [`StackTableStatus::COUNTER_NAMES`]).
+    #[must_use]
+    pub const fn counters(&self) -> [u64; 8] {
+        [
+            self.hits,
+            self.inserts,
+            self.evictions,
+            self.collisions,
+            self.full,
+            self.busy,
+            self.empty,
+            self.sent,
+        ]
+    }
+
+    /// The state with `entries`, `used` and the counters in wire order.
+    const fn from_counters(entries: u32, used: u32, counters: [u64; 8]) -> Self {
+        let [
+            hits,
+            inserts,
+            evictions,
+            collisions,
+            full,
+            busy,
+            empty,
+            sent,
+        ] = counters;
+        Self {
+            entries,
+            used,
+            hits,
+            inserts,
+            evictions,
+            collisions,
+            full,
+            busy,
+            empty,
+            sent,
+        }
+    }
+}
+
 /// The status response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatusResponse {
@@ -520,19 +577,7 @@ impl StatusResponse {
         let table = &self.stack_table;
         w.u32(STACK_TABLE_OFFSET, table.entries);
         w.u32(STACK_TABLE_OFFSET + 4, table.used);
-        for (index, counter) in [
-            table.hits,
-            table.inserts,
-            table.evictions,
-            table.collisions,
-            table.full,
-            table.busy,
-            table.empty,
-            table.sent,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (index, counter) in table.counters().into_iter().enumerate() {
             w.u64(STACK_TABLE_OFFSET + 8 + 8 * index, counter);
         }
         w.u32(USER_WALK_OFFSET, self.user_walk as u32);
@@ -564,6 +609,10 @@ impl StatusResponse {
         } else {
             Some(r.u32(16)?)
         };
+        let mut table_counters = [0; 8];
+        for (index, counter) in table_counters.iter_mut().enumerate() {
+            *counter = r.u64(STACK_TABLE_OFFSET + 8 + 8 * index)?;
+        }
         let walk_value = r.u32(USER_WALK_OFFSET)?;
         let user_walk =
             UserWalk::from_wire(walk_value).ok_or(DecodeError::UserWalk { value: walk_value })?;
@@ -605,18 +654,11 @@ impl StatusResponse {
                 whole: r.u32(ALTITUDES_OFFSET + 8)?,
                 fraction: r.u16(ALTITUDES_OFFSET + 12)?,
             },
-            stack_table: StackTableStatus {
-                entries: r.u32(STACK_TABLE_OFFSET)?,
-                used: r.u32(STACK_TABLE_OFFSET + 4)?,
-                hits: r.u64(STACK_TABLE_OFFSET + 8)?,
-                inserts: r.u64(STACK_TABLE_OFFSET + 16)?,
-                evictions: r.u64(STACK_TABLE_OFFSET + 24)?,
-                collisions: r.u64(STACK_TABLE_OFFSET + 32)?,
-                full: r.u64(STACK_TABLE_OFFSET + 40)?,
-                busy: r.u64(STACK_TABLE_OFFSET + 48)?,
-                empty: r.u64(STACK_TABLE_OFFSET + 56)?,
-                sent: r.u64(STACK_TABLE_OFFSET + 64)?,
-            },
+            stack_table: StackTableStatus::from_counters(
+                r.u32(STACK_TABLE_OFFSET)?,
+                r.u32(STACK_TABLE_OFFSET + 4)?,
+                table_counters,
+            ),
             user_walk,
         })
     }

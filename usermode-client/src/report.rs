@@ -291,18 +291,7 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "used_bytes": status.ring_used_bytes,
             "shards": status.ring_shards,
         },
-        "stack_table": {
-            "entries": status.stack_table.entries,
-            "used": status.stack_table.used,
-            "hits": status.stack_table.hits,
-            "inserts": status.stack_table.inserts,
-            "evictions": status.stack_table.evictions,
-            "collisions": status.stack_table.collisions,
-            "full": status.stack_table.full,
-            "busy": status.stack_table.busy,
-            "empty": status.stack_table.empty,
-            "sent": status.stack_table.sent,
-        },
+        "stack_table": stack_table_json(&status.stack_table),
         "dropped": status.dropped,
         "cleared": status.cleared,
         "read": status.read,
@@ -323,6 +312,19 @@ pub fn status_json(status: &StatusResponse) -> Value {
         },
         "sources": sources,
     })
+}
+
+/// The stack table's part of `status --json`: `entries`, `used`, then
+/// every counter by its name.
+fn stack_table_json(table: &kstack_abi::StackTableStatus) -> Value {
+    let mut value = json!({ "entries": table.entries, "used": table.used });
+    for (name, count) in kstack_abi::StackTableStatus::COUNTER_NAMES
+        .into_iter()
+        .zip(table.counters())
+    {
+        value[name] = json!(count);
+    }
+    value
 }
 
 /// The JSON name of how "in effect" was decided.
