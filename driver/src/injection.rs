@@ -85,11 +85,10 @@ fn serve_fault_probe(request: &DeviceControl) -> (NtStatus, usize) {
     {
         return (STATUS_INVALID_BUFFER_SIZE, 0);
     }
-    // SAFETY: the system buffer holds the request's input bytes (checked
-    // above) until completion; they are copied out before the reply is
-    // written over them.
-    let bytes =
-        unsafe { core::slice::from_raw_parts(request.system_buffer, FAULT_PROBE_REQUEST_SIZE) };
+    let input = request.system_buffer;
+    // SAFETY: the system buffer holds the input (checked above) until
+    // completion; it is decoded before the reply is written over it.
+    let bytes = unsafe { core::slice::from_raw_parts(input, FAULT_PROBE_REQUEST_SIZE) };
     let target = match decode_fault_probe_request(bytes) {
         Ok(target) => target,
         Err(error) => return (error.ntstatus(), 0),

@@ -367,10 +367,9 @@ impl Platform for KernelPlatform<'_> {
         // Only set when the routine is implemented (see `Routines::resolve`).
         let walk = self.routines.walk_frame_chain?;
         let wanted = u32::try_from(frames.len()).unwrap_or(u32::MAX);
-        // SAFETY: `frames` holds `wanted` pointer-sized slots and the walk
-        // writes at most that many; the caller runs it below
-        // DISPATCH_LEVEL on a thread with its own user stack mapped, and a
-        // fault on the user stack is caught by the scope.
+        // SAFETY: `frames` has `wanted` slots, the walk writes at most that
+        // many; below DISPATCH_LEVEL, own user stack mapped (the caller's
+        // checks); a fault on the user stack is caught by the scope.
         let walked = unsafe {
             fault_scope::guarded_walk(
                 walk,

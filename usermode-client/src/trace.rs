@@ -219,11 +219,12 @@ impl TraceRecord {
             return out;
         }
         let kernel = self.kernel_frames().len();
+        let user_32_bit = self.shows_user_frames_as_32_bit();
         for (index, &frame) in self.frames.iter().enumerate() {
             if index == kernel {
                 out.push_str("  -- user mode --\n");
             }
-            let address = if index >= kernel && self.shows_user_frames_as_32_bit() {
+            let address = if index >= kernel && user_32_bit {
                 format!("{frame:#010x}        ")
             } else {
                 format!("{frame:#018x}")

@@ -37,7 +37,8 @@ pub struct ModulesArgs {
 
 pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
     let mut out = io::stdout().lock();
-    let written = match (&args.input, args.processes) {
+    // A closed pipe (`| head`) ends the listing, not in an error.
+    let _ = match (&args.input, args.processes) {
         (Some(path), processes) => {
             let bytes = read_file(path)?;
             let capture = parse_capture(path, &bytes)?;
@@ -53,8 +54,6 @@ pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
             write_modules(&mut out, &modules, None, args.json.json)
         }
     };
-    // A closed pipe (`| head`) ends the listing, not in an error.
-    let _ = written;
     Ok(())
 }
 

@@ -7,10 +7,16 @@ use std::{
 };
 
 use clap::Args;
-use kstack_client::{error::ClientError, symbolizer::Symbolizer, trace::TraceRecord};
+use kstack_client::{
+    error::ClientError, process_modules, symbolizer::Symbolizer, trace::TraceRecord,
+    transport::Transport,
+};
 use tempfile::NamedTempFile;
 
-use super::symbols::SymbolsArg;
+use super::{
+    live::live_modules,
+    symbols::{ModuleOrigin, SymbolsArg},
+};
 
 #[derive(Args)]
 pub struct JsonArg {
@@ -29,6 +35,22 @@ pub struct RecordFormat {
     call_trace: bool,
     #[command(flatten)]
     pub symbols: SymbolsArg,
+}
+
+impl RecordFormat {
+    /// How a live session names the records it prints: the kernel's
+    /// modules, the running processes' modules for user frames (listed
+    /// here, once: only record output names user frames per process), and
+    /// functions when a symbol path is set.
+    ///
+    /// # Errors
+    /// The status request's error, or `--symbols` off Windows.
+    pub fn live_symbolizer(&self, device: &mut impl Transport) -> Result<Symbolizer, ClientError> {
+        Ok(self
+            .symbols
+            .symbolizer(live_modules(device)?, ModuleOrigin::Live)?
+            .with_processes(process_modules::list_running()))
+    }
 }
 
 pub fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &RecordFormat) {

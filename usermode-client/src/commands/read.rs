@@ -11,9 +11,8 @@ use kstack_client::{
 
 use super::{
     input::for_each_saved_record,
-    live::{live_modules, open_device},
+    live::open_device,
     output::{RecordFormat, print_records},
-    symbols::ModuleOrigin,
 };
 
 #[derive(Args)]
@@ -40,10 +39,7 @@ pub fn run(args: &ReadArgs) -> Result<(), ClientError> {
         return Ok(());
     }
     let mut device = open_device()?;
-    let symbolizer = args
-        .format
-        .symbols
-        .symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    let symbolizer = args.format.live_symbolizer(&mut device)?;
     session::follow(
         &mut device,
         Follow::UntilDrained,

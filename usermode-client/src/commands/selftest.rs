@@ -3,16 +3,13 @@
 use kstack_client::{error::ClientError, session};
 
 use super::{
-    live::{live_modules, open_device},
+    live::open_device,
     output::{RecordFormat, print_records},
-    symbols::ModuleOrigin,
 };
 
 pub fn run(format: &RecordFormat) -> Result<(), ClientError> {
     let mut device = open_device()?;
-    let symbolizer = format
-        .symbols
-        .symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    let symbolizer = format.live_symbolizer(&mut device)?;
     let record = session::capture_now(&mut device, u64::from(std::process::id()))?;
     print_records(std::slice::from_ref(&record), &symbolizer, format);
     Ok(())

@@ -4,8 +4,6 @@
 use clap::Args;
 #[cfg(windows)]
 use kstack_client::pdb_symbols;
-#[cfg(windows)]
-use kstack_client::process_modules;
 use kstack_client::{error::ClientError, modules::ModuleMap, symbol_path, symbolizer::Symbolizer};
 
 #[derive(Args)]
@@ -29,10 +27,9 @@ pub enum ModuleOrigin {
 }
 
 impl SymbolsArg {
-    /// Names frames after `modules`, user frames of a live session after
-    /// the modules of the processes running now, and functions too when a
-    /// symbol path is set. A dbghelp that will not start costs the function
-    /// names only.
+    /// Names frames after `modules`, and after functions too when a symbol
+    /// path is set. A dbghelp that will not start costs the function names
+    /// only.
     #[cfg(windows)]
     #[expect(
         clippy::unnecessary_wraps,
@@ -44,10 +41,6 @@ impl SymbolsArg {
         origin: ModuleOrigin,
     ) -> Result<Symbolizer, ClientError> {
         let symbolizer = Symbolizer::new(modules);
-        let symbolizer = match origin {
-            ModuleOrigin::Live => symbolizer.with_processes(process_modules::list_running()),
-            ModuleOrigin::Saved => symbolizer,
-        };
         let environment = std::env::var(symbol_path::ENVIRONMENT_VARIABLE).ok();
         let Some(path) = symbol_path::chosen(self.symbols.as_deref(), environment.as_deref())
         else {

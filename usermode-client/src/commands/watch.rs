@@ -5,9 +5,8 @@ use clap::Args;
 use kstack_client::{error::ClientError, session, transport::Transport};
 
 use super::{
-    live::{FollowArgs, follow_summary_text, live_modules, open_device, stop_flag},
+    live::{FollowArgs, follow_summary_text, open_device, stop_flag},
     output::{RecordFormat, print_records},
-    symbols::ModuleOrigin,
 };
 
 #[derive(Args)]
@@ -25,10 +24,7 @@ pub fn run(args: &WatchArgs) -> Result<(), ClientError> {
 /// Reads until stopped; then says how many records arrived, how many
 /// sequence numbers are missing, and how many drops the driver counted.
 fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientError> {
-    let symbolizer = args
-        .format
-        .symbols
-        .symbolizer(live_modules(device)?, ModuleOrigin::Live)?;
+    let symbolizer = args.format.live_symbolizer(device)?;
     let summary = session::follow(
         device,
         args.follow.until_stopped(),
