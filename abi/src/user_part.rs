@@ -29,7 +29,8 @@ pub enum UserPart {
     /// callback reached while paging the stack in).
     Reentered = 4,
     /// Not walked: the callback ran at `DISPATCH_LEVEL` or above, where the
-    /// user stack cannot be paged in (the timer source always).
+    /// user stack cannot be paged in. (The timer's records say `Off`: its
+    /// `user_frames` is always 0.)
     Irql = 5,
     /// Not walked: a system thread has no user stack.
     SystemThread = 6,
