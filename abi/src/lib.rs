@@ -10,6 +10,8 @@
 //! - [`messages`]: status, configure, read and capture-now layouts.
 //! - [`CaptureConfig`]: what to capture, validated here.
 //! - [`record`]: the trace record, with an ETW-shaped frame part.
+//! - [`module_record`]: image loads and process exits, which name user
+//!   frames per process.
 //! - [`ntstatus`]: the statuses the driver completes requests with.
 //! - [`paging`]: `DisablePagingExecutive`, configured and in effect.
 //! - [`user_part`]: what happened to each record's user-mode frames.
@@ -18,8 +20,10 @@
 
 pub mod altitude;
 pub mod config;
+pub mod host_routine;
 pub mod ioctl;
 pub mod messages;
+pub mod module_record;
 pub mod ntstatus;
 pub mod paging;
 pub mod record;
@@ -29,16 +33,18 @@ mod wire;
 
 pub use altitude::Altitude;
 pub use config::{CaptureConfig, ConfigError, MAX_PROCESS_IDS, ProcessFilter};
+pub use host_routine::HostRoutine;
 pub use ioctl::{Access, Ioctl, RequestError};
 pub use messages::{DriverImage, ReadHeader, SourceStatus, StackTableStatus, StatusResponse};
+pub use module_record::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
-    MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
-    decode_record, encode_record, record_flags, record_os_hash, record_size, record_timestamp,
-    set_record_os_hash, stack_id,
+    Entry, MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
+    decode_entry, decode_record, encode_record, record_flags, record_os_hash, record_size,
+    record_timestamp, set_record_os_hash, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
-pub use user_part::{UserPart, UserWalk};
+pub use user_part::UserPart;
 
 use crate::ntstatus::{
     NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER, STATUS_REVISION_MISMATCH,
@@ -46,7 +52,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (
@@ -205,8 +211,8 @@ pub enum DecodeError {
         /// The wire value.
         value: u8,
     },
-    /// A status's user-walk state is unknown.
-    UserWalk {
+    /// A status names a routine state that is no [`HostRoutine`].
+    HostRoutine {
         /// The wire value.
         value: u32,
     },
@@ -215,6 +221,15 @@ pub enum DecodeError {
         /// The target word received.
         value: u64,
     },
+    /// A module record's event value is not a [`ModuleEvent`].
+    UnknownModuleEvent {
+        /// The value.
+        value: u8,
+    },
+    /// A module record whose size disagrees with its path, whose path is
+    /// too long, whose padding or reserved byte is not zero, whose shard
+    /// is out of range, or a process exit that names an image.
+    InvalidModuleRecord,
 }
 
 impl From<ConfigError> for DecodeError {
@@ -244,8 +259,10 @@ impl DecodeError {
             | Self::UnknownStack { .. }
             | Self::UserFrames { .. }
             | Self::UnknownUserPart { .. }
-            | Self::UserWalk { .. }
-            | Self::UnknownProbeTarget { .. } => STATUS_INVALID_PARAMETER,
+            | Self::HostRoutine { .. }
+            | Self::UnknownProbeTarget { .. }
+            | Self::UnknownModuleEvent { .. }
+            | Self::InvalidModuleRecord => STATUS_INVALID_PARAMETER,
         }
     }
 }
@@ -302,10 +319,15 @@ impl core::fmt::Display for DecodeError {
                 "a record says {user_frame_count} of its {frame_count} frames are user frames"
             ),
             Self::UnknownUserPart { value } => write!(f, "unknown user-part state {value}"),
-            Self::UserWalk { value } => write!(f, "unknown user-walk state {value}"),
+            Self::HostRoutine { value } => write!(f, "unknown host-routine state {value}"),
             Self::UnknownProbeTarget { value } => {
                 write!(f, "unknown fault-probe target {value}")
             }
+            Self::UnknownModuleEvent { value } => write!(f, "unknown module event {value}"),
+            Self::InvalidModuleRecord => write!(
+                f,
+                "a module record's size, path, padding, shard or image contradicts its layout"
+            ),
         }
     }
 }

@@ -3,8 +3,8 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, Altitude, CaptureConfig, DecodeError, PagingExecutive, PagingInEffect, Records,
-    Source, SourceFacts, UserPart, UserWalk,
+    ABI_VERSION, Altitude, CaptureConfig, DecodeError, HostRoutine, PagingExecutive,
+    PagingInEffect, Records, Source, SourceFacts, UserPart,
     config::CAPTURE_CONFIG_SIZE,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
@@ -46,11 +46,15 @@ const PAGING_OFFSET: usize = ALTITUDES_OFFSET + 16;
 /// `used` u32, then `hits`, `inserts`, `evictions`, `collisions`, `full`,
 /// `busy`, `empty` and `sent`, u64 each), after the paging part.
 const STACK_TABLE_OFFSET: usize = PAGING_OFFSET + 24;
-/// Offset of whether the driver can walk user stacks (a [`UserWalk`] u32,
+/// Offset of whether the driver can walk user stacks (a [`HostRoutine`] u32,
 /// 4 reserved zero bytes), after the stack table's part.
 const USER_WALK_OFFSET: usize = STACK_TABLE_OFFSET + 72;
+/// Offset of whether module records carry process keys (a [`HostRoutine`]
+/// u32, 4 reserved zero bytes), then the module records that entered the
+/// ring (u64), after the user-walk part.
+const MODULES_OFFSET: usize = USER_WALK_OFFSET + 8;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = USER_WALK_OFFSET + 8;
+pub const STATUS_RESPONSE_SIZE: usize = MODULES_OFFSET + 16;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -119,8 +123,13 @@ pub fn decode_capture_now_request(bytes: &[u8]) -> Result<u64, DecodeError> {
 /// bytes), the source's three fact words.
 pub const INJECT_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8 + 24;
 
+/// The name an injected image load gives the load-image callback, so its
+/// module record's path is known to the test that injected it.
+pub const INJECTED_IMAGE_PATH: &str = r"\Device\HarddiskVolume1\kstack-injected\app.exe";
+
 /// The test-injection request: run `facts`' source callback in the driver
-/// with synthetic arguments built from the facts.
+/// with synthetic arguments built from the facts (an image load is named
+/// [`INJECTED_IMAGE_PATH`]).
 #[must_use]
 pub fn encode_inject_request(facts: &SourceFacts) -> [u8; INJECT_REQUEST_SIZE] {
     encode_request(|w| {
@@ -234,9 +243,10 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 /// skipped_stack` (and capture-now requests add `not_kept`):
 ///
 /// - `captured`: records that entered the ring, kept or dropped because
-///   their shard was full. Summed over sources, it equals
+///   their shard was full. Summed over sources, plus
+///   [`StatusResponse::module_records`], it equals
 ///   [`StatusResponse::sequences_spent`]: every sequence number is one
-///   captured record.
+///   captured trace record or one module record.
 /// - `skipped_irql`: no walk, the IRQL too high for the paging policy
 ///   (`DISPATCH_LEVEL` or above while `DisablePagingExecutive`=1 is not in
 ///   effect, see [`crate::paging`]).
@@ -471,8 +481,9 @@ pub struct StatusResponse {
     /// Sequence numbers spent, over all shards. The identities, exact
     /// whenever no capture and no read or clear is under way (otherwise
     /// off by those in flight):
-    /// `sequences_spent = read + ring_used + dropped + cleared`, and
-    /// `sequences_spent` = the sum of every source's
+    /// `sequences_spent = read + ring_used + dropped + cleared` (module
+    /// records included in each), and `sequences_spent` =
+    /// [`StatusResponse::module_records`] + the sum of every source's
     /// [`SourceStatus::captured`].
     pub sequences_spent: u64,
     /// Per source, in [`Source::ALL`] order.
@@ -490,7 +501,17 @@ pub struct StatusResponse {
     /// Whether the driver can walk user stacks (decided at load); when it
     /// cannot, every record of a source with user frames on says
     /// [`UserPart::Unavailable`].
-    pub user_walk: UserWalk,
+    pub user_walk: HostRoutine,
+    /// Whether module records carry process keys: whether the driver can
+    /// call `PsGetProcessCreateTimeQuadPart` (decided at load); when it
+    /// cannot, every module record's `process_key` is 0 (see
+    /// [`crate::module_record`]).
+    pub process_key: HostRoutine,
+    /// Module records that entered the ring (kept, or dropped because
+    /// their shard was full), from load on: one per image load and per
+    /// process exit the driver's callbacks saw while it was loaded
+    /// (see [`crate::module_record`]).
+    pub module_records: u64,
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
@@ -582,6 +603,9 @@ impl StatusResponse {
         }
         w.u32(USER_WALK_OFFSET, self.user_walk as u32);
         w.u32(USER_WALK_OFFSET + 4, 0);
+        w.u32(MODULES_OFFSET, self.process_key as u32);
+        w.u32(MODULES_OFFSET + 4, 0);
+        w.u64(MODULES_OFFSET + 8, self.module_records);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -613,9 +637,12 @@ impl StatusResponse {
         for (index, counter) in table_counters.iter_mut().enumerate() {
             *counter = r.u64(STACK_TABLE_OFFSET + 8 + 8 * index)?;
         }
-        let walk_value = r.u32(USER_WALK_OFFSET)?;
-        let user_walk =
-            UserWalk::from_wire(walk_value).ok_or(DecodeError::UserWalk { value: walk_value })?;
+        let routine = |offset| {
+            let value = r.u32(offset)?;
+            HostRoutine::from_wire(value).ok_or(DecodeError::HostRoutine { value })
+        };
+        let user_walk = routine(USER_WALK_OFFSET)?;
+        let process_key = routine(MODULES_OFFSET)?;
         let state = r.u32(PAGING_OFFSET)?;
         let in_effect = PagingInEffect::from_wire(state)
             .filter(|in_effect| {
@@ -660,6 +687,8 @@ impl StatusResponse {
                 table_counters,
             ),
             user_walk,
+            process_key,
+            module_records: r.u64(MODULES_OFFSET + 8)?,
         })
     }
 }
@@ -830,7 +859,9 @@ mod tests {
                 // Every byte set, as for the last source's counters.
                 sent: u64::MAX - 2,
             },
-            user_walk: UserWalk::HostStub,
+            user_walk: HostRoutine::HostStub,
+            process_key: HostRoutine::NotExported,
+            module_records: 17,
         }
     }
 
@@ -840,7 +871,7 @@ mod tests {
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
         assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
-        assert_eq!(STATUS_RESPONSE_SIZE, 1264);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1280);
         assert_eq!(READ_HEADER_SIZE, 24);
     }
 
@@ -855,6 +886,7 @@ mod tests {
             ALTITUDES_OFFSET + 14..ALTITUDES_OFFSET + 16,
             PAGING_OFFSET + 4..PAGING_OFFSET + 8,
             USER_WALK_OFFSET + 4..USER_WALK_OFFSET + 8,
+            MODULES_OFFSET + 4..MODULES_OFFSET + 8,
         ];
         for range in reserved {
             assert!(
@@ -903,7 +935,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 1264);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1280);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -918,7 +950,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &1264_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &1280_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 
@@ -955,6 +987,14 @@ mod tests {
         let mut bad = out;
         bad[SOURCES_OFFSET + 4] = 2;
         assert!(StatusResponse::decode(&bad).is_err());
+        for routine in [USER_WALK_OFFSET, MODULES_OFFSET] {
+            let mut bad = out;
+            bad[routine] = 3;
+            assert_eq!(
+                StatusResponse::decode(&bad),
+                Err(DecodeError::HostRoutine { value: 3 })
+            );
+        }
     }
 
     #[test]
@@ -1071,7 +1111,7 @@ mod tests {
         assert_eq!(decoded, header);
         let records: Vec<_> = records.collect::<Result<_, _>>().unwrap();
         assert_eq!(records.len(), 1);
-        assert_eq!(records[0].header, record);
+        assert!(matches!(records[0], crate::Entry::Trace(view) if view.header == record));
 
         assert!(
             ReadHeader::decode(&bytes[..bytes.len() - 1]).is_err(),

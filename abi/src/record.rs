@@ -55,6 +55,7 @@
 
 use crate::{
     DecodeError, Source, SourceFacts,
+    module_record::{ModuleRecord, decode_module_record, is_module_record},
     user_part::UserPart,
     wire::{Reader, Writer},
 };
@@ -384,11 +385,14 @@ pub fn record_timestamp(record: &[u8]) -> u64 {
     Reader::new(record).u64(TIMESTAMP_OFFSET).unwrap_or(0)
 }
 
-/// The flags of an encoded record, read without decoding the rest (the
-/// driver reads tabled records differently); none when `record` is too
-/// short or has undefined bits.
+/// The flags of an encoded trace record, read without decoding the rest
+/// (the driver reads tabled records differently); none when `record` is a
+/// module record, too short, or has undefined bits.
 #[must_use]
 pub fn record_flags(record: &[u8]) -> RecordFlags {
+    if is_module_record(record) {
+        return RecordFlags::NONE;
+    }
     Reader::new(record)
         .u16(FLAGS_OFFSET)
         .ok()
@@ -413,6 +417,40 @@ pub fn set_record_os_hash(record: &mut [u8], os_hash: u32) {
     }
 }
 
+/// One record of a read payload: a trace record, or a module record (see
+/// [`crate::module_record`]), told apart by byte 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry<'a> {
+    /// A stack and the facts of the event that took it.
+    Trace(RecordView<'a>),
+    /// An image load or a process exit.
+    Module(ModuleRecord<'a>),
+}
+
+impl<'a> Entry<'a> {
+    /// The trace record, if this is one.
+    #[must_use]
+    pub const fn trace(self) -> Option<RecordView<'a>> {
+        match self {
+            Self::Trace(record) => Some(record),
+            Self::Module(_) => None,
+        }
+    }
+}
+
+/// Decodes the record of either kind at the front of `bytes`; returns it
+/// and its size.
+///
+/// # Errors
+/// As [`decode_record`] or [`decode_module_record`].
+pub fn decode_entry(bytes: &[u8]) -> Result<(Entry<'_>, usize), DecodeError> {
+    if is_module_record(bytes) {
+        decode_module_record(bytes).map(|(record, size)| (Entry::Module(record), size))
+    } else {
+        decode_record(bytes).map(|(record, size)| (Entry::Trace(record), size))
+    }
+}
+
 /// Walks the whole records packed back to back in a read payload.
 pub struct Records<'a> {
     rest: &'a [u8],
@@ -427,13 +465,13 @@ impl<'a> Records<'a> {
 }
 
 impl<'a> Iterator for Records<'a> {
-    type Item = Result<RecordView<'a>, DecodeError>;
+    type Item = Result<Entry<'a>, DecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.rest.is_empty() {
             return None;
         }
-        match decode_record(self.rest) {
+        match decode_entry(self.rest) {
             Ok((record, size)) => {
                 self.rest = &self.rest[size..];
                 Some(Ok(record))
@@ -452,7 +490,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::source::{HandleOperation, Lifecycle, ObjectKind};
+    use crate::{
+        module_record::{
+            MAX_MODULE_PATH, ModuleEvent, ModuleFlags, ModuleHeader, encode_module_record,
+        },
+        source::{HandleOperation, Lifecycle, ObjectKind},
+    };
 
     fn sample_header(facts: SourceFacts, frames: &[u64]) -> RecordHeader {
         RecordHeader {
@@ -673,16 +716,37 @@ mod tests {
             },
             &[8, 9],
         );
+        let exit = ModuleHeader {
+            sequence: 42,
+            timestamp: 133_000_000_000_000_001,
+            process_id: 8,
+            thread_id: 9,
+            processor: 0,
+            shard: 0,
+            event: ModuleEvent::ProcessExit,
+            flags: ModuleFlags::NONE,
+            image_base: 0,
+            image_size: 0,
+            process_key: 0,
+        };
         let used_a = encode_record(&a, &[7], &mut payload).unwrap();
-        let used_b = encode_record(&b, &[8, 9], &mut payload[used_a..]).unwrap();
-        let decoded: Vec<_> = Records::new(&payload[..used_a + used_b])
+        let used_m = encode_module_record(&exit, &[], &mut payload[used_a..]).unwrap();
+        let used = used_a + used_m;
+        let used_b = encode_record(&b, &[8, 9], &mut payload[used..]).unwrap();
+        assert_eq!(record_flags(&payload[used_a..]), RecordFlags::NONE);
+        assert_eq!(record_timestamp(&payload[used_a..]), exit.timestamp);
+        let decoded: Vec<_> = Records::new(&payload[..used + used_b])
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(decoded.len(), 2);
-        assert_eq!(decoded[0].header, a);
-        assert_eq!(decoded[1].frames().collect::<Vec<_>>(), [8, 9]);
+        assert_eq!(decoded.len(), 3);
+        assert!(matches!(decoded[0], Entry::Trace(view) if view.header == a));
+        assert!(matches!(decoded[1], Entry::Module(record) if record.header == exit));
+        assert!(
+            matches!(decoded[2], Entry::Trace(view) if view.frames().collect::<Vec<_>>() == [8, 9])
+        );
 
-        let mut damaged = Records::new(&payload[..used_a + used_b - 1]);
+        let mut damaged = Records::new(&payload[..used + used_b - 1]);
+        assert!(damaged.next().unwrap().is_ok());
         assert!(damaged.next().unwrap().is_ok());
         assert!(damaged.next().unwrap().is_err());
         assert!(damaged.next().is_none(), "nothing after damage");
@@ -782,8 +846,11 @@ mod tests {
 
         #[test]
         fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..700)) {
-            for record in Records::new(&bytes).flatten() {
-                prop_assert!(record.frame_count() <= MAX_FRAMES as usize);
+            for entry in Records::new(&bytes).flatten() {
+                match entry {
+                    Entry::Trace(record) => prop_assert!(record.frame_count() <= MAX_FRAMES as usize),
+                    Entry::Module(record) => prop_assert!(record.path_units().len() <= MAX_MODULE_PATH),
+                }
             }
         }
     }

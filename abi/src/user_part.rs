@@ -4,7 +4,8 @@
 //!
 //! Every record says what happened to its user part ([`UserPart`]); the
 //! status counts each outcome per source ([`crate::SourceStatus::user_parts`])
-//! and says whether the driver can walk user stacks at all ([`UserWalk`]).
+//! and says whether the driver can walk user stacks at all
+//! ([`crate::StatusResponse::user_walk`]).
 
 /// What happened to a record's user part. Its frames, if any, are the last
 /// `user_frame_count` of the record's stack (see [`crate::RecordHeader`]).
@@ -38,7 +39,7 @@ pub enum UserPart {
     /// space, so its own user stack is not mapped.
     Attached = 7,
     /// Not walked: the driver cannot walk user stacks here (see
-    /// [`UserWalk`] in the status).
+    /// [`crate::StatusResponse::user_walk`]).
     Unavailable = 8,
     /// Not walked: more threads were walking at once than the driver's
     /// re-entry guard tracks.
@@ -96,44 +97,6 @@ impl UserPart {
     }
 }
 
-/// Whether the driver can walk user stacks, decided once at load.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(u32)]
-pub enum UserWalk {
-    /// `RtlWalkFrameChain` is there and implemented.
-    Available = 0,
-    /// The kernel does not export `RtlWalkFrameChain`.
-    #[default]
-    NotExported = 1,
-    /// The host exports it only as a stub that ends the host when called
-    /// (Wine: recognized by Wine's own `wine_ntoskrnl_main_loop` export);
-    /// the driver never calls it.
-    HostStub = 2,
-}
-
-impl UserWalk {
-    /// The value with this wire value.
-    #[must_use]
-    pub const fn from_wire(value: u32) -> Option<Self> {
-        match value {
-            0 => Some(Self::Available),
-            1 => Some(Self::NotExported),
-            2 => Some(Self::HostStub),
-            _ => None,
-        }
-    }
-
-    /// Why user frames are unavailable, or `None` when they are available.
-    #[must_use]
-    pub const fn reason(self) -> Option<&'static str> {
-        match self {
-            Self::Available => None,
-            Self::NotExported => Some("the kernel does not export RtlWalkFrameChain"),
-            Self::HostStub => Some("the host (Wine) exports RtlWalkFrameChain only as a stub"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,14 +111,5 @@ mod tests {
         let names: std::collections::BTreeSet<_> =
             UserPart::ALL.into_iter().map(UserPart::name).collect();
         assert_eq!(names.len(), UserPart::COUNT);
-        for walk in [
-            UserWalk::Available,
-            UserWalk::NotExported,
-            UserWalk::HostStub,
-        ] {
-            assert_eq!(UserWalk::from_wire(walk as u32), Some(walk));
-            assert_eq!(walk.reason().is_none(), walk == UserWalk::Available);
-        }
-        assert_eq!(UserWalk::from_wire(3), None);
     }
 }

@@ -29,7 +29,7 @@ use kstack_abi::{
 };
 use kstack_driver_core::{
     Shard, ShardedRing, StackEntry, StackTable, Word,
-    sharded_ring::{ring_words, shards_over},
+    sharded_ring::{Counted, ring_words, shards_over},
     stack_table::Tabled,
 };
 
@@ -125,7 +125,7 @@ fn publish_records(
     let mut full = 0;
     for _ in 0..count {
         let published = ring.shard_for(processor).publish(
-            (Source::Timer, UserPart::Off),
+            Counted::Trace(Source::Timer, UserPart::Off),
             RECORD_BYTES,
             |sequence, room| {
                 let header = RecordHeader {
@@ -402,7 +402,10 @@ fn drain_and_decode(c: &mut Criterion) {
                     }
                     drained += u64::from(batch.records);
                     for record in Records::new(&buffer[..batch.bytes]) {
-                        let record = record.expect("the ring holds valid records");
+                        let record = record
+                            .ok()
+                            .and_then(kstack_abi::Entry::trace)
+                            .expect("the ring holds valid trace records");
                         sum = sum
                             .wrapping_add(record.header.sequence)
                             .wrapping_add(record.frames().fold(0, u64::wrapping_add));
@@ -463,7 +466,7 @@ fn publish_tabled(
         };
         slots.push(slot);
         let published = shard.publish(
-            (Source::Timer, UserPart::Off),
+            Counted::Trace(Source::Timer, UserPart::Off),
             record_size(0),
             |sequence, room| {
                 let header = RecordHeader {

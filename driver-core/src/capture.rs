@@ -12,8 +12,9 @@
 //! most for one copy of a record by a running processor.
 
 use kstack_abi::{
-    Altitude, CaptureConfig, DriverImage, MAX_FRAMES, MAX_PROCESS_IDS, PagingExecutive,
-    ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet, UserPart, UserWalk,
+    Altitude, CaptureConfig, DriverImage, HostRoutine, MAX_FRAMES, MAX_PROCESS_IDS,
+    PagingExecutive, ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet,
+    UserPart,
     config::admitted,
     encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
@@ -23,7 +24,7 @@ use kstack_abi::{
 use crate::{
     paging_policy::{DISPATCH_LEVEL, WalkDecision, walk_decision},
     ring::Full,
-    sharded_ring::{ShardedRing, Uncaptured},
+    sharded_ring::{Counted, ShardedRing, Uncaptured},
     stack_table::{StackTable, Tabled},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, Wait, fence},
     user_walk_guard::{Refused, UserWalkGuard},
@@ -55,7 +56,7 @@ pub trait Platform {
     fn walk_stack(&self, frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32);
     /// What the user walk needs to know of the current thread. Called only
     /// below `DISPATCH_LEVEL` and only when the driver can walk user stacks
-    /// ([`UserWalk::Available`]).
+    /// ([`HostRoutine::Available`]).
     fn user_thread(&self) -> UserThread;
     /// `RtlWalkFrameChain(frames, frames.len(), RTL_WALK_USER_MODE_STACK)`
     /// inside the driver's exception scope: the user frames written, or
@@ -64,6 +65,20 @@ pub trait Platform {
     /// neither a system thread nor attached, and only when the driver can
     /// walk user stacks.
     fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize>;
+}
+
+/// The kernel routines the driver uses only where the host implements them
+/// (see [`HostRoutine`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routine {
+    /// `RtlWalkFrameChain`: user frames.
+    UserWalk,
+    /// `PsGetProcessCreateTimeQuadPart`: module records' process keys.
+    ProcessKey,
+}
+
+impl Routine {
+    const COUNT: usize = 2;
 }
 
 /// The current thread, as far as the user walk cares.
@@ -337,9 +352,9 @@ pub struct DriverCore<'a> {
     pub(crate) cleared: AtomicU64,
     /// Serializes configure requests (a try-lock; never waits).
     pub(crate) configuring: AtomicBool,
-    /// Whether user stacks can be walked ([`UserWalk`] wire value), set
-    /// once at load.
-    user_walk: AtomicU32,
+    /// Whether each [`Routine`] can be called ([`HostRoutine`] wire
+    /// values), set once at load.
+    routines: [AtomicU32; Routine::COUNT],
     /// The threads walking their user stack now.
     user_walkers: UserWalkGuard,
 }
@@ -450,25 +465,26 @@ impl<'a> DriverCore<'a> {
             config: ConfigCell::new(&CaptureConfig::default()),
             cleared: AtomicU64::new(0),
             configuring: AtomicBool::new(false),
-            user_walk: AtomicU32::new(UserWalk::NotExported as u32),
+            routines: core::array::from_fn(|_| AtomicU32::new(HostRoutine::NotExported as u32)),
             user_walkers: UserWalkGuard::new(),
         }
     }
 
-    /// Records whether user stacks can be walked (decided at load, before
+    /// Records whether `routine` can be called (decided at load, before
     /// any source is registered).
     ///
     /// Max IRQL: any.
-    pub fn set_user_walk(&self, walk: UserWalk) {
-        self.user_walk.store(walk as u32, Ordering::Relaxed);
+    pub fn set_routine(&self, routine: Routine, state: HostRoutine) {
+        self.routines[routine as usize].store(state as u32, Ordering::Relaxed);
     }
 
-    /// Whether user stacks can be walked.
+    /// Whether `routine` can be called.
     ///
     /// Max IRQL: any.
     #[must_use]
-    pub fn user_walk(&self) -> UserWalk {
-        UserWalk::from_wire(self.user_walk.load(Ordering::Relaxed)).unwrap_or_default()
+    pub fn routine(&self, routine: Routine) -> HostRoutine {
+        HostRoutine::from_wire(self.routines[routine as usize].load(Ordering::Relaxed))
+            .unwrap_or_default()
     }
 
     /// Records how registering `source`'s callback went.
@@ -644,7 +660,7 @@ impl<'a> DriverCore<'a> {
         if wanted == 0 {
             return UserPart::Off;
         }
-        if self.user_walk() != UserWalk::Available {
+        if self.routine(Routine::UserWalk) != HostRoutine::Available {
             return UserPart::Unavailable;
         }
         // A walk below DISPATCH_LEVEL may page the user stack in; at or
@@ -715,7 +731,7 @@ impl<'a> DriverCore<'a> {
                 Tabled::Slot(_) => record_size(0),
                 Tabled::Inline => stack.record_size(),
             };
-            let counted = (facts.source(), stack.user_part);
+            let counted = Counted::Trace(facts.source(), stack.user_part);
             let result = shard.publish(counted, size, |sequence, record| {
                 header.sequence = sequence;
                 header.timestamp = platform.timestamp();
@@ -761,7 +777,7 @@ pub(crate) mod tests {
     use std::{cell::Cell, vec::Vec};
 
     use kstack_abi::{
-        DecodeError, RecordView, Records,
+        DecodeError, Entry, Records,
         ntstatus::{STATUS_NOT_SUPPORTED, STATUS_SUCCESS},
         source::Lifecycle,
     };
@@ -953,10 +969,12 @@ pub(crate) mod tests {
                 .unwrap()
                 .drain(&mut out, kstack_abi::record_timestamp, u64::MAX);
         Records::new(&out[..drained.bytes])
-            .map(|record: Result<RecordView<'_>, DecodeError>| {
-                let record = record.unwrap();
-                (record.header, record.frames().collect())
-            })
+            .map(
+                |entry: Result<Entry<'_>, DecodeError>| match entry.unwrap() {
+                    Entry::Trace(record) => (record.header, record.frames().collect()),
+                    Entry::Module(record) => panic!("a module record: {record:?}"),
+                },
+            )
             .collect()
     }
 
@@ -1069,7 +1087,7 @@ pub(crate) mod tests {
     /// stacks (`walk`) and `platform` as set; returns the record's header
     /// and frames, and what the status counts for the source.
     fn user_capture(
-        walk: UserWalk,
+        walk: HostRoutine,
         config: &CaptureConfig,
         platform: &FakePlatform,
         facts: SourceFacts,
@@ -1079,7 +1097,7 @@ pub(crate) mod tests {
             PagingExecutive::decide(Some(1), Some(1), Some(2), false),
             all_registered(),
         );
-        core.set_user_walk(walk);
+        core.set_routine(Routine::UserWalk, walk);
         core.set_config(&FakePlatform::default(), config);
         assert!(matches!(
             core.capture(platform, facts),
@@ -1112,17 +1130,17 @@ pub(crate) mod tests {
         // (why, walk, config, irql, thread, user depth, expected part, user frames, wow64)
         #[rustfmt::skip]
         let cases = [
-            ("off", UserWalk::Available, no_user_frames, 0, thread(false, false, false), Some(3), UserPart::Off, 0, false),
-            ("no routine", UserWalk::NotExported, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
-            ("host stub", UserWalk::HostStub, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
-            ("dispatch", UserWalk::Available, all, 2, thread(false, false, false), Some(3), UserPart::Irql, 0, false),
-            ("system", UserWalk::Available, all, 0, thread(true, false, true), Some(3), UserPart::SystemThread, 0, false),
-            ("attached", UserWalk::Available, all, 0, thread(false, true, true), Some(3), UserPart::Attached, 0, false),
-            ("captured", UserWalk::Available, all, 0, thread(false, false, false), Some(3), UserPart::Captured, 3, false),
-            ("apc level", UserWalk::Available, all, 1, thread(false, false, true), Some(3), UserPart::Captured, 3, true),
-            ("faulted", UserWalk::Available, all, 0, thread(false, false, true), None, UserPart::Faulted, 0, true),
-            ("capped", UserWalk::Available, all, 0, thread(false, false, false), Some(40), UserPart::Truncated, 30, false),
-            ("no room", UserWalk::Available, deep_kernel, 0, thread(false, false, false), Some(3), UserPart::Truncated, 0, false),
+            ("off", HostRoutine::Available, no_user_frames, 0, thread(false, false, false), Some(3), UserPart::Off, 0, false),
+            ("no routine", HostRoutine::NotExported, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
+            ("host stub", HostRoutine::HostStub, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
+            ("dispatch", HostRoutine::Available, all, 2, thread(false, false, false), Some(3), UserPart::Irql, 0, false),
+            ("system", HostRoutine::Available, all, 0, thread(true, false, true), Some(3), UserPart::SystemThread, 0, false),
+            ("attached", HostRoutine::Available, all, 0, thread(false, true, true), Some(3), UserPart::Attached, 0, false),
+            ("captured", HostRoutine::Available, all, 0, thread(false, false, false), Some(3), UserPart::Captured, 3, false),
+            ("apc level", HostRoutine::Available, all, 1, thread(false, false, true), Some(3), UserPart::Captured, 3, true),
+            ("faulted", HostRoutine::Available, all, 0, thread(false, false, true), None, UserPart::Faulted, 0, true),
+            ("capped", HostRoutine::Available, all, 0, thread(false, false, false), Some(40), UserPart::Truncated, 30, false),
+            ("no room", HostRoutine::Available, deep_kernel, 0, thread(false, false, false), Some(3), UserPart::Truncated, 0, false),
         ];
         for (why, walk, config, irql, user_thread, depth, part, user_frames, wow64) in cases {
             let platform = FakePlatform {
@@ -1172,7 +1190,7 @@ pub(crate) mod tests {
             PagingExecutive::NOT_SET,
             all_registered(),
         );
-        core.set_user_walk(UserWalk::Available);
+        core.set_routine(Routine::UserWalk, HostRoutine::Available);
         enable(&core, SourceSet::ALL);
         let platform = FakePlatform::default();
         // The fake platform's thread (id 200) in the middle of a user walk,

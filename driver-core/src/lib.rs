@@ -9,6 +9,7 @@
 //! - [`stack_table`]: each distinct stack kept once, named by records.
 //! - [`capture`]: from a callback's facts to a record in the ring.
 //! - [`user_walk_guard`]: which threads are walking their user stack.
+//! - [`module_records`]: image loads and process exits into the ring.
 //! - [`requests`]: serving the IOCTLs, every input validated by kstack-abi.
 //!
 //! The driver crate supplies the kernel through [`capture::Platform`] and
@@ -18,6 +19,7 @@
 #![cfg_attr(not(any(test, feature = "test-support")), no_std)]
 
 pub mod capture;
+pub mod module_records;
 pub mod paging_policy;
 pub mod requests;
 pub mod ring;
@@ -29,7 +31,8 @@ mod sync;
 pub mod test_support;
 pub mod user_walk_guard;
 
-pub use capture::{CaptureOutcome, DriverCore, Platform, SourceRegistration, UserThread};
+pub use capture::{CaptureOutcome, DriverCore, Platform, Routine, SourceRegistration, UserThread};
+pub use module_records::ModuleFacts;
 pub use requests::{Caller, SourceControl};
 pub use ring::{RecordRing, Word};
 pub use rundown::{Rundown, RundownGuard};

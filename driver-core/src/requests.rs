@@ -13,7 +13,7 @@ use kstack_abi::{
 };
 
 use crate::{
-    capture::{DriverCore, NoWalk, Platform, Stack},
+    capture::{DriverCore, NoWalk, Platform, Routine, Stack},
     paging_policy,
     sharded_ring::{Shard, Uncaptured},
     sync::Ordering,
@@ -125,7 +125,9 @@ impl DriverCore<'_> {
             stack_table: self
                 .table
                 .status(self.ring.shards().iter().map(Shard::table_counters)),
-            user_walk: self.user_walk(),
+            user_walk: self.routine(Routine::UserWalk),
+            process_key: self.routine(Routine::ProcessKey),
+            module_records: self.ring.module_records(),
         }
     }
 
@@ -682,7 +684,7 @@ mod tests {
         assert!(header.more_pending);
         let named: Vec<_> = records
             .map(|record| {
-                let record = record.unwrap();
+                let record = record.unwrap().trace().unwrap();
                 (record.header.shard, record.header.sequence)
             })
             .collect();
@@ -893,7 +895,7 @@ mod tests {
         fn counters_add_up_after_every_step(steps in proptest::collection::vec(step(), 0..60)) {
             // A small ring on two shards, so drops happen.
             let core = registered_core(ring_of_records(6, 2), PagingExecutive::assumed(), all_registered());
-            core.set_user_walk(kstack_abi::UserWalk::Available);
+            core.set_routine(Routine::UserWalk, kstack_abi::HostRoutine::Available);
             let timer = TimerLog::default();
             let platform = FakePlatform::default();
             let mut events = [0_u64; Source::COUNT];
@@ -945,7 +947,7 @@ mod tests {
                         prop_assert_eq!(result, STATUS_SUCCESS);
                         let (_, records) = ReadHeader::decode(&out[..written]).unwrap();
                         for record in records {
-                            let timestamp = record.unwrap().header.timestamp;
+                            let timestamp = record.unwrap().trace().unwrap().header.timestamp;
                             prop_assert!(timestamp >= last_read, "read order");
                             last_read = timestamp;
                         }
@@ -1083,7 +1085,7 @@ mod tests {
                 assert_eq!(result, STATUS_SUCCESS);
                 let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
                 for record in records {
-                    let record = record.unwrap().header;
+                    let record = record.unwrap().trace().unwrap().header;
                     assert!(
                         record.timestamp >= last,
                         "a record older than one read before it"
@@ -1145,6 +1147,11 @@ mod tests {
             room: usize,
         },
         Clear,
+        /// An image load into this process on this processor.
+        Module {
+            processor: u32,
+            process_id: u32,
+        },
     }
 
     fn table_step() -> impl Strategy<Value = TableStep> {
@@ -1154,7 +1161,16 @@ mod tests {
             2 => (1_u64..3, MIN_READ_BUFFER..4 * MIN_READ_BUFFER)
                 .prop_map(|(reader, room)| TableStep::Read { reader, room }),
             1 => Just(TableStep::Clear),
+            1 => (0_u32..2, 1_u32..1000)
+                .prop_map(|(processor, process_id)| TableStep::Module { processor, process_id }),
         ]
+    }
+
+    /// The path of the image the guarantee test loads into `process_id`.
+    fn module_path(process_id: u32) -> Vec<u16> {
+        format!(r"C:\image-{process_id}.dll")
+            .encode_utf16()
+            .collect()
     }
 
     /// The fake platform's frames for a stack `depth` deep.
@@ -1168,8 +1184,9 @@ mod tests {
         /// overflow, two readers taking turns and clears, every record a
         /// reader receives resolves, through what that reader received
         /// before, to exactly the stack its event walked; the lookup
-        /// outcomes add up to the records that entered the ring; and once
-        /// the ring is empty no entry is held.
+        /// outcomes add up to the records that entered the ring; module
+        /// records in between reach the readers as they were written; and
+        /// once the ring is empty no entry is held.
         #[test]
         fn every_record_a_reader_receives_has_its_stack(
             entries in prop_oneof![Just(1_usize), Just(2), Just(8)],
@@ -1203,9 +1220,17 @@ mod tests {
                         let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
                         read_until_empty = !header.more_pending;
                         let map = &mut remembered[usize::try_from(reader - 1).unwrap()];
-                        for record in records {
-                            let record = record.unwrap();
+                        for entry in records {
                             received += 1;
+                            let record = match entry.unwrap() {
+                                kstack_abi::Entry::Trace(record) => record,
+                                kstack_abi::Entry::Module(module) => {
+                                    let path: Vec<u16> = module.path_units().collect();
+                                    prop_assert_eq!(path, module_path(module.header.process_id));
+                                    prop_assert_eq!(module.header.image_base, u64::from(module.header.process_id) << 16);
+                                    continue;
+                                }
+                            };
                             prop_assert_eq!(record.header.os_hash, 0xABCD, "the OS hash is put back");
                             let own: Vec<u64> = record.frames().collect();
                             let stack = if !record.header.flags.contains(RecordFlags::STACK_BY_ID) {
@@ -1227,6 +1252,13 @@ mod tests {
                     TableStep::Clear => {
                         let _ = request(&core, Ioctl::Clear.code(), &[], &mut [], &timer);
                     }
+                    TableStep::Module { processor, process_id } => {
+                        let platform = FakePlatform::default();
+                        platform.processor.set(processor);
+                        let path = module_path(process_id);
+                        let facts = crate::ModuleFacts::image_load(process_id, 0, (u64::from(process_id) << 16, 0x1000), &path, false);
+                        let _ = core.record_module(&platform, &facts);
+                    }
                 }
                 let now = status(&core);
                 let table = now.stack_table;
@@ -1236,6 +1268,11 @@ mod tests {
                     captured
                 );
                 prop_assert_eq!(u64::from(table.used), table.inserts - table.evictions);
+                prop_assert_eq!(captured + now.module_records, now.sequences_spent);
+                prop_assert_eq!(
+                    now.read + u64::from(now.ring_used) + now.dropped + now.cleared,
+                    now.sequences_spent
+                );
             }
             prop_assert!(read_until_empty);
             prop_assert_eq!(status(&core).read, received);

@@ -127,6 +127,7 @@ pub fn shards_over(words: &[Word], shards: usize) -> impl Iterator<Item = Shard<
             sampled_out: core::array::from_fn(|_| AtomicU64::new(0)),
             sample_ticks: core::array::from_fn(|_| AtomicU64::new(0)),
             user_parts: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
+            module_records: AtomicU64::new(0),
             table: TableCounters::default(),
         }
     })
@@ -157,8 +158,21 @@ pub struct Shard<'a> {
     sample_ticks: [AtomicU64; Source::COUNT],
     /// Records by what happened to their user part, per source.
     user_parts: [[AtomicU64; UserPart::COUNT]; Source::COUNT],
+    /// Module records that entered this shard (published or dropped);
+    /// written inside the publish section only.
+    module_records: AtomicU64,
     /// The stack table's lookup outcomes of this shard's captures.
     table: TableCounters,
+}
+
+/// What a record entering a shard is counted as, inside its publish
+/// section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// A trace record of this source, with this user-part outcome.
+    Trace(Source, UserPart),
+    /// A module record.
+    Module,
 }
 
 /// A per-source counter of a shard, bumped where any processor may be
@@ -186,10 +200,10 @@ impl Shard<'_> {
         self.index
     }
 
-    /// Publishes one record of `source`, `size` bytes, under this shard's
-    /// next sequence number (see [`RecordRing::publish`]), and counts it as
-    /// captured for `source`, and its user part's outcome `user_part`, kept
-    /// or dropped, inside the same section.
+    /// Publishes one record, `size` bytes, under this shard's next
+    /// sequence number (see [`RecordRing::publish`]), and counts it, kept or
+    /// dropped, inside the same section: a trace record as captured for its
+    /// source and by its user part's outcome, a module record as such.
     ///
     /// # Errors
     /// [`Full`] when the shard lacks room; the drop is counted.
@@ -197,17 +211,22 @@ impl Shard<'_> {
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `DISPATCH_LEVEL`).
     pub fn publish(
         &self,
-        (source, user_part): (Source, UserPart),
+        counted: Counted,
         size: usize,
         write: impl FnOnce(u64, &mut [u8]),
     ) -> Result<u64, Full> {
-        let captured = &self.captured[source.index()];
-        let outcome = &self.user_parts[source.index()][user_part.index()];
+        let counters: &[&AtomicU64] = match counted {
+            Counted::Trace(source, user_part) => &[
+                &self.captured[source.index()],
+                &self.user_parts[source.index()][user_part.index()],
+            ],
+            Counted::Module => &[&self.module_records],
+        };
         self.ring.publish_counted(size, write, || {
             // Inside the section: only this producer writes these counters,
             // so a plain load and store count exactly, without a locked
             // instruction.
-            for counter in [captured, outcome] {
+            for counter in counters {
                 counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
         })
@@ -380,6 +399,18 @@ impl<'a> ShardedRing<'a> {
         self.shards
             .iter()
             .map(|shard| shard.captured[source.index()].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Module records that entered the ring (published or dropped), over
+    /// all shards.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn module_records(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| shard.module_records.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -660,7 +691,11 @@ pub(crate) mod tests {
         assert_eq!(last, 0, "processor MAX_SHARDS wraps to shard 0");
         let last = ring.shard_for(u32::from(MAX_SHARDS) - 1);
         assert_eq!(
-            last.publish((Source::Timer, UserPart::Off), 8, record(7, 0)),
+            last.publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(7, 0)
+            ),
             Ok(1)
         );
         assert!(!ring.is_empty(), "a record in the last shard");
@@ -697,19 +732,35 @@ pub(crate) mod tests {
         let ring = leaked_ring(4, 2);
         let (first, second) = (ring.shard_for(0), ring.shard_for(1));
         assert_eq!(
-            first.publish((Source::Timer, UserPart::Off), 8, record(1, 0)),
+            first.publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(1, 0)
+            ),
             Ok(1)
         );
         assert_eq!(
-            second.publish((Source::Timer, UserPart::Off), 8, record(2, 0)),
+            second.publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(2, 0)
+            ),
             Ok(1)
         );
         assert_eq!(
-            first.publish((Source::Timer, UserPart::Off), 8, record(3, 0)),
+            first.publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(3, 0)
+            ),
             Ok(2)
         );
         assert_eq!(
-            first.publish((Source::Timer, UserPart::Off), 8, record(4, 0)),
+            first.publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(4, 0)
+            ),
             Err(Full { sequence: 3 })
         );
         assert_eq!(
@@ -728,13 +779,25 @@ pub(crate) mod tests {
     fn a_drain_stops_at_a_record_that_does_not_fit() {
         let ring = leaked_ring(8, 2);
         ring.shard_for(0)
-            .publish((Source::Timer, UserPart::Off), 8, record(1, 0))
+            .publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(1, 0),
+            )
             .unwrap();
         ring.shard_for(1)
-            .publish((Source::Timer, UserPart::Off), 16, record(2, 0))
+            .publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                16,
+                record(2, 0),
+            )
             .unwrap();
         ring.shard_for(0)
-            .publish((Source::Timer, UserPart::Off), 8, record(3, 0))
+            .publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(3, 0),
+            )
             .unwrap();
         let mut out = [0_u8; 20];
         let drained = ring.consumer().unwrap().drain(&mut out, key, u64::MAX);
@@ -769,9 +832,11 @@ pub(crate) mod tests {
     fn counters_are_summed_over_shards_and_captured_counts_drops_too() {
         let ring = leaked_ring(4, 2);
         for processor in [0, 1, 0, 0] {
-            let _ =
-                ring.shard_for(processor)
-                    .publish((Source::Timer, UserPart::Off), 8, record(1, 0));
+            let _ = ring.shard_for(processor).publish(
+                Counted::Trace(Source::Timer, UserPart::Off),
+                8,
+                record(1, 0),
+            );
         }
         ring.shard_for(1)
             .count(Source::Process, Uncaptured::SkippedIrql);
@@ -794,7 +859,11 @@ pub(crate) mod tests {
         let ring = leaked_ring(8, 2);
         for (processor, key) in [(0, 10), (1, 20), (0, 30), (1, 40)] {
             ring.shard_for(processor)
-                .publish((Source::Timer, UserPart::Off), 8, record(key, 0))
+                .publish(
+                    Counted::Trace(Source::Timer, UserPart::Off),
+                    8,
+                    record(key, 0),
+                )
                 .unwrap();
         }
         let mut out = [0_u8; 256];
@@ -892,7 +961,7 @@ pub(crate) mod tests {
                         let shard = ring.shard_for(processor);
                         let index = usize::from(shard.index());
                         prop_assert_eq!(index, usize::try_from(processor).unwrap() % shards);
-                        let result = shard.publish((Source::Timer, UserPart::Off), 8, record(key, fill));
+                        let result = shard.publish(Counted::Trace(Source::Timer, UserPart::Off), 8, record(key, fill));
                         let expected = &mut model[index];
                         expected.spent += 1;
                         if expected.records.len() < expected.capacity {

@@ -17,7 +17,7 @@ use kstack_abi::{Source, UserPart};
 use kstack_driver_core::{
     RecordRing, Rundown, Shard, ShardedRing, StackTable, Wait, Word,
     ring::Full,
-    sharded_ring::shards_over,
+    sharded_ring::{Counted, shards_over},
     stack_table::Tabled,
     test_support::{TestTable, keep},
 };
@@ -226,7 +226,11 @@ fn two_shards_with_a_producer_each_and_a_consumer() {
                     for _ in 0..2 - processor {
                         assert!(
                             shard
-                                .publish((Source::Timer, UserPart::Off), RECORD, record(processor))
+                                .publish(
+                                    Counted::Trace(Source::Timer, UserPart::Off),
+                                    RECORD,
+                                    record(processor)
+                                )
                                 .is_ok()
                         );
                     }
@@ -339,7 +343,7 @@ fn reads_come_out_in_time_order_across_reads() {
             .map(|processor| {
                 thread::spawn(move || {
                     let published = ring.shard_for(u32::from(processor)).publish(
-                        (Source::Timer, UserPart::Off),
+                        Counted::Trace(Source::Timer, UserPart::Off),
                         RECORD,
                         move |_, record: &mut [u8]| {
                             let stamp = clock.fetch_add(1, Ordering::SeqCst);
@@ -394,7 +398,11 @@ fn a_read_racing_a_clear() {
             for _ in 0..2 {
                 assert!(
                     shard
-                        .publish((Source::Timer, UserPart::Off), RECORD, record(1))
+                        .publish(
+                            Counted::Trace(Source::Timer, UserPart::Off),
+                            RECORD,
+                            record(1)
+                        )
                         .is_ok()
                 );
             }

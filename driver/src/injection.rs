@@ -22,7 +22,7 @@ use kstack_abi::{
     ioctl::{FAULT_PROBE_CODE, INJECT_CODE},
     messages::{
         FAULT_PROBE_REPLY_SIZE, FAULT_PROBE_REQUEST_SIZE, FaultProbe, INJECT_REQUEST_SIZE,
-        decode_fault_probe_request, decode_inject_request,
+        INJECTED_IMAGE_PATH, decode_fault_probe_request, decode_inject_request,
     },
     ntstatus::{
         KSTACK_STATUS_INJECTION_ONLY, NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_NOT_SUPPORTED,
@@ -44,6 +44,7 @@ use crate::{
     kernel::{DeviceControl, ObjectType},
     recorder,
     sources::{image_load, object_handles, process, registry_operations, thread},
+    unicode::{unicode_string, utf16},
 };
 
 /// The registration status of a source the kernel could not register, in
@@ -177,9 +178,10 @@ fn inject(facts: SourceFacts) -> NtStatus {
                 ImageSize: image_size,
                 ..IMAGE_INFO::default()
             };
-            // SAFETY: a load-image notify routine may get a null name; the
-            // information is valid for the call.
-            unsafe { image_load::on_image(ptr::null_mut(), id_handle(process_id), &raw mut info) };
+            let mut name = unicode_string(utf16!(INJECTED_IMAGE_PATH));
+            // SAFETY: a name and image information valid for the call, as
+            // the kernel passes them.
+            unsafe { image_load::on_image(&raw mut name, id_handle(process_id), &raw mut info) };
         }
         SourceFacts::Registry { notify_class } => {
             // SAFETY: a registry callback's arguments: its context (unused),

@@ -13,11 +13,12 @@ use kstack_driver_core::{Platform, UserThread};
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
-    NTSTATUS, OB_PRE_OPERATION_INFORMATION, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO,
+    NTSTATUS, OB_PRE_OPERATION_INFORMATION, PEPROCESS, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO,
     ntddk::{
         IoGetStackLimits, IoIs32bitProcess, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
-        KeQueryActiveProcessorCountEx, PsGetCurrentProcessId, PsGetCurrentThreadId,
-        PsIsSystemThread, RtlCaptureStackBackTrace,
+        KeQueryActiveProcessorCountEx, ObfDereferenceObject, PsGetCurrentProcessId,
+        PsGetCurrentThreadId, PsIsSystemThread, PsLookupProcessByProcessId,
+        RtlCaptureStackBackTrace,
     },
 };
 
@@ -135,6 +136,44 @@ const _: () = assert!(wdk_sys::_MODE::KernelMode == 0);
 /// Max IRQL: any.
 pub fn handle_to_id(handle: HANDLE) -> u32 {
     u32::try_from(handle as usize).unwrap_or(u32::MAX)
+}
+
+/// The creation time of `process` (`PsGetProcessCreateTimeQuadPart`), the
+/// key that tells a reused process id apart; 0 when the host cannot say.
+///
+/// Max IRQL: `DISPATCH_LEVEL` (the callers run at `PASSIVE_LEVEL`).
+pub fn process_key(routines: &Routines, process: PEPROCESS) -> u64 {
+    let Some(create_time) = routines.process_create_time else {
+        return 0;
+    };
+    if process.is_null() {
+        return 0;
+    }
+    // SAFETY: set only when implemented (`Routines::resolve`); `process` is
+    // a process object the caller holds for the call.
+    let time = unsafe { create_time(process) };
+    u64::try_from(time).unwrap_or(0)
+}
+
+/// [`process_key`] of the process with id `process_id`, looked up and
+/// released; 0 for id 0 (the system's drivers), when the host cannot say,
+/// or when no such process exists any more.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn process_key_by_id(routines: &Routines, process_id: HANDLE) -> u64 {
+    if routines.process_create_time.is_none() || process_id.is_null() {
+        return 0;
+    }
+    let mut process: PEPROCESS = core::ptr::null_mut();
+    // SAFETY: `process` receives a referenced process on success, released
+    // below.
+    if unsafe { PsLookupProcessByProcessId(process_id, &raw mut process) } < 0 {
+        return 0;
+    }
+    let key = process_key(routines, process);
+    // SAFETY: the reference PsLookupProcessByProcessId took.
+    unsafe { ObfDereferenceObject(process.cast()) };
+    key
 }
 
 /// The current IRQL: on x64 it is CR8, which is what the WDK's inline

@@ -15,8 +15,8 @@ use core::{
 
 use kstack_abi::{DriverImage, PagingExecutive, Source};
 use kstack_driver_core::{
-    DriverCore, Shard, ShardedRing, SourceControl, SourceRegistration, StackEntry, StackTable,
-    Word,
+    DriverCore, Routine, Shard, ShardedRing, SourceControl, SourceRegistration, StackEntry,
+    StackTable, Word,
     ring::WORD_SIZE,
     sharded_ring::{ring_words, shard_count, shards_over},
 };
@@ -204,10 +204,9 @@ pub fn create(
     }
     // SAFETY: initialized above; it lives until `destroy`.
     let driver = unsafe { state.as_ref() };
-    driver
-        .recorder
-        .core
-        .set_user_walk(driver.recorder.routines.user_walk);
+    let (core, routines) = (&driver.recorder.core, &driver.recorder.routines);
+    core.set_routine(Routine::UserWalk, routines.user_walk);
+    core.set_routine(Routine::ProcessKey, routines.process_key);
     recorder::publish(&driver.recorder);
     LOADED.store(state.as_ptr(), Ordering::Release);
     Ok(driver)

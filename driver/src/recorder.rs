@@ -15,7 +15,7 @@ use core::{
 };
 
 use kstack_abi::SourceFacts;
-use kstack_driver_core::{CaptureOutcome, DriverCore, Rundown};
+use kstack_driver_core::{CaptureOutcome, DriverCore, ModuleFacts, Rundown};
 
 use crate::{
     kernel::{Clock, KernelPlatform},
@@ -77,6 +77,19 @@ pub fn with_recorder<R>(use_recorder: impl FnOnce(&Recorder) -> R) -> Option<R> 
 /// Max IRQL: `DISPATCH_LEVEL`.
 pub fn record(facts: impl FnOnce() -> Option<SourceFacts>) -> Option<CaptureOutcome> {
     with_recorder(|recorder| Some(recorder.core.capture(&recorder.platform(), facts()?))).flatten()
+}
+
+/// Writes one module record for a load-image or process callback (see
+/// `kstack_driver_core::module_records`): `facts` runs only when the driver
+/// is loaded, with the routines it may need (the process key's).
+///
+/// Max IRQL: `PASSIVE_LEVEL` (`facts` may look a process up).
+pub fn record_module<'p>(facts: impl FnOnce(&Routines) -> ModuleFacts<'p>) {
+    with_recorder(|recorder| {
+        let facts = facts(&recorder.routines);
+        // A drop is counted by the ring; the callback has nothing to add.
+        let _ = recorder.core.record_module(&recorder.platform(), &facts);
+    });
 }
 
 /// Publishes the recorder; it must stay allocated until [`retire`] has

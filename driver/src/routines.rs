@@ -6,19 +6,20 @@
 //! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
 //! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
 //!
-//! `RtlWalkFrameChain` (the user-stack walk) is exported by Wine 8 too, but
-//! only as a stub that ends the host process when called, and
-//! `MmGetSystemRoutineAddress` cannot tell a stub from a routine. So the
-//! driver asks for a name only Wine's ntoskrnl exports
-//! (`wine_ntoskrnl_main_loop`): when it is there, the host is Wine and the
-//! walk is reported unavailable ([`UserWalk::HostStub`]) and never called.
+//! `RtlWalkFrameChain` (the user-stack walk) and
+//! `PsGetProcessCreateTimeQuadPart` (module records' process keys) are
+//! exported by Wine 8 too, but only as stubs that end the host process when
+//! called, and `MmGetSystemRoutineAddress` cannot tell a stub from a
+//! routine. So the driver asks for a name only Wine's ntoskrnl exports
+//! (`wine_ntoskrnl_main_loop`): when it is there, the host is Wine and both
+//! are reported unavailable ([`HostRoutine::HostStub`]) and never called.
 
 use core::{ffi::c_void, ptr};
 
-use kstack_abi::UserWalk;
+use kstack_abi::HostRoutine;
 
 use wdk_sys::{
-    LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEX_CALLBACK_FUNCTION,
+    LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEPROCESS, PEX_CALLBACK_FUNCTION,
     ntddk::MmGetSystemRoutineAddress,
 };
 
@@ -50,6 +51,8 @@ pub type UnregisterRegistryCallback = unsafe extern "system" fn(LARGE_INTEGER) -
 /// headers, so looked up rather than imported.
 pub type QuerySystemInformation =
     unsafe extern "system" fn(u32, *mut c_void, u32, *mut u32) -> NTSTATUS;
+/// `PsGetProcessCreateTimeQuadPart(Process)`: the process's creation time.
+pub type ProcessCreateTime = unsafe extern "system" fn(PEPROCESS) -> i64;
 
 /// What was found.
 pub struct Routines {
@@ -59,10 +62,29 @@ pub struct Routines {
     pub register_registry_callback: Option<RegisterRegistryCallback>,
     pub unregister_registry_callback: Option<UnregisterRegistryCallback>,
     pub query_system_information: Option<QuerySystemInformation>,
-    /// `RtlWalkFrameChain`, only when it can be called ([`UserWalk::Available`]).
+    /// `RtlWalkFrameChain`, only when it can be called ([`HostRoutine::Available`]).
     pub walk_frame_chain: Option<FrameWalk>,
     /// Whether user stacks can be walked, and if not why.
-    pub user_walk: UserWalk,
+    pub user_walk: HostRoutine,
+    /// `PsGetProcessCreateTimeQuadPart`, only when it can be called.
+    pub process_create_time: Option<ProcessCreateTime>,
+    /// Whether module records get process keys, and if not why.
+    pub process_key: HostRoutine,
+}
+
+/// Looks up `name`, a routine Wine may export only as a stub: its state,
+/// and its address only when it can be called (null otherwise).
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+fn find_unless_stubbed(name: &'static [u16], host_is_wine: bool) -> (HostRoutine, *mut c_void) {
+    let address = find(name);
+    if address.is_null() {
+        (HostRoutine::NotExported, address)
+    } else if host_is_wine {
+        (HostRoutine::HostStub, ptr::null_mut())
+    } else {
+        (HostRoutine::Available, address)
+    }
 }
 
 /// The address the kernel exports under `name`, or null.
@@ -114,21 +136,14 @@ impl Routines {
         let unregister_registry_callback = unsafe { routine(find(utf16!("CmUnRegisterCallback"))) };
         // SAFETY: as above (the prototype in winternl.h).
         let query_system_information = unsafe { routine(find(utf16!("ZwQuerySystemInformation"))) };
-        let walk = find(utf16!("RtlWalkFrameChain"));
-        let user_walk = if walk.is_null() {
-            UserWalk::NotExported
-        } else if find(utf16!("wine_ntoskrnl_main_loop")).is_null() {
-            UserWalk::Available
-        } else {
-            UserWalk::HostStub
-        };
-        let walk = if user_walk == UserWalk::Available {
-            walk
-        } else {
-            ptr::null_mut()
-        };
+        let wine = !find(utf16!("wine_ntoskrnl_main_loop")).is_null();
+        let (user_walk, walk) = find_unless_stubbed(utf16!("RtlWalkFrameChain"), wine);
         // SAFETY: as above (`RtlWalkFrameChain(Callers, Count, Flags)`, ntrtl.h).
         let walk_frame_chain = unsafe { routine(walk) };
+        let (process_key, create_time) =
+            find_unless_stubbed(utf16!("PsGetProcessCreateTimeQuadPart"), wine);
+        // SAFETY: as above (`PsGetProcessCreateTimeQuadPart(Process)`, ntifs.h).
+        let process_create_time = unsafe { routine(create_time) };
         Self {
             allocate_pool2,
             query_system_time,
@@ -138,6 +153,8 @@ impl Routines {
             query_system_information,
             walk_frame_chain,
             user_walk,
+            process_create_time,
+            process_key,
         }
     }
 }

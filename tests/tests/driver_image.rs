@@ -278,7 +278,7 @@ const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
 /// Windows 8; `CmRegisterCallbackEx`; `KeQueryPerformanceCounter`, HAL's
 /// before Windows 8; `ZwQuerySystemInformation`, declared only in user-mode
 /// headers). Data exports are imported, as the WDK declares them.
-const KERNEL_IMPORTS: [(&str, Windows); 51] = [
+const KERNEL_IMPORTS: [(&str, Windows); 53] = [
     ("ExAllocatePoolWithTag", Windows::W2000),
     ("ExFreePoolWithTag", Windows::W2000),
     ("IoCreateDevice", Windows::W2000),
@@ -300,6 +300,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 51] = [
     ("KeSetTimerEx", Windows::W2000),
     ("MmGetSystemRoutineAddress", Windows::W2000),
     ("ObOpenObjectByPointer", Windows::W2000),
+    ("ObfDereferenceObject", Windows::W2000),
     ("ObRegisterCallbacks", Windows::VistaSp1),
     ("ObUnRegisterCallbacks", Windows::VistaSp1),
     ("PsGetCurrentProcessId", Windows::W2000),
@@ -308,6 +309,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 51] = [
     ("PsGetProcessId", Windows::Xp),
     ("PsGetThreadProcessId", Windows::VistaSp1),
     ("PsIsSystemThread", Windows::Xp),
+    ("PsLookupProcessByProcessId", Windows::W2000),
     ("PsProcessType", Windows::W2000),
     ("PsRemoveCreateThreadNotifyRoutine", Windows::Xp),
     ("PsRemoveLoadImageNotifyRoutine", Windows::Xp),

@@ -5,7 +5,9 @@
 //! Layout, little-endian:
 //! - 0: magic `KSTKCAP\0`; 8: format version (u32, [`FORMAT_VERSION`]);
 //!   12: the ABI version of the records (u32); 16: module count (u32);
-//!   20: process count (u32; format 1: reserved, zero).
+//!   20: process count (u32; format 1: reserved, zero); (format 3) 24: when
+//!   the processes were listed (u64, the record clock's units; all ones:
+//!   not known).
 //! - then per module: base (u64), size (u32), name length (u16), reserved
 //!   zero (u16), the name in UTF-8;
 //! - then (format 2) per process: its id (u32), its module count (u32),
@@ -15,7 +17,11 @@
 //!   each stack is stored once, in the first record that has it (flagged
 //!   `STACK_BY_ID`), and later records with the same stack name it by its
 //!   id and hold no frames, exactly as the driver sends them to a reader;
-//! - then the trailer: magic `KSTKEND\0` and the record count (u64).
+//!   since ABI 9 the driver's module records are among them, as received,
+//!   so offline analysis names user frames after the same time-ordered
+//!   per-process maps as the live client;
+//! - then the trailer: magic `KSTKEND\0` and the record count (u64, module
+//!   records included).
 //!
 //! The writer appends records as they arrive and the trailer last, so a
 //! capture cut short (the machine stopped mid-write) is told apart from a
@@ -28,28 +34,35 @@ use std::{
     sync::Arc,
 };
 
-use kstack_abi::{ABI_VERSION, DecodeError, MAX_RECORD_SIZE, RecordFlags, Records, encode_record};
+use kstack_abi::{
+    ABI_VERSION, DecodeError, Entry, MAX_RECORD_SIZE, RecordFlags, Records, decode_entry,
+    encode_record, module_record::encode_module_record,
+};
 
 use crate::{
     modules::{Module, ModuleMap},
-    process_modules::ProcessModules,
+    process_modules::{ModuleChange, ProcessModules},
     trace::{StackMemory, TraceRecord},
 };
 
 /// The first bytes of every capture file.
 pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
-/// The version of this layout. Version 1 (no process modules) still reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The version of this layout. Versions 1 (no process modules) and 2 (no
+/// listing time) still read.
+pub const FORMAT_VERSION: u32 = 3;
 /// The layouts this client reads.
 const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// The ABI versions whose records this client reads: ABI 6 changed the
 /// ring's units (bytes, not records) and the status, not the record layout,
 /// so captures saved by the ABI 5 client read the same; ABI 7 added the
-/// `STACK_BY_ID` flag, which older captures never set.
+/// `STACK_BY_ID` flag, which older captures never set; ABI 9 added module
+/// records, which older captures never hold.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
-const HEADER_SIZE: usize = 24;
+/// The header of format 3; formats 1 and 2 end it at 24.
+const HEADER_SIZE: usize = 32;
+const OLD_HEADER_SIZE: usize = 24;
 const TRAILER_SIZE: usize = 16;
 const MODULE_ENTRY_SIZE: usize = 16;
 
@@ -134,6 +147,7 @@ impl std::error::Error for CaptureError {}
 pub struct CaptureWriter<W: Write> {
     out: W,
     records: u64,
+    modules: u64,
     scratch: [u8; MAX_RECORD_SIZE],
     /// The frames stored so far under each stack id.
     stored: HashMap<u64, Arc<[u64]>>,
@@ -167,6 +181,7 @@ impl<W: Write> CaptureWriter<W> {
         header[12..16].copy_from_slice(&ABI_VERSION.to_le_bytes());
         header[16..20].copy_from_slice(&count(modules.modules().len())?.to_le_bytes());
         header[20..24].copy_from_slice(&count(processes.processes().count())?.to_le_bytes());
+        header[24..32].copy_from_slice(&processes.listed_at().to_le_bytes());
         out.write_all(&header)?;
         write_modules(&mut out, modules)?;
         for (process_id, modules) in processes.processes() {
@@ -177,6 +192,7 @@ impl<W: Write> CaptureWriter<W> {
         Ok(Self {
             out,
             records: 0,
+            modules: 0,
             scratch: [0; MAX_RECORD_SIZE],
             stored: HashMap::new(),
         })
@@ -203,15 +219,38 @@ impl<W: Write> CaptureWriter<W> {
         }
         let size = encode_record(&header, frames, &mut self.scratch)
             .map_err(|error| io::Error::other(error.to_string()))?;
+        self.write(size)
+    }
+
+    /// Appends one module record.
+    ///
+    /// # Errors
+    /// The writer's I/O error, or a record the ABI does not allow (which no
+    /// driver reply decodes to).
+    pub fn append_module(&mut self, change: &ModuleChange) -> io::Result<()> {
+        let size = encode_module_record(&change.header, &change.path, &mut self.scratch)
+            .map_err(|error| io::Error::other(error.to_string()))?;
+        self.modules += 1;
+        self.write(size)
+    }
+
+    /// Writes the record encoded in the scratch buffer.
+    fn write(&mut self, size: usize) -> io::Result<()> {
         self.out.write_all(&self.scratch[..size])?;
         self.records += 1;
         Ok(())
     }
 
-    /// Records appended so far.
+    /// Records appended so far, module records included.
     #[must_use]
     pub const fn records(&self) -> u64 {
         self.records
+    }
+
+    /// Module records appended so far.
+    #[must_use]
+    pub const fn module_records(&self) -> u64 {
+        self.modules
     }
 
     /// Writes the trailer, flushes and returns the writer.
@@ -247,7 +286,7 @@ pub struct CaptureView<'a> {
     /// The module list saved with it.
     pub modules: ModuleMap,
     /// The user-mode modules of each process, saved with it (none in
-    /// format 1).
+    /// format 1), with the module records among its records noted.
     pub processes: ProcessModules,
     /// Records, as the trailer counts them.
     pub record_count: u64,
@@ -283,10 +322,20 @@ impl<'a> CaptureView<'a> {
         let count = u32_at(16)?;
         // Format 1 kept this word reserved, zero: no process.
         let process_count = u32_at(20)?;
-        let mut at = HEADER_SIZE;
+        let (mut at, listed_at) = if format >= 3 {
+            let listed_at = bytes
+                .get(OLD_HEADER_SIZE..HEADER_SIZE)
+                .and_then(|word| word.try_into().ok())
+                .map(u64::from_le_bytes)
+                .ok_or(CaptureError::Truncated)?;
+            (HEADER_SIZE, listed_at)
+        } else {
+            (OLD_HEADER_SIZE, u64::MAX)
+        };
         let mut read = 0;
         let modules = read_modules(bytes, &mut at, count, &mut read)?;
         let mut processes = ProcessModules::default();
+        processes.set_listed_at(listed_at);
         for _ in 0..process_count {
             let process_id = u32_at(at)?;
             let count = u32_at(at + 4)?;
@@ -298,6 +347,8 @@ impl<'a> CaptureView<'a> {
             .checked_sub(TRAILER_SIZE)
             .filter(|&trailer_at| trailer_at >= at && bytes[trailer_at..][..8] == END_MAGIC)
             .ok_or(CaptureError::Unfinished)?;
+        let records = &bytes[at..trailer_at];
+        note_module_records(records, &mut processes);
         Ok(Self {
             modules: ModuleMap::new(modules),
             processes,
@@ -305,53 +356,66 @@ impl<'a> CaptureView<'a> {
                 bytes[trailer_at + 8..].try_into().unwrap_or_default(),
             ),
             records_at: at,
-            records: &bytes[at..trailer_at],
+            records,
         })
     }
 
-    /// Every record in order, with its frames; a damaged one (or one
-    /// naming a stack not stored before it) ends the walk with its error,
-    /// and so does a count that disagrees with the trailer's.
+    /// Every trace record in order, with its frames; a damaged record (or
+    /// one naming a stack not stored before it) ends the walk with its
+    /// error, and so does a count that disagrees with the trailer's. Module
+    /// records are counted and passed over (`processes` holds them).
     pub fn records(&self) -> impl Iterator<Item = Result<TraceRecord, CaptureError>> + 'a {
         let declared = self.record_count;
         let mut offset = self.records_at;
+        let mut rest = self.records;
         let mut found = 0_u64;
         let mut done = false;
-        let mut records = Records::new(self.records);
         let mut stacks = StackMemory::default();
         core::iter::from_fn(move || {
-            if done {
-                return None;
-            }
-            let Some(record) = records.next() else {
-                done = true;
-                return (found != declared)
-                    .then_some(Err(CaptureError::RecordCount { declared, found }));
-            };
-            let record = record
-                .and_then(|view| {
-                    let size = kstack_abi::record::record_size(
-                        u16::try_from(view.frame_count()).unwrap_or(u16::MAX),
-                    );
-                    Ok((stacks.resolve(&view)?, size))
-                })
-                .map_err(|error| CaptureError::Record {
-                    index: found,
-                    offset,
-                    error,
-                });
-            Some(match record {
-                Ok((record, size)) => {
-                    offset += size;
-                    found += 1;
-                    Ok(record)
-                }
-                Err(error) => {
+            while !done {
+                if rest.is_empty() {
                     done = true;
-                    Err(error)
+                    return (found != declared)
+                        .then_some(Err(CaptureError::RecordCount { declared, found }));
                 }
-            })
+                let decoded = decode_entry(rest).and_then(|(entry, size)| match entry {
+                    Entry::Trace(view) => Ok((Some(stacks.resolve(&view)?), size)),
+                    Entry::Module(_) => Ok((None, size)),
+                });
+                match decoded {
+                    Ok((record, size)) => {
+                        offset += size;
+                        rest = &rest[size..];
+                        found += 1;
+                        if let Some(record) = record {
+                            return Some(Ok(record));
+                        }
+                    }
+                    Err(error) => {
+                        done = true;
+                        return Some(Err(CaptureError::Record {
+                            index: found,
+                            offset,
+                            error,
+                        }));
+                    }
+                }
+            }
+            None
         })
+    }
+}
+
+/// Notes the module records among `records` (a capture's record bytes) in
+/// `processes`, stopping quietly at the first record that does not decode
+/// (`CaptureView::records` reports it).
+fn note_module_records(records: &[u8], processes: &mut ProcessModules) {
+    for entry in Records::new(records) {
+        match entry {
+            Ok(Entry::Module(record)) => processes.note(ModuleChange::from(&record)),
+            Ok(Entry::Trace(_)) => {}
+            Err(_) => break,
+        }
     }
 }
 
@@ -561,22 +625,26 @@ pub(crate) mod tests {
             CaptureError::NotACapture
         );
         let mut other_format = bytes.clone();
-        other_format[8] = 3;
+        other_format[8] = 4;
         let error = decoded(&other_format).unwrap_err();
-        assert_eq!(error, CaptureError::FormatVersion(3));
+        assert_eq!(error, CaptureError::FormatVersion(4));
         assert!(
-            error.to_string().contains("reads versions 1 to 2"),
+            error.to_string().contains("reads versions 1 to 3"),
             "{error}"
         );
-        // Format 1 (its process count word reserved, zero) still reads.
-        let mut format_1 = bytes.clone();
-        format_1[8] = 1;
-        assert_eq!(decoded(&format_1).unwrap().1, sample_records());
+        // Formats 1 (its process count word reserved, zero) and 2 (no
+        // listing time) still read: their header ends at 24.
+        for old in [1, 2] {
+            let mut old_format = bytes.clone();
+            old_format[8] = old;
+            old_format.drain(OLD_HEADER_SIZE..HEADER_SIZE);
+            assert_eq!(decoded(&old_format).unwrap().1, sample_records());
+        }
         let mut other_abi = bytes.clone();
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 8"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 9"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(

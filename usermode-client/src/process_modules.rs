@@ -1,25 +1,97 @@
-//! User-mode modules, per process: what names the user part of a record's
-//! stack (`module+0xoffset`, the image's file name and the offset into it).
+//! User-mode modules, per process and over time: what names the user part
+//! of a record's stack (`module+0xoffset`, the image's file name and the
+//! offset into it).
 //!
 //! A user address means nothing without the module map of the process
-//! that walked it: two processes load different images at one address.
-//! So the maps are kept per process id and looked up with the record's
-//! `process_id`. Today they come from listing the processes running when
-//! the client starts ([`list_running`], Windows: a Toolhelp snapshot per
-//! process); a process that cannot be read (access denied, protected, gone
-//! meanwhile) is a counted gap ([`ProcessModules::unreadable`]), not an
-//! error. Processes started after the listing, and DLLs loaded after it,
-//! stay unnamed until the driver reports image loads with the records.
+//! that walked it, as it was then: two processes load different images at
+//! one address, a process id is reused once its process is gone, and a DLL
+//! unloaded and another loaded at its base take the same addresses. Two
+//! sources build the maps:
+//!
+//! - the listing of the processes running when the client starts
+//!   ([`list_running`], Windows: a Toolhelp snapshot per process; a
+//!   process that cannot be read is a counted gap,
+//!   [`ProcessModules::unreadable`], not an error);
+//! - the driver's module records ([`ModuleChange`], see
+//!   `kstack_abi::module_record`): every image load, with its path and the
+//!   process's creation time as its key, and every process exit, ordered by
+//!   timestamp with the trace records.
+//!
+//! A record is named with the map of its own process as it was at the
+//! record's timestamp ([`ProcessModules::find`]): the module records of
+//! that process up to then, latest load first, back to the process's start
+//! (its id's previous exit, or a load with another process key); then, if
+//! the listing was of that same process, the listing.
 
 use std::collections::BTreeMap;
 
+use kstack_abi::{ModuleEvent, ModuleHeader, ModuleRecord};
+
 use crate::modules::{Module, ModuleMap};
 
-/// One process's modules, as listed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One module record as the client keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleChange {
+    /// Everything but the path.
+    pub header: ModuleHeader,
+    /// The image's path as the kernel named it (UTF-16, possibly cut at
+    /// its beginning: see `kstack_abi::ModuleFlags::PATH_TRUNCATED`).
+    pub path: Vec<u16>,
+}
+
+impl From<&ModuleRecord<'_>> for ModuleChange {
+    fn from(record: &ModuleRecord<'_>) -> Self {
+        Self {
+            header: record.header,
+            path: record.path_units().collect(),
+        }
+    }
+}
+
+impl ModuleChange {
+    /// The path as text (unpaired surrogates replaced).
+    #[must_use]
+    pub fn path_text(&self) -> String {
+        String::from_utf16_lossy(&self.path)
+    }
+
+    /// The image as a module named by its file name (as Toolhelp names
+    /// modules), or `None` for a process exit.
+    #[must_use]
+    pub fn module(&self) -> Option<Module> {
+        if self.header.event != ModuleEvent::ImageLoad {
+            return None;
+        }
+        let path = self.path_text();
+        let name = path.rsplit(['\\', '/']).next().unwrap_or_default();
+        Some(Module {
+            base: self.header.image_base,
+            size: self.header.image_size,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// The processes' modules: as listed at start, and as module records
+/// changed them.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessModules {
-    maps: BTreeMap<u32, ModuleMap>,
+    listed: BTreeMap<u32, ModuleMap>,
+    /// When the listing was taken (the record clock's units); `u64::MAX`:
+    /// after every record (saved captures before format 3).
+    listed_at: u64,
     unreadable: Vec<Unreadable>,
+    /// Per process id, its module records in timestamp order, each with
+    /// its module (`None`: an exit).
+    changes: BTreeMap<u32, Vec<(ModuleHeader, Option<Module>)>>,
+    /// Every module record noted, in the order noted.
+    noted: Vec<ModuleChange>,
+}
+
+impl Default for ProcessModules {
+    fn default() -> Self {
+        Self::EMPTY
+    }
 }
 
 /// A process whose modules could not be listed.
@@ -36,14 +108,29 @@ pub struct Unreadable {
 impl ProcessModules {
     /// No process.
     pub const EMPTY: Self = Self {
-        maps: BTreeMap::new(),
+        listed: BTreeMap::new(),
+        listed_at: u64::MAX,
         unreadable: Vec::new(),
+        changes: BTreeMap::new(),
+        noted: Vec::new(),
     };
 
-    /// Adds `process_id`'s modules (overlapping entries: the first listed
-    /// is kept, as in [`ModuleMap::new`]).
+    /// Adds `process_id`'s modules to the listing (overlapping entries:
+    /// the first listed is kept, as in [`ModuleMap::new`]).
     pub fn add(&mut self, process_id: u32, modules: impl IntoIterator<Item = Module>) {
-        self.maps.insert(process_id, ModuleMap::new(modules));
+        self.listed.insert(process_id, ModuleMap::new(modules));
+    }
+
+    /// Says when the listing was taken, in the record clock's units (100 ns
+    /// since 1601): a listed process is the one its id named then.
+    pub const fn set_listed_at(&mut self, listed_at: u64) {
+        self.listed_at = listed_at;
+    }
+
+    /// When the listing was taken; `u64::MAX` when not known.
+    #[must_use]
+    pub const fn listed_at(&self) -> u64 {
+        self.listed_at
     }
 
     /// Notes a process whose modules could not be listed.
@@ -51,16 +138,75 @@ impl ProcessModules {
         self.unreadable.push(unreadable);
     }
 
-    /// The module of `process_id` holding `address`, and the offset into
-    /// it.
+    /// Notes a module record (in any order: each process's records are
+    /// kept in timestamp order).
+    pub fn note(&mut self, change: ModuleChange) {
+        let changes = self.changes.entry(change.header.process_id).or_default();
+        let at = changes.partition_point(|(kept, _)| kept.timestamp <= change.header.timestamp);
+        changes.insert(at, (change.header, change.module()));
+        self.noted.push(change);
+    }
+
+    /// The module of `process_id` holding `address` at `timestamp`, and
+    /// the offset into it (see the module's documentation for the order).
     #[must_use]
-    pub fn find(&self, process_id: u32, address: u64) -> Option<(&Module, u64)> {
-        self.maps.get(&process_id)?.find(address)
+    pub fn find(&self, process_id: u32, timestamp: u64, address: u64) -> Option<(&Module, u64)> {
+        let changes = self.changes.get(&process_id).map_or(&[][..], Vec::as_slice);
+        let (start, lives) = Self::life_at(changes, timestamp);
+        let end = changes.partition_point(|(header, _)| header.timestamp <= timestamp);
+        let loaded = changes[start..end]
+            .iter()
+            .rev()
+            .filter_map(|(_, module)| module.as_ref())
+            .find_map(|module| {
+                (module.base <= address && address < module.end())
+                    .then(|| (module, address - module.base))
+            });
+        loaded.or_else(|| {
+            let (_, listed_lives) = Self::life_at(changes, self.listed_at);
+            (lives == listed_lives)
+                .then(|| self.listed.get(&process_id)?.find(address))
+                .flatten()
+        })
+    }
+
+    /// Where, in one id's records, the process alive at `timestamp` begins,
+    /// and how many processes with the id began before it: a process ends
+    /// at its exit, and at a load with another nonzero process key.
+    fn life_at(changes: &[(ModuleHeader, Option<Module>)], timestamp: u64) -> (usize, usize) {
+        let mut start = 0;
+        let mut lives = 0;
+        let mut key = 0;
+        for (index, (header, _)) in changes.iter().enumerate() {
+            if header.timestamp > timestamp {
+                break;
+            }
+            match header.event {
+                ModuleEvent::ProcessExit => {
+                    (start, lives, key) = (index + 1, lives + 1, 0);
+                }
+                ModuleEvent::ImageLoad => {
+                    if header.process_key != 0 && key != 0 && header.process_key != key {
+                        (start, lives) = (index, lives + 1);
+                    }
+                    if header.process_key != 0 {
+                        key = header.process_key;
+                    }
+                }
+            }
+        }
+        (start, lives)
     }
 
     /// The processes listed, by id, with their modules.
     pub fn processes(&self) -> impl Iterator<Item = (u32, &ModuleMap)> {
-        self.maps.iter().map(|(&id, map)| (id, map))
+        self.listed.iter().map(|(&id, map)| (id, map))
+    }
+
+    /// The module records noted, in the order noted.
+    #[must_use]
+    pub fn changes(&self) -> &[ModuleChange] {
+        &self.noted
     }
 
     /// The processes that could not be read.
@@ -71,11 +217,15 @@ impl ProcessModules {
 }
 
 /// Lists every running process's modules (Windows: Toolhelp snapshots,
-/// 32-bit modules of WoW64 processes included).
+/// 32-bit modules of WoW64 processes included), stamped with the time the
+/// listing began.
 #[cfg(windows)]
 #[must_use]
 pub fn list_running() -> ProcessModules {
-    toolhelp::list()
+    let listed_at = crate::trace::system_time_now();
+    let mut listed = toolhelp::list();
+    listed.set_listed_at(listed_at);
+    listed
 }
 
 /// Off Windows there are no Windows processes to list.
@@ -209,7 +359,7 @@ mod tests {
         processes.add(200, [module(0x7FF6_0000_0000, 0x8000, "reg.exe")]);
         let named = |process_id, address| {
             processes
-                .find(process_id, address)
+                .find(process_id, 0, address)
                 .map(|(module, offset)| format!("{}+{offset:#x}", module.name))
         };
         assert_eq!(
@@ -238,6 +388,182 @@ mod tests {
             error: 5,
         });
         assert_eq!(processes.unreadable().len(), 1);
-        assert_eq!(processes.find(4, 0x1000), None);
+        assert_eq!(processes.find(4, 0, 0x1000), None);
+    }
+
+    fn load(
+        process_id: u32,
+        key: u64,
+        at: u64,
+        (base, size): (u64, u32),
+        path: &str,
+    ) -> ModuleChange {
+        ModuleChange {
+            header: ModuleHeader {
+                sequence: at,
+                timestamp: at,
+                process_id,
+                thread_id: 1,
+                processor: 0,
+                shard: 0,
+                event: ModuleEvent::ImageLoad,
+                flags: kstack_abi::ModuleFlags::NONE,
+                image_base: base,
+                image_size: size,
+                process_key: key,
+            },
+            path: path.encode_utf16().collect(),
+        }
+    }
+
+    fn exit(process_id: u32, at: u64) -> ModuleChange {
+        let mut change = load(process_id, 0, at, (0, 0), "");
+        change.header.event = ModuleEvent::ProcessExit;
+        change
+    }
+
+    fn name_at(
+        processes: &ProcessModules,
+        process_id: u32,
+        at: u64,
+        address: u64,
+    ) -> Option<String> {
+        processes
+            .find(process_id, at, address)
+            .map(|(module, offset)| format!("{}+{offset:#x}", module.name))
+    }
+
+    #[test]
+    fn a_dll_loaded_where_another_was_names_only_later_records() {
+        let mut processes = ProcessModules::default();
+        processes.note(load(8, 0, 10, (0x1_0000, 0x1000), r"C:\Windows\old.dll"));
+        processes.note(load(
+            8,
+            0,
+            30,
+            (0x1_0000, 0x2000),
+            r"\Device\HarddiskVolume3\new.dll",
+        ));
+        assert_eq!(name_at(&processes, 8, 5, 0x1_0010), None, "before any load");
+        assert_eq!(
+            name_at(&processes, 8, 20, 0x1_0010).as_deref(),
+            Some("old.dll+0x10")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 30, 0x1_0010).as_deref(),
+            Some("new.dll+0x10")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 40, 0x1_1010).as_deref(),
+            Some("new.dll+0x1010")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 20, 0x1_1010),
+            None,
+            "past old.dll's end"
+        );
+        assert_eq!(
+            name_at(&processes, 9, 40, 0x1_0010),
+            None,
+            "another process"
+        );
+    }
+
+    #[test]
+    fn a_reused_process_id_starts_a_new_map_at_an_exit_or_a_new_key() {
+        let mut processes = ProcessModules::default();
+        // Noted out of order: each process's records are kept in time order.
+        processes.note(exit(8, 20));
+        processes.note(load(8, 0, 10, (0x1_0000, 0x1000), "first.exe"));
+        processes.note(load(8, 0, 30, (0x2_0000, 0x1000), "second.exe"));
+        assert_eq!(
+            name_at(&processes, 8, 15, 0x1_0001).as_deref(),
+            Some("first.exe+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 35, 0x1_0001),
+            None,
+            "first.exe exited"
+        );
+        assert_eq!(
+            name_at(&processes, 8, 35, 0x2_0001).as_deref(),
+            Some("second.exe+0x1")
+        );
+
+        // No exit seen (lost), but the creation-time keys differ.
+        let mut keyed = ProcessModules::default();
+        keyed.note(load(8, 111, 10, (0x1_0000, 0x1000), "first.exe"));
+        keyed.note(load(8, 111, 12, (0x3_0000, 0x1000), "first.dll"));
+        keyed.note(load(8, 222, 30, (0x2_0000, 0x1000), "second.exe"));
+        assert_eq!(
+            name_at(&keyed, 8, 20, 0x3_0001).as_deref(),
+            Some("first.dll+0x1")
+        );
+        assert_eq!(
+            name_at(&keyed, 8, 35, 0x3_0001),
+            None,
+            "first.dll was the other process's"
+        );
+        assert_eq!(
+            name_at(&keyed, 8, 35, 0x2_0001).as_deref(),
+            Some("second.exe+0x1")
+        );
+        assert_eq!(keyed.changes().len(), 3);
+    }
+
+    #[test]
+    fn the_listing_names_only_the_process_listed() {
+        let mut processes = ProcessModules::default();
+        processes.add(8, [module(0x5_0000, 0x1000, "listed.exe")]);
+        processes.set_listed_at(50);
+        // An earlier process with id 8 exited before the listing; the
+        // listed one later loads a DLL; then it exits and the id is reused.
+        processes.note(load(8, 0, 10, (0x5_0000, 0x1000), "earlier.exe"));
+        processes.note(exit(8, 20));
+        processes.note(load(8, 0, 60, (0x6_0000, 0x1000), "late.dll"));
+        processes.note(exit(8, 70));
+        assert_eq!(
+            name_at(&processes, 8, 15, 0x5_0001).as_deref(),
+            Some("earlier.exe+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 40, 0x5_0001).as_deref(),
+            Some("listed.exe+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 65, 0x5_0001).as_deref(),
+            Some("listed.exe+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 65, 0x6_0001).as_deref(),
+            Some("late.dll+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 80, 0x5_0001),
+            None,
+            "the id's next process"
+        );
+        // Not knowing when the listing was taken, it names the id's last process.
+        processes.set_listed_at(u64::MAX);
+        assert_eq!(
+            name_at(&processes, 8, 80, 0x5_0001).as_deref(),
+            Some("listed.exe+0x1")
+        );
+        assert_eq!(name_at(&processes, 8, 40, 0x5_0001), None);
+    }
+
+    #[test]
+    fn module_names_are_the_paths_file_names() {
+        let change = load(
+            8,
+            0,
+            1,
+            (0x1000, 0x10),
+            r"\Device\HarddiskVolume3\Windows\System32\ntdll.dll",
+        );
+        assert_eq!(change.module().unwrap().name, "ntdll.dll");
+        assert_eq!(load(8, 0, 1, (0x1000, 0x10), "").module().unwrap().name, "");
+        assert_eq!(exit(8, 2).module(), None);
+        assert!(change.path_text().starts_with(r"\Device\"));
     }
 }

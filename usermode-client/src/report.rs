@@ -3,8 +3,10 @@
 use std::fmt::Write as _;
 
 use kstack_abi::{
-    ABI_VERSION, CaptureConfig, KSTACK_VERSION, PagingExecutive, PagingInEffect, ProcessFilter,
-    Source, StatusResponse, UserPart, paging::ASSUME_IN_EFFECT_VALUE,
+    ABI_VERSION, CaptureConfig, HostRoutine, KSTACK_VERSION, PagingExecutive, PagingInEffect,
+    ProcessFilter, Source, StatusResponse, UserPart,
+    host_routine::{PROCESS_KEY_ROUTINE, USER_WALK_ROUTINE},
+    paging::ASSUME_IN_EFFECT_VALUE,
 };
 use serde_json::{Value, json};
 
@@ -64,9 +66,10 @@ pub fn status(status: &StatusResponse) -> String {
     };
     let _ = writeln!(
         out,
-        "records: {} captured = {} read + {} waiting + {} dropped (ring full) + {} cleared \
-         ({} sequence numbers spent)",
+        "records: {} captured + {} module records = {} read + {} waiting + {} dropped (ring \
+         full) + {} cleared ({} sequence numbers spent)",
         sum(|source| source.captured),
+        status.module_records,
         status.read,
         status.ring_used,
         status.dropped,
@@ -85,6 +88,7 @@ pub fn status(status: &StatusResponse) -> String {
         sum(|source| source.not_kept)
     );
     let _ = writeln!(out, "{}", user_parts_text(status));
+    let _ = writeln!(out, "{}", module_records_text(status));
     let altitude = |altitude: kstack_abi::Altitude| {
         if altitude.is_some() {
             altitude.to_string()
@@ -183,15 +187,39 @@ fn user_parts_text(status: &StatusResponse) -> String {
             .map(|source| source.user_part(part))
             .sum()
     };
-    let walk = status.user_walk.reason().map_or_else(
-        || "available".to_owned(),
-        |reason| format!("unavailable ({reason})"),
-    );
+    let walk = routine_text(status.user_walk, USER_WALK_ROUTINE);
     let parts: Vec<String> = UserPart::ALL
         .into_iter()
         .map(|part| format!("{} {}", total(part), part.name().replace('_', " ")))
         .collect();
     format!("user frames: {walk}; user parts: {}", parts.join(", "))
+}
+
+/// Whether a routine the driver may not call is usable: "available", or
+/// "unavailable (`routine` ...why)".
+fn routine_text(state: HostRoutine, routine: &str) -> String {
+    state.reason().map_or_else(
+        || "available".to_owned(),
+        |reason| format!("unavailable ({routine} {reason})"),
+    )
+}
+
+/// The module records' line of the `kstack status` report.
+fn module_records_text(status: &StatusResponse) -> String {
+    format!(
+        "module records: {} (image loads and process exits, for naming user frames); process \
+         keys: {}",
+        status.module_records,
+        routine_text(status.process_key, PROCESS_KEY_ROUTINE)
+    )
+}
+
+/// A routine's state in `kstack status --json`.
+fn routine_json(state: HostRoutine, routine: &str) -> Value {
+    json!({
+        "available": state.reason().is_none(),
+        "reason": state.reason().map(|reason| format!("{routine} {reason}")),
+    })
 }
 
 /// The per-source part of the `kstack status` report: one line a source.
@@ -281,10 +309,9 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "boot_time": time_json(status.paging_executive.boot_time),
         },
         "elevated_walks_allowed": status.paging_executive.allows_elevated_walks(),
-        "user_walk": {
-            "available": status.user_walk.reason().is_none(),
-            "reason": status.user_walk.reason(),
-        },
+        "user_walk": routine_json(status.user_walk, USER_WALK_ROUTINE),
+        "process_key": routine_json(status.process_key, PROCESS_KEY_ROUTINE),
+        "module_records": status.module_records,
         "ring": {
             "capacity_bytes": status.ring_capacity,
             "used": status.ring_used,
@@ -445,7 +472,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("7 captured = 4 read + 3 waiting + 0 dropped (ring full) + 0 cleared (7 sequence numbers spent)"),
+            text.contains("7 captured + 2 module records = 6 read + 3 waiting + 0 dropped (ring full) + 0 cleared (9 sequence numbers spent)"),
             "{text}"
         );
         assert!(
@@ -472,8 +499,16 @@ mod tests {
         );
         assert!(
             text.contains(
-                "user frames: unavailable (the host (Wine) exports RtlWalkFrameChain only as a \
-                 stub); user parts: 0 off, 0 captured,"
+                "user frames: unavailable (RtlWalkFrameChain is exported by the host (Wine) only \
+                 as a stub); user parts: 0 off, 0 captured,"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "module records: 2 (image loads and process exits, for naming user frames); \
+                 process keys: unavailable (PsGetProcessCreateTimeQuadPart is exported by the \
+                 host (Wine) only as a stub)"
             ),
             "{text}"
         );
@@ -501,8 +536,14 @@ mod tests {
         assert_eq!(value["ring"]["used"], 3);
         assert_eq!(value["ring"]["used_bytes"], 288);
         assert_eq!(value["ring"]["shards"], 2);
-        assert_eq!(value["sequences_spent"], 7);
-        assert_eq!(value["read"], 4);
+        assert_eq!(value["sequences_spent"], 9);
+        assert_eq!(value["read"], 6);
+        assert_eq!(value["module_records"], 2);
+        assert_eq!(value["process_key"]["available"], false);
+        assert_eq!(
+            value["process_key"]["reason"],
+            "PsGetProcessCreateTimeQuadPart is exported by the host (Wine) only as a stub"
+        );
         assert_eq!(value["altitudes"]["object"], "385291");
         assert_eq!(value["altitudes"]["registry"], Value::Null);
         assert_eq!(value["sources"][6]["not_kept"], 0);

@@ -2,7 +2,7 @@
 //! with kstack-abi, check the reply's status, decode it with kstack-abi.
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, MAX_RECORD_SIZE, ReadHeader, StatusResponse, decode_record,
+    CaptureConfig, Entry, Ioctl, MAX_RECORD_SIZE, ReadHeader, StatusResponse, decode_record,
     ioctl::MIN_READ_BUFFER,
     messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
     ntstatus::{NtStatus, STATUS_BUFFER_OVERFLOW, STATUS_BUFFER_TOO_SMALL, STATUS_SUCCESS},
@@ -16,6 +16,7 @@ use std::{
 
 use crate::{
     error::ClientError,
+    process_modules::ModuleChange,
     trace::{StackMemory, TraceRecord},
     transport::Transport,
 };
@@ -116,8 +117,10 @@ pub struct Reader {
 /// What one read returned.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Batch {
-    /// The records, in ring order.
+    /// The trace records, in ring order.
     pub records: Vec<TraceRecord>,
+    /// The module records, in ring order (see `kstack_abi::module_record`).
+    pub modules: Vec<ModuleChange>,
     /// Records were still waiting when the buffer filled.
     pub more_pending: bool,
     /// The driver's drop counter at the time of the read.
@@ -148,15 +151,20 @@ impl Reader {
         check(Ioctl::Read, reply.status)?;
         let malformed = |error| ClientError::from_reply(Ioctl::Read, error);
         let written = self.buffer.get(..reply.information).unwrap_or(&self.buffer);
-        let (header, records) = ReadHeader::decode(written).map_err(malformed)?;
-        let records = records
-            .map(|record| record.and_then(|view| self.stacks.resolve(&view)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(malformed)?;
-        if records.len() != header.record_count as usize {
+        let (header, entries) = ReadHeader::decode(written).map_err(malformed)?;
+        let mut records = Vec::new();
+        let mut modules = Vec::new();
+        for entry in entries {
+            match entry.map_err(malformed)? {
+                Entry::Trace(view) => records.push(self.stacks.resolve(&view).map_err(malformed)?),
+                Entry::Module(record) => modules.push(ModuleChange::from(&record)),
+            }
+        }
+        let found = records.len() + modules.len();
+        if found != header.record_count as usize {
             return Err(ClientError::CountMismatch {
                 declared: header.record_count,
-                found: records.len(),
+                found,
             });
         }
         if header.more_pending {
@@ -164,6 +172,7 @@ impl Reader {
         }
         Ok(Batch {
             records,
+            modules,
             more_pending: header.more_pending,
             dropped: header.dropped,
         })
@@ -245,8 +254,10 @@ pub enum Follow {
 /// What a [`follow`] saw, for the summary on the way out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FollowSummary {
-    /// Records received.
+    /// Trace records received.
     pub received: u64,
+    /// Module records received.
+    pub modules: u64,
     /// Sequence numbers between the first and last received of each shard
     /// that never arrived (dropped or cleared), over all shards.
     pub gaps: u64,
@@ -262,10 +273,11 @@ pub fn follow(
     transport: &mut impl Transport,
     how: Follow,
     stop: &AtomicBool,
-    mut each: impl FnMut(&[TraceRecord]) -> Result<(), ClientError>,
+    mut each: impl FnMut(&Batch) -> Result<(), ClientError>,
 ) -> Result<FollowSummary, ClientError> {
     let mut reader = Reader::default();
     let mut tracker = SequenceTracker::default();
+    let mut modules = 0;
     let mut dropped_at_start = None;
     let mut dropped = 0;
     loop {
@@ -278,7 +290,12 @@ pub fn follow(
         for record in &batch.records {
             tracker.note(record.header.shard, record.header.sequence);
         }
-        each(&batch.records)?;
+        // Module records spend their shard's numbers too.
+        for change in &batch.modules {
+            tracker.note(change.header.shard, change.header.sequence);
+        }
+        modules += batch.modules.len() as u64;
+        each(&batch)?;
         dropped_at_start.get_or_insert(batch.dropped);
         dropped = batch.dropped;
         if !batch.more_pending {
@@ -289,7 +306,8 @@ pub fn follow(
         }
     }
     Ok(FollowSummary {
-        received: tracker.received(),
+        received: tracker.received() - modules,
+        modules,
         gaps: tracker.gaps(),
         dropped: dropped - dropped_at_start.unwrap_or(dropped),
     })
@@ -347,8 +365,8 @@ pub(crate) mod tests {
             },
             dropped: 0,
             cleared: 0,
-            read: 4,
-            sequences_spent: 7,
+            read: 6,
+            sequences_spent: 9,
             sources: [SourceStatus {
                 available: true,
                 captured: 1,
@@ -371,7 +389,9 @@ pub(crate) mod tests {
                 inserts: 3,
                 ..kstack_abi::StackTableStatus::default()
             },
-            user_walk: kstack_abi::UserWalk::HostStub,
+            user_walk: kstack_abi::HostRoutine::HostStub,
+            process_key: kstack_abi::HostRoutine::HostStub,
+            module_records: 2,
         }
     }
 
@@ -596,25 +616,54 @@ pub(crate) mod tests {
         }
     }
 
+    /// A module record: `process_id` exited.
+    fn exit_bytes(sequence: u64, process_id: u32) -> Vec<u8> {
+        let header = kstack_abi::ModuleHeader {
+            sequence,
+            timestamp: 1,
+            process_id,
+            thread_id: 2,
+            processor: 0,
+            shard: 0,
+            event: kstack_abi::ModuleEvent::ProcessExit,
+            flags: kstack_abi::ModuleFlags::NONE,
+            image_base: 0,
+            image_size: 0,
+            process_key: 0,
+        };
+        let mut bytes = vec![0; 56];
+        kstack_abi::module_record::encode_module_record(&header, &[], &mut bytes).unwrap();
+        bytes
+    }
+
     #[test]
     fn follow_until_drained_reads_while_more_is_pending_and_counts_gaps() {
-        let mut driver = Replies([read_reply(&[1, 2], 2, true), read_reply(&[4], 1, false)].into());
+        // Sequence 3 is a module record, 5 never arrives, 6 is the last.
+        let mut second: Vec<u8> = exit_bytes(3, 77);
+        second.extend(record_bytes(4));
+        second.extend(record_bytes(6));
+        let mut driver =
+            Replies([read_reply(&[1, 2], 2, true), reply_of(&second, 3, false)].into());
         let mut seen = Vec::new();
+        let mut exits = Vec::new();
         let summary = follow(
             &mut driver,
             Follow::UntilDrained,
             &AtomicBool::new(false),
-            |records| {
-                seen.extend(records.iter().map(|record| record.header.sequence));
+            |batch| {
+                seen.extend(batch.records.iter().map(|record| record.header.sequence));
+                exits.extend(batch.modules.iter().map(|change| change.header.process_id));
                 Ok(())
             },
         )
         .unwrap();
-        assert_eq!(seen, [1, 2, 4]);
+        assert_eq!(seen, [1, 2, 4, 6]);
+        assert_eq!(exits, [77]);
         assert_eq!(
             summary,
             FollowSummary {
-                received: 3,
+                received: 4,
+                modules: 1,
                 gaps: 1,
                 dropped: 0
             }

@@ -6,9 +6,11 @@
 
 use std::{cell::RefCell, collections::HashMap};
 
+use kstack_abi::RecordHeader;
+
 use crate::{
     modules::{Module, ModuleMap},
-    process_modules::ProcessModules,
+    process_modules::{ModuleChange, ProcessModules},
 };
 
 /// The function holding an address, as symbols name it.
@@ -96,12 +98,23 @@ impl Symbolizer {
         &self.processes
     }
 
-    /// A user frame of `process_id` named `module+0xoffset` after that
-    /// process's modules, else as [`Self::name`] names any frame; `None`
-    /// when nothing holds it.
+    /// Notes module records: later user frames of their processes are
+    /// named after them (see [`ProcessModules::find`]).
+    pub fn note_modules(&mut self, changes: &[ModuleChange]) {
+        for change in changes {
+            self.processes.note(change.clone());
+        }
+    }
+
+    /// A user frame of `record`'s process named `module+0xoffset` after
+    /// that process's modules at the record's time, else as [`Self::name`]
+    /// names any frame; `None` when nothing holds it.
     #[must_use]
-    pub fn user_name(&self, process_id: u32, address: u64) -> Option<String> {
-        match self.processes.find(process_id, address) {
+    pub fn user_name(&self, record: &RecordHeader, address: u64) -> Option<String> {
+        match self
+            .processes
+            .find(record.process_id, record.timestamp, address)
+        {
             Some((module, offset)) => Some(format!("{}+{offset:#x}", module.name)),
             None => self.name(address),
         }
@@ -109,17 +122,17 @@ impl Symbolizer {
 
     /// [`Self::user_name`], or the bare address.
     #[must_use]
-    pub fn user_location(&self, process_id: u32, address: u64) -> String {
-        self.user_name(process_id, address)
+    pub fn user_location(&self, record: &RecordHeader, address: u64) -> String {
+        self.user_name(record, address)
             .unwrap_or_else(|| format!("{address:#x}"))
     }
 
     /// [`Self::user_location`] of each frame.
     #[must_use]
-    pub fn user_locations(&self, process_id: u32, frames: &[u64]) -> Vec<String> {
+    pub fn user_locations(&self, record: &RecordHeader, frames: &[u64]) -> Vec<String> {
         frames
             .iter()
-            .map(|&frame| self.user_location(process_id, frame))
+            .map(|&frame| self.user_location(record, frame))
             .collect()
     }
 

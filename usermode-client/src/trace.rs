@@ -91,6 +91,17 @@ pub fn system_time_text(filetime: u64) -> Option<String> {
         .ok()
 }
 
+/// The system time now, in the record clock's units (100 ns since 1601;
+/// 0 if the clock is before 1970).
+#[must_use]
+pub fn system_time_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|since| u64::try_from(since.as_nanos() / 100).ok())
+        .map_or(0, |ticks| ticks + UNIX_EPOCH_AS_FILETIME)
+}
+
 /// A Windows system time as nanoseconds since 1970-01-01 UTC, or `None`
 /// when the driver had no clock (0) or the time is before 1970.
 #[must_use]
@@ -232,7 +243,7 @@ impl TraceRecord {
             let name = if index < kernel {
                 symbolizer.name(frame)
             } else {
-                symbolizer.user_name(self.header.process_id, frame)
+                symbolizer.user_name(&self.header, frame)
             };
             match name {
                 Some(name) => {
@@ -251,7 +262,7 @@ impl TraceRecord {
     #[must_use]
     pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
         let mut locations = symbolizer.locations(self.kernel_frames());
-        locations.extend(symbolizer.user_locations(self.header.process_id, self.user_frames()));
+        locations.extend(symbolizer.user_locations(&self.header, self.user_frames()));
         locations
     }
 
@@ -299,7 +310,7 @@ impl TraceRecord {
             "locations": symbolizer.locations(self.kernel_frames()),
             "user_part": self.header.user_part.name(),
             "user_frames": Symbolizer::hex(self.user_frames()),
-            "user_locations": symbolizer.user_locations(self.header.process_id, self.user_frames()),
+            "user_locations": symbolizer.user_locations(&self.header, self.user_frames()),
             "user_frames_32_bit": self.shows_user_frames_as_32_bit(),
         })
     }

@@ -1,15 +1,22 @@
-//! Process create and exit (`PsSetCreateProcessNotifyRoutineEx`).
+//! Process create and exit (`PsSetCreateProcessNotifyRoutineEx`): the
+//! source's capture when it is enabled, then for an exit a module record
+//! (after the capture, so the exit's own record is named with the
+//! process's modules).
 //!
 //! The kernel requires the image to carry the force-integrity flag for this
 //! routine (it returns `STATUS_ACCESS_DENIED` otherwise); wdk-build links
 //! with /INTEGRITYCHECK and `tests/tests/driver_image.rs` checks it.
 
 use kstack_abi::{SourceFacts, source::Lifecycle};
+use kstack_driver_core::ModuleFacts;
 use wdk_sys::{
     HANDLE, NTSTATUS, PEPROCESS, PPS_CREATE_NOTIFY_INFO, ntddk::PsSetCreateProcessNotifyRoutineEx,
 };
 
-use crate::{kernel::handle_to_id, recorder};
+use crate::{
+    kernel::{handle_to_id, process_key},
+    recorder,
+};
 
 /// The callback.
 ///
@@ -19,7 +26,7 @@ use crate::{kernel::handle_to_id, recorder};
 // source's stacks differ.
 #[inline(never)]
 pub(crate) unsafe extern "C" fn on_process(
-    _process: PEPROCESS,
+    process: PEPROCESS,
     process_id: HANDLE,
     create_info: PPS_CREATE_NOTIFY_INFO,
 ) {
@@ -35,6 +42,12 @@ pub(crate) unsafe extern "C" fn on_process(
         parent_process_id: create.map_or(0, |info| handle_to_id(info.ParentProcessId)),
     };
     recorder::record(|| Some(facts));
+    if create.is_none() {
+        let id = handle_to_id(process_id);
+        recorder::record_module(|routines| {
+            ModuleFacts::process_exit(id, process_key(routines, process))
+        });
+    }
 }
 
 /// Max IRQL: `PASSIVE_LEVEL`.

@@ -75,8 +75,8 @@ fn for_each_record(
         &mut device,
         input.follow.drain_or_follow(),
         &stop_flag(),
-        |records| {
-            for record in records {
+        |batch| {
+            for record in &batch.records {
                 each(record);
             }
             Ok(())

@@ -63,8 +63,9 @@ impl FollowArgs {
 
 pub fn follow_summary_text(summary: &FollowSummary) -> String {
     format!(
-        "{} records, {} sequence gaps, {} dropped by the driver (ring full) meanwhile",
-        summary.received, summary.gaps, summary.dropped
+        "{} records, {} module records, {} sequence gaps, {} dropped by the driver (ring full) \
+         meanwhile",
+        summary.received, summary.modules, summary.gaps, summary.dropped
     )
 }
 

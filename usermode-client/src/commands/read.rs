@@ -39,13 +39,14 @@ pub fn run(args: &ReadArgs) -> Result<(), ClientError> {
         return Ok(());
     }
     let mut device = open_device()?;
-    let symbolizer = args.format.live_symbolizer(&mut device)?;
+    let mut symbolizer = args.format.live_symbolizer(&mut device)?;
     session::follow(
         &mut device,
         Follow::UntilDrained,
         &AtomicBool::new(false),
-        |records| {
-            print_records(records, &symbolizer, &args.format);
+        |batch| {
+            symbolizer.note_modules(&batch.modules);
+            print_records(&batch.records, &symbolizer, &args.format);
             Ok(())
         },
     )?;

@@ -39,14 +39,22 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         &mut device,
         args.follow.drain_or_follow(),
         &stop_flag(),
-        |records| {
-            records
+        |batch| {
+            batch
+                .modules
                 .iter()
-                .try_for_each(|record| writer.append(record))
+                .try_for_each(|change| writer.append_module(change))
+                .and_then(|()| {
+                    batch
+                        .records
+                        .iter()
+                        .try_for_each(|record| writer.append(record))
+                })
                 .map_err(writing)
         },
     );
-    let saved = writer.records();
+    let saved = writer.records() - writer.module_records();
+    let saved_modules = writer.module_records();
     // A driver error ends the capture but keeps what was read: the file is
     // finished and valid. A write error leaves nothing trustworthy.
     writer
@@ -64,8 +72,9 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         }
     })?;
     eprintln!(
-        "kstack save: {}, {} and the user-mode modules of {} processes written to {}; {}",
+        "kstack save: {}, {}, {} and the user-mode modules of {} processes written to {}; {}",
         stack_table::counted(saved, "record"),
+        stack_table::counted(saved_modules, "module record"),
         stack_table::counted(modules.modules().len() as u64, "module"),
         processes.processes().count(),
         path.display(),

@@ -333,7 +333,9 @@ mod tests {
                 object_altitude: Altitude::default(),
                 registry_altitude: Altitude::default(),
                 stack_table: kstack_abi::StackTableStatus::default(),
-                user_walk: kstack_abi::UserWalk::Available,
+                user_walk: kstack_abi::HostRoutine::Available,
+                process_key: kstack_abi::HostRoutine::Available,
+                module_records: 0,
             };
             let mut bytes = vec![0; STATUS_RESPONSE_SIZE];
             status.encode(&mut bytes);

@@ -24,16 +24,12 @@ pub fn run(args: &WatchArgs) -> Result<(), ClientError> {
 /// Reads until stopped; then says how many records arrived, how many
 /// sequence numbers are missing, and how many drops the driver counted.
 fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientError> {
-    let symbolizer = args.format.live_symbolizer(device)?;
-    let summary = session::follow(
-        device,
-        args.follow.until_stopped(),
-        &stop_flag(),
-        |records| {
-            print_records(records, &symbolizer, &args.format);
-            Ok(())
-        },
-    )?;
+    let mut symbolizer = args.format.live_symbolizer(device)?;
+    let summary = session::follow(device, args.follow.until_stopped(), &stop_flag(), |batch| {
+        symbolizer.note_modules(&batch.modules);
+        print_records(&batch.records, &symbolizer, &args.format);
+        Ok(())
+    })?;
     eprintln!("kstack watch: {}", follow_summary_text(&summary));
     Ok(())
 }

@@ -136,7 +136,7 @@ mod tests {
                 "     1.0      0.5         1 ondemand 7027853893b4eef5 0x42",
                 "",
                 "",
-                "ring 3 records in 1/8 KiB, 0 dropped (0 since start), 4 read | here: 5 records, 2 unique stacks",
+                "ring 3 records in 1/8 KiB, 0 dropped (0 since start), 6 read | here: 5 records, 2 unique stacks",
             ]
         );
     }

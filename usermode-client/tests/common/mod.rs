@@ -7,14 +7,14 @@ use std::{
 };
 
 use kstack_abi::{
-    RecordFlags, RecordHeader, SourceFacts,
+    ModuleEvent, ModuleFlags, ModuleHeader, RecordFlags, RecordHeader, SourceFacts,
     source::{HandleOperation, Lifecycle, ObjectKind},
     stack_id,
 };
 use kstack_client::{
     capture_file::CaptureWriter,
     modules::{Module, ModuleMap},
-    process_modules::ProcessModules,
+    process_modules::{ModuleChange, ProcessModules},
     trace::TraceRecord,
 };
 
@@ -181,8 +181,8 @@ fn records() -> Vec<TraceRecord> {
     records
 }
 
-/// The user-mode modules saved with the capture: the registry record's
-/// process has one image, holding one of its two user frames.
+/// The user-mode modules listed when the capture began: the registry
+/// record's process has one image, holding one of its two user frames.
 fn processes() -> ProcessModules {
     let mut processes = ProcessModules::default();
     processes.add(
@@ -193,15 +193,58 @@ fn processes() -> ProcessModules {
             name: "app.exe".to_owned(),
         }],
     );
+    processes.set_listed_at(134_083_512_000_000_000);
     processes
 }
 
+/// A module record of the driver's, on shard 0.
+fn module_record(
+    event: ModuleEvent,
+    timestamp: u64,
+    sequence: u64,
+    image: (u64, u32),
+    path: &str,
+) -> ModuleChange {
+    ModuleChange {
+        header: ModuleHeader {
+            sequence,
+            timestamp,
+            process_id: 4312,
+            thread_id: 5000,
+            processor: 0,
+            shard: 0,
+            event,
+            flags: ModuleFlags::NONE,
+            image_base: image.0,
+            image_size: image.1,
+            process_key: 134_083_511_000_000_000,
+        },
+        path: path.encode_utf16().collect(),
+    }
+}
+
+/// The records, and two module records among them: `helper.dll` loaded
+/// into 4312 just before the registry record (naming its other user
+/// frame), and 4312's exit at the end.
 pub fn write_capture(path: &Path) {
     let file = std::fs::File::create(path).unwrap();
     let mut writer = CaptureWriter::with_processes(file, &modules(), &processes()).unwrap();
     for record in records() {
+        if matches!(record.header.facts, SourceFacts::Registry { .. }) {
+            let helper = module_record(
+                ModuleEvent::ImageLoad,
+                record.header.timestamp - 5_000,
+                100,
+                (0x7FF6_1234_0000, 0x1_0000),
+                r"\Device\HarddiskVolume3\Program Files\App\helper.dll",
+            );
+            writer.append_module(&helper).unwrap();
+        }
         writer.append(&record).unwrap();
     }
+    let last = records().last().unwrap().header.timestamp;
+    let exit = module_record(ModuleEvent::ProcessExit, last + 5_000, 101, (0, 0), "");
+    writer.append_module(&exit).unwrap();
     writer.finish().unwrap();
 }
 
