@@ -7,10 +7,13 @@ use std::{
 };
 
 use clap::Args;
+use kstack_abi::{ModuleEvent, ModuleFlags};
 use kstack_client::{
     error::ClientError,
     modules::{Module, ModuleMap},
-    process_modules::{self, ProcessModules},
+    process_modules::{self, ModuleChange, ProcessModules},
+    stack_table::counted,
+    trace::system_time_text,
 };
 use serde_json::json;
 
@@ -27,7 +30,8 @@ pub struct ModulesArgs {
     input: Option<PathBuf>,
     /// List the user-mode modules of every running process instead (what
     /// live commands name user frames after), and the processes whose
-    /// modules could not be read; with --input, those the capture saved.
+    /// modules could not be read; with --input, those the capture saved,
+    /// and the driver's module records (image loads, process exits) in it.
     /// Needs no driver; live, Windows only.
     #[arg(long)]
     processes: bool,
@@ -91,14 +95,21 @@ fn module_json(module: &Module, process_id: Option<u32>) -> serde_json::Value {
     value
 }
 
-/// Every listed process's modules, then the processes that could not be
-/// read (text: a summary line; JSON: one object each, with `unreadable`,
-/// the Win32 error).
+/// Every listed process's modules, the driver's module records (a saved
+/// capture's), then the processes that could not be read (text: a summary
+/// line; JSON: one object each, with `unreadable`, the Win32 error).
 fn write_processes(out: &mut impl Write, processes: &ProcessModules, json: bool) -> io::Result<()> {
     let mut listed = 0;
     for (process_id, modules) in processes.processes() {
         write_modules(out, modules, Some(process_id), json)?;
         listed += 1;
+    }
+    for change in processes.changes() {
+        if json {
+            writeln!(out, "{}", change_json(change))?;
+        } else {
+            writeln!(out, "{}", change_text(change))?;
+        }
     }
     let unreadable = processes.unreadable();
     if json {
@@ -126,12 +137,64 @@ fn write_processes(out: &mut impl Write, processes: &ProcessModules, json: bool)
         .collect();
     writeln!(
         out,
-        "{listed} {} listed; {} could not be read{}{}",
+        "{listed} {} listed; {} could not be read{}{}; {}",
         if listed == 1 { "process" } else { "processes" },
         unreadable.len(),
         if gaps.is_empty() { "" } else { ": " },
-        gaps.join(", ")
+        gaps.join(", "),
+        counted(processes.changes().len() as u64, "module record")
     )
+}
+
+/// One module record as a line: when, whose, what.
+fn change_text(change: &ModuleChange) -> String {
+    let header = &change.header;
+    let time = system_time_text(header.timestamp).unwrap_or_else(|| "no time".to_owned());
+    let what = match header.event {
+        ModuleEvent::ImageLoad => format!(
+            "loaded {}{} at {:#x} ({:#x} bytes)",
+            if header.flags.contains(ModuleFlags::PATH_TRUNCATED) {
+                "..."
+            } else {
+                ""
+            },
+            change.path_text(),
+            header.image_base,
+            header.image_size
+        ),
+        ModuleEvent::ProcessExit => "exited".to_owned(),
+    };
+    let key = if header.process_key == 0 {
+        "no process key".to_owned()
+    } else {
+        format!("process key {}", header.process_key)
+    };
+    format!(
+        "module record {time} pid {} {what}, {key} (shard {} #{})",
+        header.process_id, header.shard, header.sequence
+    )
+}
+
+/// One module record as a JSON object.
+fn change_json(change: &ModuleChange) -> serde_json::Value {
+    let header = &change.header;
+    json!({
+        "event": match header.event {
+            ModuleEvent::ImageLoad => "image_load",
+            ModuleEvent::ProcessExit => "process_exit",
+        },
+        "time": system_time_text(header.timestamp),
+        "system_time_100ns": header.timestamp,
+        "process_id": header.process_id,
+        "process_key": header.process_key,
+        "thread_id": header.thread_id,
+        "base": format!("{:#x}", header.image_base),
+        "size": header.image_size,
+        "path": change.path_text(),
+        "path_truncated": header.flags.contains(ModuleFlags::PATH_TRUNCATED),
+        "shard": header.shard,
+        "sequence": header.sequence,
+    })
 }
 
 #[cfg(test)]
@@ -155,6 +218,36 @@ mod tests {
             name: "System".to_owned(),
             error: 5,
         });
+        let header = kstack_abi::ModuleHeader {
+            sequence: 7,
+            timestamp: 134_083_512_000_100_000,
+            process_id: 100,
+            thread_id: 9,
+            processor: 1,
+            shard: 1,
+            event: ModuleEvent::ImageLoad,
+            flags: ModuleFlags::PATH_TRUNCATED,
+            image_base: 0x7FFA_0000_0000,
+            image_size: 0x2000,
+            process_key: 0,
+        };
+        processes.note(ModuleChange {
+            header,
+            path: r"\x\late.dll".encode_utf16().collect(),
+        });
+        processes.note(ModuleChange {
+            header: kstack_abi::ModuleHeader {
+                sequence: 8,
+                timestamp: header.timestamp + 10_000,
+                event: ModuleEvent::ProcessExit,
+                flags: ModuleFlags::NONE,
+                image_base: 0,
+                image_size: 0,
+                process_key: 42,
+                ..header
+            },
+            path: Vec::new(),
+        });
         processes
     }
 
@@ -165,7 +258,10 @@ mod tests {
         assert_eq!(
             String::from_utf8(text).unwrap(),
             "pid    100  0x00007ff600000000      10000 kstack.exe\n\
-             1 process listed; 1 could not be read: 4 System (error 5)\n"
+             module record 2025-11-23T06:00:00.01Z pid 100 loaded ...\\x\\late.dll at \
+             0x7ffa00000000 (0x2000 bytes), no process key (shard 1 #7)\n\
+             module record 2025-11-23T06:00:00.011Z pid 100 exited, process key 42 (shard 1 #8)\n\
+             1 process listed; 1 could not be read: 4 System (error 5); 2 module records\n"
         );
         let mut lines = Vec::new();
         write_processes(&mut lines, &sample(), true).unwrap();
@@ -178,6 +274,14 @@ mod tests {
             values,
             [
                 json!({"base": "0x7ff600000000", "size": 0x1_0000, "name": "kstack.exe", "process_id": 100}),
+                json!({"event": "image_load", "time": "2025-11-23T06:00:00.01Z",
+                       "system_time_100ns": 134_083_512_000_100_000_u64, "process_id": 100,
+                       "process_key": 0, "thread_id": 9, "base": "0x7ffa00000000", "size": 0x2000,
+                       "path": r"\x\late.dll", "path_truncated": true, "shard": 1, "sequence": 7}),
+                json!({"event": "process_exit", "time": "2025-11-23T06:00:00.011Z",
+                       "system_time_100ns": 134_083_512_000_110_000_u64, "process_id": 100,
+                       "process_key": 42, "thread_id": 9, "base": "0x0", "size": 0,
+                       "path": "", "path_truncated": false, "shard": 1, "sequence": 8}),
                 json!({"process_id": 4, "name": "System", "unreadable": 5}),
             ]
         );
