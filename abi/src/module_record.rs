@@ -342,10 +342,29 @@ mod tests {
         assert_eq!(module_record_size(5), 72);
     }
 
+    #[test]
+    fn flags_are_checked_and_contained() {
+        let truncated = ModuleFlags::PATH_TRUNCATED;
+        assert_eq!(truncated.bits(), 1);
+        assert_eq!(ModuleFlags::from_bits(1), Some(truncated));
+        assert_eq!(ModuleFlags::from_bits(0), Some(ModuleFlags::NONE));
+        assert_eq!(ModuleFlags::from_bits(2), None);
+        assert_eq!(ModuleFlags::from_bits(3), None);
+        assert!(truncated.contains(truncated));
+        assert!(truncated.contains(ModuleFlags::NONE));
+        assert!(!ModuleFlags::NONE.contains(truncated));
+    }
+
     proptest! {
         #[test]
-        fn loads_round_trip(path in proptest::collection::vec(any::<u16>(), 0..=MAX_MODULE_PATH)) {
-            let header = load(path.len());
+        fn loads_round_trip(
+            path in proptest::collection::vec(any::<u16>(), 0..=MAX_MODULE_PATH),
+            truncated in any::<bool>(),
+        ) {
+            let header = ModuleHeader {
+                flags: if truncated { ModuleFlags::PATH_TRUNCATED } else { ModuleFlags::NONE },
+                ..load(path.len())
+            };
             let (decoded, units, size) = round_trip(&header, &path);
             prop_assert_eq!(decoded, header);
             prop_assert_eq!(units, path.clone());
