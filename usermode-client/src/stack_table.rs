@@ -74,6 +74,9 @@ pub struct StackSummary {
     pub per_origin: BTreeMap<Origin, u64>,
     /// The earliest record.
     pub first: Sighting,
+    /// The earliest record's process: the user frames are named after its
+    /// modules at that record's time (see [`StackSummary::user_locations`]).
+    pub first_process_id: u32,
     /// The latest record.
     pub last: Sighting,
 }
@@ -89,6 +92,37 @@ impl StackSummary {
     #[must_use]
     pub fn user_part(&self) -> &[u64] {
         &self.frames[self.kernel_frames().len()..]
+    }
+
+    /// The user frames named after the modules of the earliest record's
+    /// process at its time (records of one stack share their user
+    /// addresses, and a process loads an image at the same base as any
+    /// other process of that boot, so another record's process names them
+    /// the same but for an image only one of them has there).
+    #[must_use]
+    pub fn user_locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
+        self.user_part()
+            .iter()
+            .map(|&frame| self.user_location(symbolizer, frame))
+            .collect()
+    }
+
+    /// One user frame, named as [`StackSummary::user_locations`] names it.
+    #[must_use]
+    pub fn user_location(&self, symbolizer: &Symbolizer, frame: u64) -> String {
+        symbolizer
+            .user_name_at(self.first_process_id, self.first.timestamp, frame)
+            .unwrap_or_else(|| format!("{frame:#x}"))
+    }
+
+    /// Every frame, outermost last, kernel frames named by the kernel's
+    /// modules and user frames as [`StackSummary::user_locations`] names
+    /// them.
+    #[must_use]
+    pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
+        let mut locations = symbolizer.locations(self.kernel_frames());
+        locations.extend(self.user_locations(symbolizer));
+        locations
     }
 
     /// Records with this stack.
@@ -133,11 +167,15 @@ impl StackTable {
                 per_source: [0; Source::COUNT],
                 per_origin: BTreeMap::new(),
                 first: seen,
+                first_process_id: header.process_id,
                 last: seen,
             });
         summary.per_source[header.facts.source().index()] += 1;
         *summary.per_origin.entry(Origin::of(header)).or_default() += 1;
-        summary.first = summary.first.min(seen);
+        if seen < summary.first {
+            summary.first = seen;
+            summary.first_process_id = header.process_id;
+        }
         summary.last = summary.last.max(seen);
     }
 
@@ -207,11 +245,11 @@ impl StackTable {
         let mut lines = Vec::new();
         for summary in self.stacks.values() {
             let mut path = String::new();
-            for &frame in summary.frames.iter().rev() {
+            for location in summary.locations(symbolizer).iter().rev() {
                 path.push(';');
                 // `;` separates frames and the last space the count
                 // (function names can hold both: `<A as B>::f`).
-                path.push_str(&symbolizer.location(frame).replace([';', ' '], "_"));
+                path.push_str(&location.replace([';', ' '], "_"));
             }
             for source in Source::ALL {
                 let count = summary.per_source[source.index()];
@@ -264,11 +302,16 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
             sighting_text(summary.last),
         );
         let kernel = summary.kernel_frames().len();
-        for (index, &frame) in summary.frames.iter().take(limits.frames).enumerate() {
+        for (index, location) in summary
+            .locations(symbolizer)
+            .iter()
+            .take(limits.frames)
+            .enumerate()
+        {
             if index == kernel {
                 out.push_str("  -- user mode --\n");
             }
-            let _ = writeln!(out, "  {index:>2}  {}", symbolizer.location(frame));
+            let _ = writeln!(out, "  {index:>2}  {location}");
         }
         let hidden = summary.frames.len().saturating_sub(limits.frames);
         if hidden > 0 {
@@ -305,7 +348,7 @@ pub fn top_json(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
                 "frames": Symbolizer::hex(summary.kernel_frames()),
                 "locations": symbolizer.locations(summary.kernel_frames()),
                 "user_frames": Symbolizer::hex(summary.user_part()),
-                "user_locations": symbolizer.locations(summary.user_part()),
+                "user_locations": summary.user_locations(symbolizer),
             })
         })
         .collect()

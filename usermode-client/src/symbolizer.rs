@@ -111,10 +111,25 @@ impl Symbolizer {
     /// names any frame; `None` when nothing holds it.
     #[must_use]
     pub fn user_name(&self, record: &RecordHeader, address: u64) -> Option<String> {
-        match self
-            .processes
-            .find(record.process_id, record.timestamp, address)
-        {
+        self.user_name_at(record.process_id, record.timestamp, address)
+    }
+
+    /// The module of `process_id` holding the user frame `address` at
+    /// `timestamp`, and the offset into it.
+    #[must_use]
+    pub fn user_module_at(
+        &self,
+        process_id: u32,
+        timestamp: u64,
+        address: u64,
+    ) -> Option<(&Module, u64)> {
+        self.processes.find(process_id, timestamp, address)
+    }
+
+    /// [`Self::user_name`] for a frame of `process_id` at `timestamp`.
+    #[must_use]
+    pub fn user_name_at(&self, process_id: u32, timestamp: u64, address: u64) -> Option<String> {
+        match self.user_module_at(process_id, timestamp, address) {
             Some((module, offset)) => Some(format!("{}+{offset:#x}", module.name)),
             None => self.name(address),
         }

@@ -78,7 +78,10 @@ fn the_flamegraph_is_an_svg_of_every_frame() {
         "ntoskrnl.exe+0x417c44",
         "FLTMGR.SYS+0x53d10",
         "timer",
-        "0x7ff612345678",
+        // User frames, named after the registry record's process: one by
+        // the start listing, one by a DLL loaded during the capture.
+        "app.exe+0x1a00",
+        "helper.dll+0x5678",
     ] {
         assert!(svg.contains(frame), "{frame} missing from the SVG");
     }

@@ -14,7 +14,7 @@ use kstack_client::{
 };
 
 use super::{
-    live::{FollowArgs, live_modules, open_device, stop_flag},
+    live::{FollowArgs, open_device, stop_flag},
     symbols::{ModuleOrigin, SymbolsArg},
 };
 
@@ -70,12 +70,13 @@ fn for_each_record(
         return for_each_saved_record(path, symbols, |record, _| each(record));
     }
     let mut device = open_device()?;
-    let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    let mut symbolizer = symbols.live_symbolizer(&mut device)?;
     session::follow(
         &mut device,
         input.follow.drain_or_follow(),
         &stop_flag(),
         |batch| {
+            symbolizer.note_modules(&batch.modules);
             for record in &batch.records {
                 each(record);
             }

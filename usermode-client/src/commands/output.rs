@@ -8,15 +8,11 @@ use std::{
 
 use clap::Args;
 use kstack_client::{
-    error::ClientError, process_modules, symbolizer::Symbolizer, trace::TraceRecord,
-    transport::Transport,
+    error::ClientError, symbolizer::Symbolizer, trace::TraceRecord, transport::Transport,
 };
 use tempfile::NamedTempFile;
 
-use super::{
-    live::live_modules,
-    symbols::{ModuleOrigin, SymbolsArg},
-};
+use super::symbols::SymbolsArg;
 
 #[derive(Args)]
 pub struct JsonArg {
@@ -38,18 +34,13 @@ pub struct RecordFormat {
 }
 
 impl RecordFormat {
-    /// How a live session names the records it prints: the kernel's
-    /// modules, the running processes' modules for user frames (listed
-    /// here, once: only record output names user frames per process), and
-    /// functions when a symbol path is set.
+    /// How a live session names the records it prints (see
+    /// [`SymbolsArg::live_symbolizer`]).
     ///
     /// # Errors
     /// The status request's error, or `--symbols` off Windows.
     pub fn live_symbolizer(&self, device: &mut impl Transport) -> Result<Symbolizer, ClientError> {
-        Ok(self
-            .symbols
-            .symbolizer(live_modules(device)?, ModuleOrigin::Live)?
-            .with_processes(process_modules::list_running()))
+        self.symbols.live_symbolizer(device)
     }
 }
 

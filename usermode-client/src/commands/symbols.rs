@@ -4,7 +4,12 @@
 use clap::Args;
 #[cfg(windows)]
 use kstack_client::pdb_symbols;
-use kstack_client::{error::ClientError, modules::ModuleMap, symbol_path, symbolizer::Symbolizer};
+use kstack_client::{
+    error::ClientError, modules::ModuleMap, process_modules, symbol_path, symbolizer::Symbolizer,
+    transport::Transport,
+};
+
+use super::live::live_modules;
 
 #[derive(Args)]
 pub struct SymbolsArg {
@@ -75,5 +80,21 @@ impl SymbolsArg {
             Some(_) => Err(ClientError::SymbolsNeedWindows),
             None => Ok(Symbolizer::new(modules)),
         }
+    }
+}
+
+impl SymbolsArg {
+    /// How a live session names frames: the kernel's modules, the running
+    /// processes' modules for user frames (listed here, once, at start; the
+    /// driver's module records then keep them current, see
+    /// `Symbolizer::note_modules`), and functions when a symbol path is
+    /// set.
+    ///
+    /// # Errors
+    /// The status request's error, or `--symbols` off Windows.
+    pub fn live_symbolizer(&self, device: &mut impl Transport) -> Result<Symbolizer, ClientError> {
+        Ok(self
+            .symbolizer(live_modules(device)?, ModuleOrigin::Live)?
+            .with_processes(process_modules::list_running()))
     }
 }

@@ -12,10 +12,9 @@ use kstack_abi::StatusResponse;
 use kstack_client::{
     error::ClientError,
     live_top::{self, DriverCounters, Filter, LiveTop, SortKey},
-    session::{self, Reader},
+    session::{self, Batch, Reader},
     stack_table::{self, Origin, StackTable, TopLimits},
     symbolizer::Symbolizer,
-    trace::TraceRecord,
     transport::Transport,
 };
 use ratatui::{
@@ -25,8 +24,8 @@ use ratatui::{
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
 use super::{
-    live::{FollowArgs, live_modules, open_device, stop_flag},
-    symbols::{ModuleOrigin, SymbolsArg},
+    live::{FollowArgs, open_device, stop_flag},
+    symbols::SymbolsArg,
 };
 
 /// Frames shown per stack unless --frames says otherwise: a few lines per
@@ -47,20 +46,20 @@ pub fn run(
     limits: TopLimits,
 ) -> Result<(), ClientError> {
     let mut device = open_device()?;
-    let symbolizer = symbols.symbolizer(live_modules(&mut device)?, ModuleOrigin::Live)?;
+    let symbolizer = symbols.live_symbolizer(&mut device)?;
     let refresh = follow.refresh();
     let deadline = follow.deadline();
     let stop = stop_flag();
     if io::stdout().is_terminal() {
         let model = LiveTop::new(Instant::now(), RATE_WINDOW, filter);
-        let mut screen = FullScreen::start(model, &symbolizer, limits)?;
+        let mut screen = FullScreen::start(model, symbolizer, limits)?;
         refresh_loop(&mut device, refresh, deadline, &stop, &mut screen)
     } else {
         let mut screen = TextScreen {
             table: StackTable::default(),
             filter,
             driver: DriverCounters::default(),
-            symbolizer: &symbolizer,
+            symbolizer,
             limits,
             closed: false,
         };
@@ -70,8 +69,8 @@ pub fn run(
 
 /// Where the refresh loop shows what it reads.
 trait Screen {
-    /// Records just read from the driver.
-    fn records(&mut self, records: &[TraceRecord]);
+    /// What one read from the driver returned.
+    fn batch(&mut self, batch: &Batch);
     /// An interval has passed; `status` is the driver's now.
     fn refresh(&mut self, now: Instant, status: &StatusResponse) -> Result<(), ClientError>;
     /// Waits up to `timeout` for the user; `false` when they asked to quit
@@ -94,7 +93,7 @@ fn refresh_loop(
     loop {
         loop {
             let batch = reader.read(device)?;
-            screen.records(&batch.records);
+            screen.batch(&batch);
             if !batch.more_pending {
                 break;
             }
@@ -146,17 +145,18 @@ fn action(key: &KeyEvent) -> Option<Action> {
 
 /// The ratatui view on the terminal's alternate screen, restored when
 /// dropped.
-struct FullScreen<'a> {
+struct FullScreen {
     terminal: DefaultTerminal,
     model: LiveTop,
-    symbolizer: &'a Symbolizer,
+    /// Kept current by the driver's module records.
+    symbolizer: Symbolizer,
     limits: TopLimits,
 }
 
-impl<'a> FullScreen<'a> {
+impl FullScreen {
     fn start(
         model: LiveTop,
-        symbolizer: &'a Symbolizer,
+        symbolizer: Symbolizer,
         limits: TopLimits,
     ) -> Result<Self, ClientError> {
         let terminal = ratatui::try_init().map_err(|error| {
@@ -176,21 +176,22 @@ impl<'a> FullScreen<'a> {
 
     fn draw(&mut self) -> Result<(), ClientError> {
         self.terminal
-            .draw(|frame| live_top::draw(frame, &self.model, self.symbolizer, self.limits))
+            .draw(|frame| live_top::draw(frame, &self.model, &self.symbolizer, self.limits))
             .map_err(|error| terminal_error(&error))?;
         Ok(())
     }
 }
 
-impl Drop for FullScreen<'_> {
+impl Drop for FullScreen {
     fn drop(&mut self) {
         ratatui::restore();
     }
 }
 
-impl Screen for FullScreen<'_> {
-    fn records(&mut self, records: &[TraceRecord]) {
-        self.model.apply(records);
+impl Screen for FullScreen {
+    fn batch(&mut self, batch: &Batch) {
+        self.symbolizer.note_modules(&batch.modules);
+        self.model.apply(&batch.records);
     }
 
     fn refresh(&mut self, now: Instant, status: &StatusResponse) -> Result<(), ClientError> {
@@ -223,19 +224,21 @@ impl Screen for FullScreen<'_> {
 
 /// The `kstack top` text of every record the filter admits so far, printed
 /// every interval under a line with the time and the driver's counters.
-struct TextScreen<'a> {
+struct TextScreen {
     table: StackTable,
     filter: Filter,
     driver: DriverCounters,
-    symbolizer: &'a Symbolizer,
+    /// Kept current by the driver's module records.
+    symbolizer: Symbolizer,
     limits: TopLimits,
     /// stdout went away (a closed pipe).
     closed: bool,
 }
 
-impl Screen for TextScreen<'_> {
-    fn records(&mut self, records: &[TraceRecord]) {
-        for record in records {
+impl Screen for TextScreen {
+    fn batch(&mut self, batch: &Batch) {
+        self.symbolizer.note_modules(&batch.modules);
+        for record in &batch.records {
             if self.filter.admits(&Origin::of(&record.header)) {
                 self.table
                     .add(&record.header, || record.frames.iter().copied());
@@ -253,7 +256,7 @@ impl Screen for TextScreen<'_> {
             "kstack top --live {time}: {}, {}\n{}",
             self.driver.text(),
             self.filter.describe(),
-            stack_table::top_text(&self.table, self.symbolizer, self.limits)
+            stack_table::top_text(&self.table, &self.symbolizer, self.limits)
         );
         self.closed = written.is_err();
         Ok(())
@@ -370,9 +373,9 @@ mod tests {
     }
 
     impl Screen for Recorder {
-        fn records(&mut self, records: &[TraceRecord]) {
+        fn batch(&mut self, batch: &Batch) {
             self.sequences
-                .extend(records.iter().map(|record| record.header.sequence));
+                .extend(batch.records.iter().map(|record| record.header.sequence));
         }
 
         fn refresh(&mut self, _now: Instant, status: &StatusResponse) -> Result<(), ClientError> {

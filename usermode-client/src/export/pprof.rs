@@ -13,7 +13,7 @@ use prost::Message as _;
 
 use crate::{
     modules::Module,
-    stack_table::StackTable,
+    stack_table::{StackSummary, StackTable},
     symbolizer::{ResolvedFrame, Symbolizer},
     trace::system_time_unix_nanos,
 };
@@ -144,10 +144,18 @@ fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
     let thread_key = builder.strings.id("thread_id");
     let mut samples = Vec::new();
     for stack in table.ranked() {
+        let kernel = stack.kernel_frames().len();
         let location_id: Vec<u64> = stack
             .frames
             .iter()
-            .map(|&address| builder.location_id(address))
+            .enumerate()
+            .map(|(index, &address)| {
+                if index < kernel {
+                    builder.location_id(address)
+                } else {
+                    builder.user_location_id(stack, address)
+                }
+            })
             .collect();
         // Records of the stack per source, process and thread: one
         // sample each, so pprof can focus on any of them (-tagfocus).
@@ -197,11 +205,14 @@ struct Builder<'a> {
     symbolizer: &'a Symbolizer,
     strings: Strings,
     mappings: Vec<proto::Mapping>,
-    mapping_ids: HashMap<u64, u64>,
+    /// By base and file name: processes map other images at one base.
+    mapping_ids: HashMap<(u64, String), u64>,
     functions: Vec<proto::Function>,
     function_ids: HashMap<String, u64>,
     locations: Vec<proto::Location>,
     location_ids: HashMap<u64, u64>,
+    /// User frames named after a process's module, by address and name.
+    user_location_ids: HashMap<(u64, String), u64>,
 }
 
 impl<'a> Builder<'a> {
@@ -215,7 +226,36 @@ impl<'a> Builder<'a> {
             function_ids: HashMap::new(),
             locations: Vec::new(),
             location_ids: HashMap::new(),
+            user_location_ids: HashMap::new(),
         }
+    }
+
+    /// The location of one of `stack`'s user frames: in the module of the
+    /// stack's process holding it (as `kstack top` names it), else as any
+    /// frame.
+    fn user_location_id(&mut self, stack: &StackSummary, address: u64) -> u64 {
+        let symbolizer = self.symbolizer;
+        let Some((module, offset)) =
+            symbolizer.user_module_at(stack.first_process_id, stack.first.timestamp, address)
+        else {
+            return self.location_id(address);
+        };
+        let name = format!("{}+{offset:#x}", module.name);
+        let key = (address, name);
+        if let Some(&id) = self.user_location_ids.get(&key) {
+            return id;
+        }
+        let mapping_id = self.mapping_id(module);
+        let function_id = self.function_id(key.1.clone());
+        let id = next_id(&self.locations);
+        self.locations.push(proto::Location {
+            id,
+            mapping_id,
+            address,
+            line: vec![proto::Line { function_id }],
+        });
+        self.user_location_ids.insert(key, id);
+        id
     }
 
     /// The location of a frame address.
@@ -245,7 +285,8 @@ impl<'a> Builder<'a> {
     }
 
     fn mapping_id(&mut self, module: &Module) -> u64 {
-        if let Some(&id) = self.mapping_ids.get(&module.base) {
+        let key = (module.base, module.name.clone());
+        if let Some(&id) = self.mapping_ids.get(&key) {
             return id;
         }
         let id = next_id(&self.mappings);
@@ -256,7 +297,7 @@ impl<'a> Builder<'a> {
             filename: self.strings.id(&module.name),
             has_functions: true,
         });
-        self.mapping_ids.insert(module.base, id);
+        self.mapping_ids.insert(key, id);
         id
     }
 

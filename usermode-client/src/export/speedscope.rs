@@ -30,15 +30,20 @@ pub fn document(table: &StackTable, symbolizer: &Symbolizer) -> Value {
             if count == 0 {
                 continue;
             }
+            // One shared frame per name and address: a user address may
+            // name other modules in other processes.
             let sample: Vec<usize> = stack
                 .frames
                 .iter()
+                .zip(stack.locations(symbolizer))
                 .rev()
-                .map(|&address| {
-                    *frame_index.entry(address).or_insert_with(|| {
-                        frames.push(json!({ "name": symbolizer.location(address) }));
-                        frames.len() - 1
-                    })
+                .map(|(&address, name)| {
+                    *frame_index
+                        .entry((address, name))
+                        .or_insert_with_key(|(_, name)| {
+                            frames.push(json!({ "name": name }));
+                            frames.len() - 1
+                        })
                 })
                 .collect();
             samples.push(sample);

@@ -43,13 +43,8 @@ pub fn draw(frame: &mut Frame<'_>, model: &LiveTop, symbolizer: &Symbolizer, lim
     ])
     .style(Style::new().add_modifier(Modifier::BOLD));
     let rows = model.rows().into_iter().take(limits.stacks).map(|row| {
-        let frames: Vec<_> = row
-            .stack
-            .frames
-            .iter()
-            .take(limits.frames)
-            .map(|&frame| symbolizer.location(frame))
-            .collect();
+        let mut frames = row.stack.locations(symbolizer);
+        frames.truncate(limits.frames);
         let height = u16::try_from(frames.len().max(1)).unwrap_or(u16::MAX);
         TableRow::new([
             Cell::new(Text::from(format!("{:.1}", row.rate)).right_aligned()),
