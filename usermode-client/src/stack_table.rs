@@ -408,6 +408,56 @@ mod tests {
         table
     }
 
+    /// A record of `process_id` whose last frame is a user frame.
+    fn with_user_frame(sequence: u64, process_id: u32) -> TraceRecord {
+        let mut record = record(
+            sequence,
+            SourceFacts::OnDemand { tag: 0 },
+            &[LEAF, 0x7FF6_0000_0010],
+        );
+        record.header.process_id = process_id;
+        record.header.user_frame_count = 1;
+        record
+    }
+
+    #[test]
+    fn user_frames_are_named_after_the_earliest_records_process() {
+        let mut processes = crate::process_modules::ProcessModules::default();
+        let module = |name: &str| crate::modules::Module {
+            base: 0x7FF6_0000_0000,
+            size: 0x1000,
+            name: name.to_owned(),
+        };
+        processes.add(100, [module("app.exe")]);
+        processes.add(200, [module("other.exe")]);
+        let symbolizer = modules_only().with_processes(processes);
+        // Process 200's record arrives first but was taken later.
+        let table = table(&[with_user_frame(5, 200), with_user_frame(3, 100)]);
+        let stack = table.stacks().next().unwrap();
+        assert_eq!(stack.count(), 2, "one stack");
+        assert_eq!(stack.first_process_id, 100);
+        assert_eq!(stack.user_locations(&symbolizer), ["app.exe+0x10"]);
+        assert_eq!(
+            stack.locations(&symbolizer),
+            ["kstack.sys+0x10", "app.exe+0x10"]
+        );
+        assert!(
+            top_text(
+                &table,
+                &symbolizer,
+                TopLimits {
+                    stacks: 1,
+                    frames: 8
+                }
+            )
+            .contains("  -- user mode --\n   1  app.exe+0x10\n")
+        );
+        assert_eq!(
+            table.folded(&symbolizer),
+            ["ondemand;app.exe+0x10;kstack.sys+0x10 2"]
+        );
+    }
+
     fn sample() -> Vec<TraceRecord> {
         vec![
             record(1, SourceFacts::Timer, &[LEAF, ROOT]),

@@ -394,6 +394,49 @@ mod tests {
     }
 
     #[test]
+    fn a_user_address_named_after_two_processes_modules_is_two_locations() {
+        const USER: u64 = 0x7FF6_0000_0010;
+        let mut processes = crate::process_modules::ProcessModules::default();
+        for (process_id, name) in [(100, "app.exe"), (200, "other.exe")] {
+            processes.add(
+                process_id,
+                [Module {
+                    base: 0x7FF6_0000_0000,
+                    size: 0x1000,
+                    name: name.to_owned(),
+                }],
+            );
+        }
+        let symbolizer = Symbolizer::new(sample_map()).with_processes(processes);
+        let mut records = Vec::new();
+        for (sequence, process_id, kernel) in [(1, 100, NT_FRAME), (2, 200, NT_FRAME + 8)] {
+            let mut record = record(sequence, SourceFacts::OnDemand { tag: 0 }, &[kernel, USER]);
+            record.header.process_id = process_id;
+            record.header.user_frame_count = 1;
+            records.push(record);
+        }
+        let profile = decoded(&table(&records), &symbolizer);
+        let user: Vec<(&str, &str)> = profile
+            .location
+            .iter()
+            .filter(|location| location.address == USER)
+            .map(|location| {
+                let mapping = &profile.mapping[usize::try_from(location.mapping_id - 1).unwrap()];
+                (
+                    function_name(&profile, location.id),
+                    string(&profile, mapping.filename),
+                )
+            })
+            .collect();
+        assert_eq!(
+            user.iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>(),
+            [("app.exe+0x10", "app.exe"), ("other.exe+0x10", "other.exe")].into()
+        );
+    }
+
+    #[test]
     fn samples_count_records_per_stack_source_process_and_thread() {
         let mut other_thread = record(3, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]);
         other_thread.header.process_id = 0;
