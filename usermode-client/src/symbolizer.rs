@@ -13,6 +13,9 @@ use crate::{
     process_modules::{ModuleChange, ProcessModules},
 };
 
+/// The process id of the module records of driver images.
+const DRIVER_LOADS: u32 = 0;
+
 /// The function holding an address, as symbols name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Function {
@@ -170,10 +173,16 @@ impl Symbolizer {
     }
 
     /// The module holding `address` and, when symbols name it, the
-    /// function; `None` when no module holds `address`.
+    /// function; `None` when no module holds `address`. The kernel's module
+    /// list comes first; an address it does not hold may be in a driver
+    /// loaded after the list was taken, which the driver's module records
+    /// (process id 0) report: the latest such load holding it names it.
     #[must_use]
     pub fn resolve(&self, address: u64) -> Option<ResolvedFrame<'_>> {
-        let (module, offset) = self.modules.find(address)?;
+        let (module, offset) = self
+            .modules
+            .find(address)
+            .or_else(|| self.processes.find(DRIVER_LOADS, u64::MAX, address))?;
         let function = self.functions.as_ref().and_then(|functions| {
             let CachedFunctions { source, found } = &mut *functions.borrow_mut();
             found
@@ -323,6 +332,38 @@ pub(crate) mod tests {
             assert_eq!(symbolizer.location(0x42), "0x42");
         }
         assert_eq!(*asked.borrow(), [DISPATCH + 0x10, DISPATCH - 1]);
+    }
+
+    #[test]
+    fn drivers_loaded_after_the_module_list_are_named_by_their_module_records() {
+        let late = 0xFFFF_F802_0000_0000;
+        let mut processes = ProcessModules::default();
+        processes.note(ModuleChange {
+            header: kstack_abi::ModuleHeader {
+                sequence: 1,
+                timestamp: 5,
+                process_id: 0,
+                thread_id: 4,
+                processor: 0,
+                shard: 0,
+                event: kstack_abi::ModuleEvent::ImageLoad,
+                flags: kstack_abi::ModuleFlags::NONE,
+                image_base: late,
+                image_size: 0x1000,
+                process_key: 0,
+            },
+            path: r"\SystemRoot\System32\drivers\late.sys"
+                .encode_utf16()
+                .collect(),
+        });
+        let symbolizer = Symbolizer::new(sample_map()).with_processes(processes);
+        assert_eq!(symbolizer.location(late + 0x10), "late.sys+0x10");
+        assert_eq!(symbolizer.location(late + 0x1000), "0xfffff80200001000");
+        // The list still names what it holds.
+        assert_eq!(
+            symbolizer.location(0xFFFF_F800_0012_3456),
+            "ntoskrnl.exe+0x123456"
+        );
     }
 
     #[test]
