@@ -1,8 +1,12 @@
 //! Function names from PDB symbols through dbghelp (Windows only).
 //!
 //! One dbghelp session keyed by a private value, not a process handle: the
-//! modules are kernel images, not this process's, so nothing is invaded.
-//! Each module is loaded at its base the first time a frame falls in it.
+//! modules are kernel images and other processes' images, not this
+//! process's, so nothing is invaded. Each module is loaded at its base the
+//! first time a frame falls in it. A user image of one process may sit at
+//! the base of another process's image; one session holds one image per
+//! base, so the first one asked for keeps it and the other's frames are
+//! named `module+0xoffset`.
 //! dbghelp finds the image by the path given (live sessions: the system
 //! folders the kernel loads from) or by name on the symbol path, reads the
 //! image's debug directory, and loads only the PDB whose GUID and age match
@@ -43,8 +47,8 @@ const NAME_UNITS: usize = MAX_SYM_NAME as usize;
 pub struct Dbghelp {
     session: HANDLE,
     image_dirs: Vec<PathBuf>,
-    /// Modules asked for, by base: whether dbghelp took them.
-    loaded: HashMap<u64, bool>,
+    /// Modules asked for, by base: the name, and whether dbghelp took it.
+    loaded: HashMap<u64, (String, bool)>,
 }
 
 impl Dbghelp {
@@ -80,13 +84,18 @@ impl Dbghelp {
         })
     }
 
-    /// Loads `module` once; whether dbghelp holds it.
-    fn load(&mut self, module: &Module) -> bool {
-        if let Some(&loaded) = self.loaded.get(&module.base) {
-            return loaded;
+    /// Loads `module` once, from `image` when known, else found by name in
+    /// the image folders or on the symbol path; whether dbghelp holds it
+    /// (not when another image holds its base).
+    fn load(&mut self, module: &Module, image: Option<&str>) -> bool {
+        if let Some((name, loaded)) = self.loaded.get(&module.base) {
+            return *loaded && *name == module.name;
         }
-        let image = symbol_path::find_image(&module.name, &self.image_dirs)
-            .map_or_else(|| wide(module.name.as_ref()), |path| wide(path.as_os_str()));
+        let image = match image {
+            Some(path) => wide(path.as_ref()),
+            None => symbol_path::find_image(&module.name, &self.image_dirs)
+                .map_or_else(|| wide(module.name.as_ref()), |path| wide(path.as_os_str())),
+        };
         // SAFETY: the session is open; `image` is NUL-terminated; no file
         // handle, module name or extra data.
         let base = unsafe {
@@ -118,14 +127,15 @@ impl Dbghelp {
                 name = module.name
             );
         }
-        self.loaded.insert(module.base, loaded);
+        self.loaded
+            .insert(module.base, (module.name.clone(), loaded));
         loaded
     }
 }
 
 impl FunctionSource for Dbghelp {
-    fn function(&mut self, module: &Module, address: u64) -> Option<Function> {
-        if !self.load(module) {
+    fn function(&mut self, module: &Module, image: Option<&str>, address: u64) -> Option<Function> {
+        if !self.load(module, image) {
             return None;
         }
         // SYMBOL_INFOW ends in a one-unit name; the name continues past it.

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use kstack_abi::{ModuleEvent, ModuleHeader, ModuleRecord};
+use kstack_abi::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 
 use crate::modules::{Module, ModuleMap};
 
@@ -55,6 +55,19 @@ impl ModuleChange {
         String::from_utf16_lossy(&self.path)
     }
 
+    /// The image's path as Win32 file functions (and dbghelp) open it, or
+    /// `None` for a process exit, an unnamed image, or a path cut short.
+    #[must_use]
+    pub fn image_path(&self) -> Option<String> {
+        if self.header.event != ModuleEvent::ImageLoad
+            || self.header.flags.contains(ModuleFlags::PATH_TRUNCATED)
+        {
+            return None;
+        }
+        let system_root = std::env::var("SystemRoot").unwrap_or_else(|_| r"C:\Windows".to_owned());
+        win32_path(&self.path_text(), &system_root)
+    }
+
     /// The image as a module named by its file name (as Toolhelp names
     /// modules), or `None` for a process exit.
     #[must_use]
@@ -72,6 +85,27 @@ impl ModuleChange {
     }
 }
 
+/// A kernel path (as the load-image callback gets it) as Win32 file
+/// functions open it: `\??\C:\x` is `C:\x`, `\SystemRoot\x` is under
+/// `system_root`, `\Device\...` goes through `\\?\GLOBALROOT`; a path
+/// already in Win32 form is kept; `None` for an empty one.
+#[must_use]
+pub fn win32_path(kernel_path: &str, system_root: &str) -> Option<String> {
+    if kernel_path.is_empty() {
+        return None;
+    }
+    let lower = kernel_path.to_ascii_lowercase();
+    Some(if let Some(rest) = kernel_path.strip_prefix(r"\??\") {
+        rest.to_owned()
+    } else if lower.starts_with(r"\systemroot\") {
+        format!(r"{system_root}{}", &kernel_path[r"\SystemRoot".len()..])
+    } else if kernel_path.starts_with('\\') && !kernel_path.starts_with(r"\\") {
+        format!(r"\\?\GLOBALROOT{kernel_path}")
+    } else {
+        kernel_path.to_owned()
+    })
+}
+
 /// The processes' modules: as listed at start, and as module records
 /// changed them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +120,9 @@ pub struct ProcessModules {
     changes: BTreeMap<u32, Vec<(ModuleHeader, Option<Module>)>>,
     /// Every module record noted, in the order noted.
     noted: Vec<ModuleChange>,
+    /// Where each image is, by base and name: from the listing and the
+    /// module records (for symbols).
+    image_paths: BTreeMap<(u64, String), String>,
 }
 
 impl Default for ProcessModules {
@@ -113,12 +150,28 @@ impl ProcessModules {
         unreadable: Vec::new(),
         changes: BTreeMap::new(),
         noted: Vec::new(),
+        image_paths: BTreeMap::new(),
     };
 
     /// Adds `process_id`'s modules to the listing (overlapping entries:
     /// the first listed is kept, as in [`ModuleMap::new`]).
     pub fn add(&mut self, process_id: u32, modules: impl IntoIterator<Item = Module>) {
         self.listed.insert(process_id, ModuleMap::new(modules));
+    }
+
+    /// Notes where a listed image is on disk (Toolhelp's path).
+    pub fn add_image_path(&mut self, module: &Module, path: String) {
+        self.image_paths
+            .insert((module.base, module.name.clone()), path);
+    }
+
+    /// Where `module` (a process's) is on disk, if the listing or a module
+    /// record said.
+    #[must_use]
+    pub fn image_path(&self, module: &Module) -> Option<&str> {
+        self.image_paths
+            .get(&(module.base, module.name.clone()))
+            .map(String::as_str)
     }
 
     /// Says when the listing was taken, in the record clock's units (100 ns
@@ -141,6 +194,9 @@ impl ProcessModules {
     /// Notes a module record (in any order: each process's records are
     /// kept in timestamp order).
     pub fn note(&mut self, change: ModuleChange) {
+        if let Some((module, path)) = change.module().zip(change.image_path()) {
+            self.image_paths.insert((module.base, module.name), path);
+        }
         let changes = self.changes.entry(change.header.process_id).or_default();
         let at = changes.partition_point(|(kept, _)| kept.timestamp <= change.header.timestamp);
         changes.insert(at, (change.header, change.module()));
@@ -297,7 +353,12 @@ mod toolhelp {
         while more {
             let process_id = entry.th32ProcessID;
             match modules(process_id) {
-                Ok(modules) => found.add(process_id, modules),
+                Ok(modules) => {
+                    for (module, path) in &modules {
+                        found.add_image_path(module, path.clone());
+                    }
+                    found.add(process_id, modules.into_iter().map(|(module, _)| module));
+                }
                 Err(error) => found.add_unreadable(Unreadable {
                     process_id,
                     name: text(&entry.szExeFile),
@@ -310,8 +371,8 @@ mod toolhelp {
         found
     }
 
-    /// The modules of one process, or the Win32 error.
-    fn modules(process_id: u32) -> Result<Vec<Module>, u32> {
+    /// The modules of one process, each with its path, or the Win32 error.
+    fn modules(process_id: u32) -> Result<Vec<(Module, String)>, u32> {
         let snapshot = Snapshot::take(TH32CS_SNAPMODULE | TH32CS_SNAPMODULE32, process_id)?;
         let mut entry = MODULEENTRY32W {
             dwSize: u32::try_from(size_of::<MODULEENTRY32W>()).unwrap_or(u32::MAX),
@@ -321,11 +382,12 @@ mod toolhelp {
         // SAFETY: `entry` is a MODULEENTRY32W with dwSize set.
         let mut more = unsafe { Module32FirstW(snapshot.0, &raw mut entry) } != 0;
         while more {
-            modules.push(Module {
+            let module = Module {
                 base: entry.modBaseAddr.addr() as u64,
                 size: entry.modBaseSize,
                 name: text(&entry.szModule),
-            });
+            };
+            modules.push((module, text(&entry.szExePath)));
             // SAFETY: as above.
             more = unsafe { Module32NextW(snapshot.0, &raw mut entry) } != 0;
         }
@@ -550,6 +612,62 @@ mod tests {
             Some("listed.exe+0x1")
         );
         assert_eq!(name_at(&processes, 8, 40, 0x5_0001), None);
+    }
+
+    #[test]
+    fn kernel_paths_become_paths_win32_opens() {
+        let path = |text| win32_path(text, r"C:\Windows");
+        assert_eq!(
+            path(r"\??\C:\app\app.exe").as_deref(),
+            Some(r"C:\app\app.exe")
+        );
+        assert_eq!(
+            path(r"\SystemRoot\System32\ntdll.dll").as_deref(),
+            Some(r"C:\Windows\System32\ntdll.dll")
+        );
+        assert_eq!(
+            path(r"\Device\HarddiskVolume3\Windows\reg.exe").as_deref(),
+            Some(r"\\?\GLOBALROOT\Device\HarddiskVolume3\Windows\reg.exe")
+        );
+        assert_eq!(path(r"C:\x.dll").as_deref(), Some(r"C:\x.dll"));
+        assert_eq!(
+            path(r"\\server\share\x.dll").as_deref(),
+            Some(r"\\server\share\x.dll")
+        );
+        assert_eq!(path(""), None);
+
+        let mut processes = ProcessModules::default();
+        let mut cut = load(8, 0, 1, (0x2000, 0x10), r"\Device\HarddiskVolume3\y.dll");
+        cut.header.flags = ModuleFlags::PATH_TRUNCATED;
+        processes.note(cut);
+        processes.note(load(
+            8,
+            0,
+            2,
+            (0x1000, 0x10),
+            r"\Device\HarddiskVolume3\x.dll",
+        ));
+        processes.note(exit(8, 3));
+        let module = |base, name: &str| Module {
+            base,
+            size: 0x10,
+            name: name.to_owned(),
+        };
+        assert_eq!(
+            processes.image_path(&module(0x1000, "x.dll")),
+            Some(r"\\?\GLOBALROOT\Device\HarddiskVolume3\x.dll")
+        );
+        assert_eq!(
+            processes.image_path(&module(0x2000, "y.dll")),
+            None,
+            "cut short"
+        );
+        assert_eq!(processes.image_path(&module(0x1000, "z.dll")), None);
+        processes.add_image_path(&module(0x5000, "app.exe"), r"C:\app\app.exe".to_owned());
+        assert_eq!(
+            processes.image_path(&module(0x5000, "app.exe")),
+            Some(r"C:\app\app.exe")
+        );
     }
 
     #[test]

@@ -29,8 +29,9 @@ pub struct Function {
 /// (`pdb_symbols`), a table in tests.
 pub trait FunctionSource {
     /// The function holding `address` inside `module`, if its symbols name
-    /// one.
-    fn function(&mut self, module: &Module, address: u64) -> Option<Function>;
+    /// one; `image` is where the module's image is, when known (a user
+    /// image, or a driver a module record reported).
+    fn function(&mut self, module: &Module, image: Option<&str>, address: u64) -> Option<Function>;
 }
 
 /// What is known of one frame's address.
@@ -75,7 +76,9 @@ pub struct Symbolizer {
 
 struct CachedFunctions {
     source: Box<dyn FunctionSource>,
-    found: HashMap<u64, Option<Function>>,
+    /// By address, then by the module asked about it: a user address is
+    /// in other modules in other processes.
+    found: HashMap<u64, Vec<(Module, Option<Function>)>>,
 }
 
 impl Symbolizer {
@@ -109,33 +112,36 @@ impl Symbolizer {
         }
     }
 
-    /// A user frame of `record`'s process named `module+0xoffset` after
-    /// that process's modules at the record's time, else as [`Self::name`]
-    /// names any frame; `None` when nothing holds it.
+    /// A user frame of `record`'s process named `module!function+0xoffset`
+    /// or `module+0xoffset` after that process's modules at the record's
+    /// time, else as [`Self::name`] names any frame; `None` when nothing
+    /// holds it.
     #[must_use]
     pub fn user_name(&self, record: &RecordHeader, address: u64) -> Option<String> {
         self.user_name_at(record.process_id, record.timestamp, address)
     }
 
-    /// The module of `process_id` holding the user frame `address` at
-    /// `timestamp`, and the offset into it.
+    /// The user frame `address` of `process_id` at `timestamp`: in the
+    /// module of that process holding it then, with the function symbols
+    /// name there; else as [`Self::resolve`] finds any frame.
     #[must_use]
-    pub fn user_module_at(
+    pub fn resolve_user(
         &self,
         process_id: u32,
         timestamp: u64,
         address: u64,
-    ) -> Option<(&Module, u64)> {
-        self.processes.find(process_id, timestamp, address)
+    ) -> Option<ResolvedFrame<'_>> {
+        match self.processes.find(process_id, timestamp, address) {
+            Some((module, offset)) => Some(self.in_module(module, offset, address)),
+            None => self.resolve(address),
+        }
     }
 
     /// [`Self::user_name`] for a frame of `process_id` at `timestamp`.
     #[must_use]
     pub fn user_name_at(&self, process_id: u32, timestamp: u64, address: u64) -> Option<String> {
-        match self.user_module_at(process_id, timestamp, address) {
-            Some((module, offset)) => Some(format!("{}+{offset:#x}", module.name)),
-            None => self.name(address),
-        }
+        self.resolve_user(process_id, timestamp, address)
+            .map(|frame| frame.name())
     }
 
     /// [`Self::user_name`], or the bare address.
@@ -183,18 +189,27 @@ impl Symbolizer {
             .modules
             .find(address)
             .or_else(|| self.processes.find(DRIVER_LOADS, u64::MAX, address))?;
+        Some(self.in_module(module, offset, address))
+    }
+
+    /// `address`, `offset` into `module`, with the function symbols name
+    /// there (asked once per address and module).
+    fn in_module<'a>(&self, module: &'a Module, offset: u64, address: u64) -> ResolvedFrame<'a> {
         let function = self.functions.as_ref().and_then(|functions| {
             let CachedFunctions { source, found } = &mut *functions.borrow_mut();
-            found
-                .entry(address)
-                .or_insert_with(|| source.function(module, address))
-                .clone()
+            let asked = found.entry(address).or_default();
+            if let Some((_, function)) = asked.iter().find(|(kept, _)| kept == module) {
+                return function.clone();
+            }
+            let function = source.function(module, self.processes.image_path(module), address);
+            asked.push((module.clone(), function.clone()));
+            function
         });
-        Some(ResolvedFrame {
+        ResolvedFrame {
             module,
             offset,
             function,
-        })
+        }
     }
 
     /// `module!function+0xoffset`, or `module+0xoffset` when no function is
@@ -245,7 +260,12 @@ pub(crate) mod tests {
     }
 
     impl FunctionSource for TableSource {
-        fn function(&mut self, _module: &Module, address: u64) -> Option<Function> {
+        fn function(
+            &mut self,
+            _module: &Module,
+            _image: Option<&str>,
+            address: u64,
+        ) -> Option<Function> {
             self.asked.borrow_mut().push(address);
             self.functions
                 .iter()
@@ -332,6 +352,91 @@ pub(crate) mod tests {
             assert_eq!(symbolizer.location(0x42), "0x42");
         }
         assert_eq!(*asked.borrow(), [DISPATCH + 0x10, DISPATCH - 1]);
+    }
+
+    #[test]
+    fn user_frames_get_function_names_asked_once_per_module() {
+        const MAIN: u64 = 0x7FF6_0000_1000;
+        let asked = Rc::default();
+        let source = TableSource {
+            functions: vec![(MAIN, "main")],
+            asked: Rc::clone(&asked),
+        };
+        let mut processes = ProcessModules::default();
+        for (process_id, name) in [(100, "app.exe"), (200, "other.exe")] {
+            processes.add(
+                process_id,
+                [Module {
+                    base: 0x7FF6_0000_0000,
+                    size: 0x2000,
+                    name: name.to_owned(),
+                }],
+            );
+        }
+        let symbolizer = Symbolizer::new(sample_map())
+            .with_functions(Box::new(source))
+            .with_processes(processes);
+        for _ in 0..2 {
+            assert_eq!(
+                symbolizer.user_name_at(100, 0, MAIN + 4).as_deref(),
+                Some("app.exe!main+0x4")
+            );
+            assert_eq!(
+                symbolizer.user_name_at(200, 0, MAIN + 4).as_deref(),
+                Some("other.exe!main+0x4")
+            );
+        }
+        // One question per module holding the address, then remembered.
+        assert_eq!(*asked.borrow(), [MAIN + 4, MAIN + 4]);
+        let frame = symbolizer.resolve_user(100, 0, MAIN + 4).unwrap();
+        assert_eq!(frame.function_name().as_deref(), Some("app.exe!main"));
+        assert_eq!(symbolizer.user_name_at(300, 0, MAIN), None, "no module");
+    }
+
+    /// A module's name and the image path the source was given for it.
+    type ImageAsked = (String, Option<String>);
+
+    /// Notes the image path it is given for each module.
+    struct ImagesAsked(Rc<RefCell<Vec<ImageAsked>>>);
+
+    impl FunctionSource for ImagesAsked {
+        fn function(&mut self, module: &Module, image: Option<&str>, _: u64) -> Option<Function> {
+            self.0
+                .borrow_mut()
+                .push((module.name.clone(), image.map(str::to_owned)));
+            None
+        }
+    }
+
+    #[test]
+    fn the_function_source_gets_the_images_path_when_known() {
+        let asked = Rc::default();
+        let app = Module {
+            base: 0x7FF6_0000_0000,
+            size: 0x2000,
+            name: "app.exe".to_owned(),
+        };
+        let mut processes = ProcessModules::default();
+        processes.add(100, [app.clone()]);
+        processes.add_image_path(&app, r"C:\app\app.exe".to_owned());
+        let symbolizer = Symbolizer::new(sample_map())
+            .with_functions(Box::new(ImagesAsked(Rc::clone(&asked))))
+            .with_processes(processes);
+        assert_eq!(
+            symbolizer.user_name_at(100, 0, 0x7FF6_0000_0010).as_deref(),
+            Some("app.exe+0x10")
+        );
+        assert_eq!(
+            symbolizer.location(0xFFFF_F800_0000_0020),
+            "ntoskrnl.exe+0x20"
+        );
+        assert_eq!(
+            *asked.borrow(),
+            [
+                ("app.exe".to_owned(), Some(r"C:\app\app.exe".to_owned())),
+                ("ntoskrnl.exe".to_owned(), None),
+            ]
+        );
     }
 
     #[test]

@@ -235,18 +235,17 @@ impl<'a> Builder<'a> {
     /// frame.
     fn user_location_id(&mut self, stack: &StackSummary, address: u64) -> u64 {
         let symbolizer = self.symbolizer;
-        let Some((module, offset)) =
-            symbolizer.user_module_at(stack.first_process_id, stack.first.timestamp, address)
+        let Some(frame) =
+            symbolizer.resolve_user(stack.first_process_id, stack.first.timestamp, address)
         else {
             return self.location_id(address);
         };
-        let name = format!("{}+{offset:#x}", module.name);
-        let key = (address, name);
+        let key = (address, frame.name());
         if let Some(&id) = self.user_location_ids.get(&key) {
             return id;
         }
-        let mapping_id = self.mapping_id(module);
-        let function_id = self.function_id(key.1.clone());
+        let mapping_id = self.mapping_id(frame.module);
+        let function_id = self.function_id(frame.function_name().unwrap_or_else(|| key.1.clone()));
         let id = next_id(&self.locations);
         self.locations.push(proto::Location {
             id,
