@@ -237,21 +237,16 @@ impl DriverCore<'_> {
             return Some(size);
         }
         let mut frames = [0_u64; MAX_FRAMES as usize];
-        let found = decode_record(record).ok().and_then(|(view, _)| {
-            Some((
-                view.header,
-                self.table.frames_for(slot, epoch, &mut frames)?,
-            ))
-        });
+        let found = decode_record(record)
+            .ok()
+            .and_then(|(view, _)| Some((view.header, self.table.frames_for(slot, &mut frames)?)));
         // Never in practice: a record naming no entry goes out as it is.
-        let Some((mut header, (os_hash, sent))) = found else {
+        let Some((mut header, (os_hash, count))) = found else {
             return copy(room);
         };
         header.os_hash = os_hash;
-        let size = encode_record(&header, &frames[..sent.unwrap_or(0)], room).ok()?;
-        if sent.is_some() {
-            self.table.sent(slot, epoch);
-        }
+        let size = encode_record(&header, &frames[..count], room).ok()?;
+        self.table.sent(slot, epoch);
         self.table.release(slot);
         Some(size)
     }

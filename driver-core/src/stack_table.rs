@@ -375,8 +375,8 @@ impl<'a> StackTable<'a> {
     }
 
     /// Starts a read by `reader` (its file object): the epoch to pass to
-    /// [`StackTable::frames_for`], a new one when the previous read was
-    /// another reader's. Reader side only.
+    /// [`StackTable::received`] and [`StackTable::sent`], a new one when the
+    /// previous read was another reader's. Reader side only.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub fn begin_read(&self, reader: u64) -> u64 {
@@ -411,31 +411,22 @@ impl<'a> StackTable<'a> {
         (entry.sent_to.load(Ordering::Relaxed) == epoch).then(|| entry.os_hash())
     }
 
-    /// For a record naming `slot`, read in `epoch`: its OS hash, and its
-    /// frames (written to `frames`, their count returned) unless this
-    /// reader got them already. `None` for a slot no entry has.
+    /// For a record naming `slot` whose frames its reader lacks (see
+    /// [`StackTable::received`]): its OS hash, and its frames (written to
+    /// `frames`, their count returned). `None` for a slot no entry has.
     ///
     /// Reader side only, while the record still holds its reference.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
-    pub fn frames_for(
-        &self,
-        slot: u32,
-        epoch: u64,
-        frames: &mut [u64],
-    ) -> Option<(u32, Option<usize>)> {
+    pub fn frames_for(&self, slot: u32, frames: &mut [u64]) -> Option<(u32, usize)> {
         let entry = self.entry(slot)?;
         // The record's reference keeps the entry unchanged; the ring's
         // Acquire of the record made the entry's writes visible.
-        let os_hash = entry.os_hash();
-        if entry.sent_to.load(Ordering::Relaxed) == epoch {
-            return Some((os_hash, None));
-        }
         let count = entry.frame_count().min(frames.len());
         for (out, kept) in frames.iter_mut().zip(&entry.frames[..count]) {
             *out = kept.load(Ordering::Relaxed);
         }
-        Some((os_hash, Some(count)))
+        Some((entry.os_hash(), count))
     }
 
     /// Notes that the reader of `epoch` received `slot`'s frames (after the
@@ -513,8 +504,8 @@ mod tests {
     /// The frames a fresh reader would receive for `slot`.
     fn frames_in(table: &StackTable<'_>, slot: u32) -> Vec<u64> {
         let mut frames = [0; MAX_FRAMES as usize];
-        let (_, count) = table.frames_for(slot, u64::MAX, &mut frames).unwrap();
-        frames[..count.unwrap()].to_vec()
+        let (_, count) = table.frames_for(slot, &mut frames).unwrap();
+        frames[..count].to_vec()
     }
 
     #[test]
@@ -608,19 +599,15 @@ mod tests {
         };
         let mut frames = [0; MAX_FRAMES as usize];
         let epoch = table.begin_read(100);
-        assert_eq!(
-            table.frames_for(slot, epoch, &mut frames),
-            Some((7, Some(2)))
-        );
+        assert_eq!(table.received(slot, epoch), None);
+        assert_eq!(table.frames_for(slot, &mut frames), Some((7, 2)));
         table.sent(slot, epoch);
         assert_eq!(table.begin_read(100), epoch, "the same reader");
-        assert_eq!(table.frames_for(slot, epoch, &mut frames), Some((7, None)));
+        assert_eq!(table.received(slot, epoch), Some(7));
         let other = table.begin_read(200);
         assert_ne!(other, epoch);
-        assert_eq!(
-            table.frames_for(slot, other, &mut frames),
-            Some((7, Some(2)))
-        );
+        assert_eq!(table.received(slot, other), None);
+        assert_eq!(table.frames_for(slot, &mut frames), Some((7, 2)));
         table.sent(slot, other);
         // Reader 200 closes; a new file object at its address is new.
         table.reader_closed(200);
@@ -630,16 +617,13 @@ mod tests {
         table.release(slot);
         assert_eq!(table.enter(&[3], 2), Tabled::Slot(slot));
         assert_eq!(
-            table.frames_for(slot, reused, &mut frames),
-            Some((7, Some(1))),
+            table.received(slot, reused),
+            None,
             "a rewritten entry is sent again"
         );
+        assert_eq!(table.frames_for(slot, &mut frames), Some((7, 1)));
         assert_eq!(table.status().sent, 3);
-        assert_eq!(
-            table.frames_for(1, reused, &mut frames),
-            None,
-            "no such slot"
-        );
+        assert_eq!(table.frames_for(1, &mut frames), None, "no such slot");
     }
 
     #[derive(Clone, Debug)]
