@@ -1,8 +1,10 @@
 //! Host benchmarks of the record ring (criterion): publishing a 32-frame
 //! record with one and two producers against a plain encode into a buffer;
 //! publishing through the stack table, an event of a known stack and of a
-//! new one, against a plain encode of a 72-byte event record; and draining
-//! a full ring and decoding what it held.
+//! new one, against a plain encode of a 72-byte event record; a whole
+//! capture (`DriverCore::capture`: the configuration read, the walk, the
+//! table and the publish) of an event with a known stack; and draining a
+//! full ring and decoding what it held.
 //!
 //! The ring is the driver's: two shards, as on a two-processor machine, and
 //! a publish is the capture's whole path into it: pick the processor's
@@ -16,6 +18,7 @@
 //! `docs/performance.md`.
 
 use std::{
+    cell::Cell,
     hint::black_box,
     sync::Barrier,
     thread,
@@ -24,11 +27,16 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
+    CaptureConfig, DriverImage, Ioctl, PagingExecutive, SourceSet,
+    messages::encode_configure_request, ntstatus::STATUS_SUCCESS,
+};
+use kstack_abi::{
     RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, encode_record, record_size,
     record_timestamp, stack_id,
 };
 use kstack_driver_core::{
-    Shard, ShardedRing, StackEntry, StackTable, Word,
+    Caller, CaptureOutcome, DriverCore, Platform, Shard, ShardedRing, SourceControl,
+    SourceRegistration, StackEntry, StackTable, UserThread, Word,
     sharded_ring::{Counted, ring_words, shards_over},
     stack_table::Tabled,
 };
@@ -546,10 +554,138 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
     group.finish();
 }
 
+/// The kernel a whole capture runs on, with nothing in it that costs: the
+/// walk copies the same 32 frames every time, the clock counts, the
+/// "raised" section runs as it is, and user stacks cannot be walked (as
+/// under Wine).
+struct BenchPlatform {
+    frames: [u64; FRAMES],
+    clock: Cell<u64>,
+}
+
+impl Platform for BenchPlatform {
+    fn irql(&self) -> u8 {
+        0
+    }
+
+    fn current_ids(&self) -> (u32, u32) {
+        (4, 8)
+    }
+
+    fn processor(&self) -> u32 {
+        0
+    }
+
+    fn at_dispatch<R>(&self, section: impl FnOnce(u32) -> R) -> R {
+        section(0)
+    }
+
+    fn timestamp(&self) -> u64 {
+        let now = self.clock.get() + 1;
+        self.clock.set(now);
+        now
+    }
+
+    fn remaining_stack(&self) -> usize {
+        16 * 1024
+    }
+
+    fn walk_stack(&self, _frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
+        let count = frames.len().min(FRAMES);
+        frames[..count].copy_from_slice(&self.frames[..count]);
+        (count, 0x1234)
+    }
+
+    fn user_thread(&self) -> UserThread {
+        UserThread::default()
+    }
+
+    fn walk_user_stack(&self, _frames: &mut [u64]) -> Option<usize> {
+        None
+    }
+}
+
+/// No timer to start or stop.
+struct NoTimer;
+
+impl SourceControl for NoTimer {
+    fn set_timer(&self, _period_ms: Option<u32>) {}
+}
+
+/// A whole capture of a registry event whose 32-frame stack the table
+/// knows, through `DriverCore::capture` (the source's configuration read,
+/// the process filter and sampling checks, the stack check, the walk, the
+/// stack id, the table lookup and the publish), in rounds of `TABLE_ROUND`
+/// events, the ring cleared (and the table's references given back)
+/// between rounds, untimed. Compare with `publish_through_the_stack_table`'s
+/// `known_stack`, the publish alone.
+fn capture_an_event(c: &mut Criterion) {
+    let mut group = record_group(c, "capture_an_event");
+    let words = ring_memory();
+    let shards = ring_shards(&words);
+    let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
+    let core = DriverCore::new(
+        ShardedRing::new(&shards),
+        StackTable::new(&entries),
+        PagingExecutive::NOT_SET,
+        DriverImage::default(),
+    );
+    core.set_registration(
+        Source::Registry,
+        SourceRegistration {
+            status: STATUS_SUCCESS,
+        },
+    );
+    let platform = BenchPlatform {
+        frames: kernel_frames(),
+        clock: Cell::new(134_081_000_000_000_000),
+    };
+    let caller = Caller {
+        reader: 1,
+        pool_allocations: 0,
+    };
+    let request = |ioctl: Ioctl, input: &[u8]| {
+        let (status, _) = core.serve(ioctl, input, &mut [], &platform, &NoTimer, caller);
+        assert_eq!(status, STATUS_SUCCESS, "{ioctl:?}");
+    };
+    let config = CaptureConfig {
+        sources: SourceSet::EMPTY.with(Source::Registry),
+        frames_to_capture: u16::try_from(FRAMES).expect("32"),
+        ..CaptureConfig::default()
+    };
+    request(Ioctl::Configure, &encode_configure_request(&config));
+    group.bench_function("known_stack", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds_of(iters, TABLE_ROUND) {
+                request(Ioctl::Clear, &[]);
+                let start = Instant::now();
+                for _ in 0..count {
+                    let outcome = core.capture(
+                        &platform,
+                        black_box(SourceFacts::Registry { notify_class: 1 }),
+                    );
+                    assert!(matches!(outcome, CaptureOutcome::Published(_)));
+                }
+                elapsed += start.elapsed();
+            }
+            elapsed
+        });
+    });
+    group.finish();
+    let status = core.status(0);
+    assert_eq!(status.dropped, 0);
+    assert_eq!(
+        status.stack_table.inserts, 1,
+        "one stack, known after its first event"
+    );
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     publish_32_frames(&mut criterion);
     publish_through_the_stack_table(&mut criterion);
+    capture_an_event(&mut criterion);
     drain_and_decode(&mut criterion);
     criterion.final_summary();
 }
