@@ -368,6 +368,10 @@ pub(crate) struct Stack {
     user_count: u8,
     user_part: UserPart,
     os_hash: u32,
+    /// kstack's stack id of the frames, computed once they are all walked,
+    /// before the publish section (it hashes every frame: no reason to do
+    /// that at `DISPATCH_LEVEL`).
+    id: u64,
     /// The IRQL the walk ran at (the callback's).
     irql: u8,
     flags: RecordFlags,
@@ -381,6 +385,7 @@ impl Stack {
         user_count: 0,
         user_part: UserPart::Off,
         os_hash: 0,
+        id: 0,
         irql: 0,
         flags: RecordFlags::NONE,
     };
@@ -410,7 +415,7 @@ impl Stack {
             user_frame_count: self.user_count,
             user_part: self.user_part,
             os_hash: self.os_hash,
-            stack_id: stack_id(self.frames().iter().copied()),
+            stack_id: self.id,
             facts,
         }
     }
@@ -649,6 +654,7 @@ impl<'a> DriverCore<'a> {
             RecordFlags::NONE
         };
         stack.user_part = self.walk_user(platform, config.user_frames, stack);
+        stack.id = stack_id(stack.frames().iter().copied());
         Ok(())
     }
 
