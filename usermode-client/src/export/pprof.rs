@@ -246,6 +246,13 @@ impl<'a> Builder<'a> {
         }
         let mapping_id = self.mapping_id(frame.module);
         let function_id = self.function_id(frame.function_name().unwrap_or_else(|| key.1.clone()));
+        let id = self.add_location(mapping_id, address, function_id);
+        self.user_location_ids.insert(key, id);
+        id
+    }
+
+    /// A new location of `address` in a mapping and a function; its id.
+    fn add_location(&mut self, mapping_id: u64, address: u64, function_id: u64) -> u64 {
         let id = next_id(&self.locations);
         self.locations.push(proto::Location {
             id,
@@ -253,7 +260,6 @@ impl<'a> Builder<'a> {
             address,
             line: vec![proto::Line { function_id }],
         });
-        self.user_location_ids.insert(key, id);
         id
     }
 
@@ -272,13 +278,7 @@ impl<'a> Builder<'a> {
             .and_then(ResolvedFrame::function_name)
             .unwrap_or_else(|| symbolizer.location(address));
         let function_id = self.function_id(function_name);
-        let id = next_id(&self.locations);
-        self.locations.push(proto::Location {
-            id,
-            mapping_id,
-            address,
-            line: vec![proto::Line { function_id }],
-        });
+        let id = self.add_location(mapping_id, address, function_id);
         self.location_ids.insert(address, id);
         id
     }
