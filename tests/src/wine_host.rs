@@ -15,6 +15,9 @@ use std::{
 
 /// The service name kstack is installed as.
 pub const SERVICE: &str = kstack_abi::SERVICE_NAME;
+/// The do-nothing driver in the Wine support folder (`tests/wine/probe_driver.c`),
+/// whose load the module-record test watches.
+pub const PROBE_DRIVER: &str = "kstack-probe.sys";
 /// The test programs in the Wine support folder, installed beside the
 /// client (built from `tests/ioctl-storm/`).
 pub const TEST_PROGRAMS: [&str; 4] = [
@@ -191,17 +194,22 @@ impl WineHost {
     /// # Errors
     /// When sc fails.
     pub fn create_service(&self) -> WineResult<()> {
-        self.sc(&[
-            "create",
-            SERVICE,
-            "type=",
-            "kernel",
-            "start=",
-            "demand",
-            "binPath=",
-            DRIVER_WINDOWS_PATH,
-        ])
-        .map(drop)
+        self.create_service_in(None)
+    }
+
+    /// `sc create kstack ...` in a load-order group: drivers of one group
+    /// share one winedevice.exe host (Wine's `sc config` cannot change a
+    /// service's group).
+    ///
+    /// # Errors
+    /// When sc fails.
+    pub fn create_service_in(&self, group: Option<&str>) -> WineResult<()> {
+        let mut args = vec!["create", SERVICE, "type=", "kernel", "start=", "demand"];
+        if let Some(group) = group {
+            args.extend(["group=", group]);
+        }
+        args.extend(["binPath=", DRIVER_WINDOWS_PATH]);
+        self.sc(&args).map(drop)
     }
 
     /// `sc delete kstack`.

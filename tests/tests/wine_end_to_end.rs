@@ -106,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 20] {
+fn cases() -> [(&'static str, Case); 21] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -155,6 +155,10 @@ fn cases() -> [(&'static str, Case); 20] {
         (
             "module records (test build): injected image loads and process exits are recorded with every source disabled; a saved capture carries them",
             module_records_are_kept,
+        ),
+        (
+            "module records: a real driver load in kstack's host process, reported by Wine's loader, is recorded with its path, base and size",
+            real_image_loads_are_recorded,
         ),
         (
             "fault scope (test build): a read through an unmapped pointer is caught, a mapped one returns its value",
@@ -417,9 +421,16 @@ fn configure_round_trip(context: &Context) -> WineResult<()> {
 /// (Wine loads it there when the range is free; a relocation makes this
 /// case fail, visibly).
 fn kstack_image_range(package: &Path) -> WineResult<(u64, u64)> {
-    let image = std::fs::read(package.join("kstack.sys"))
-        .map_err(|error| format!("reading kstack.sys: {error}"))?;
-    let pe = PeFile64::parse(&*image).map_err(|error| format!("parsing kstack.sys: {error}"))?;
+    image_range(&package.join("kstack.sys"))
+}
+
+/// Where the PE image at `path` asks to be loaded: its preferred base and
+/// one past its end.
+fn image_range(path: &Path) -> WineResult<(u64, u64)> {
+    let image =
+        std::fs::read(path).map_err(|error| format!("reading {}: {error}", path.display()))?;
+    let pe =
+        PeFile64::parse(&*image).map_err(|error| format!("parsing {}: {error}", path.display()))?;
     let optional = pe.nt_headers().optional_header();
     let base = optional.image_base();
     Ok((base, base + u64::from(optional.size_of_image())))
@@ -1496,6 +1507,91 @@ fn module_records_case(context: &Context, _: &Path) -> WineResult<()> {
         format!("no source enabled, yet {captured} records captured")
     })?;
     counters_add_up(&after)
+}
+
+/// The load-order group of Wine's mount manager: drivers of one group share
+/// one winedevice.exe process, and Wine reports image loads to the
+/// load-image routines of the drivers in that process only.
+const SHARED_GROUP: &str = "System Bus Extender";
+/// The probe driver's service.
+const PROBE_SERVICE: &str = "kstack-probe";
+
+fn real_image_loads_are_recorded(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    let probe = context
+        .wine_support
+        .join(kstack_tests::wine_host::PROBE_DRIVER);
+    let drivers = wine.drive_c().join("windows/system32/drivers");
+    std::fs::copy(&probe, drivers.join(kstack_tests::wine_host::PROBE_DRIVER))
+        .map_err(|error| format!("installing {}: {error}", probe.display()))?;
+    // kstack into the group's host, then back into a host of its own,
+    // each by making its service again.
+    let move_to = |group| {
+        wine.stop_driver()?;
+        wine.delete_service()?;
+        wine.create_service_in(group)?;
+        wine.start_driver()
+    };
+    move_to(Some(SHARED_GROUP))?;
+    let seen = probe_load_case(wine, &probe);
+    move_to(None)?;
+    seen
+}
+
+/// Starts the probe driver in kstack's group and finds its load among the
+/// module records of a capture saved while it runs.
+fn probe_load_case(wine: &WineHost, probe: &Path) -> WineResult<()> {
+    let binary = format!(
+        r"C:\windows\system32\drivers\{}",
+        kstack_tests::wine_host::PROBE_DRIVER
+    );
+    wine.sc(&[
+        "create",
+        PROBE_SERVICE,
+        "type=",
+        "kernel",
+        "start=",
+        "demand",
+        "group=",
+        SHARED_GROUP,
+        "binPath=",
+        &binary,
+    ])?;
+    let started = wine.sc(&["start", PROBE_SERVICE]);
+    let saved = wine.client(&["save", "--force", "probe.kstack"]);
+    let _ = wine.sc(&["stop", PROBE_SERVICE]);
+    wine.sc(&["delete", PROBE_SERVICE])?;
+    started?;
+    let saved = saved?;
+    ensure(saved.status.success(), || format!("save failed: {saved:?}"))?;
+    let (base, end) = image_range(probe)?;
+    let listed = json_lines(&wine.client_ok(&[
+        "modules",
+        "--processes",
+        "--input",
+        "probe.kstack",
+        "--json",
+    ])?)?;
+    let load = listed.iter().find(|line| {
+        line["event"] == "image_load"
+            && line["path"]
+                .as_str()
+                .is_some_and(|path| path.ends_with(kstack_tests::wine_host::PROBE_DRIVER))
+    });
+    ensure(
+        load.is_some_and(|load| {
+            load["process_id"] == 0
+                && load["process_key"] == 0
+                && load["base"] == format!("{base:#x}")
+                && load["size"] == end - base
+        }),
+        || {
+            format!(
+                "the probe's load (a driver, pid 0, at {base:#x}, {} bytes) expected among {listed:#?}",
+                end - base
+            )
+        },
+    )
 }
 
 /// The count at `pointer` in a JSON value.

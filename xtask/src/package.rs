@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, TEST_PROGRAMS};
+use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, PROBE_DRIVER, TEST_PROGRAMS};
 
 use crate::{
     inf_stamp,
@@ -108,8 +108,10 @@ pub fn wine_support_dir(workspace: &Path) -> PathBuf {
 }
 
 /// Puts the Wine-only helpers in place: the test programs (built with the
-/// client, in `gnu_out`) and the `bcryptprimitives.dll` shim Rust programs
-/// need under Wine 8 (see tests/wine/bcryptprimitives.c).
+/// client, in `gnu_out`), the `bcryptprimitives.dll` shim Rust programs
+/// need under Wine 8 (see tests/wine/bcryptprimitives.c), and the do-nothing
+/// driver whose load the module-record test watches
+/// (`tests/wine/probe_driver.c`).
 fn build_wine_support(workspace: &Path, gnu_out: &Path) -> Result<()> {
     let dir = wine_support_dir(workspace);
     for program in TEST_PROGRAMS {
@@ -120,6 +122,12 @@ fn build_wine_support(workspace: &Path, gnu_out: &Path) -> Result<()> {
         .args([dir.join("bcryptprimitives.dll")])
         .args([workspace.join("tests/wine/bcryptprimitives.c")])
         .args(["-ladvapi32"])
+        .run()?;
+    Run::new("x86_64-w64-mingw32-gcc")
+        .args(["-O2", "-shared", "-nostdlib", "-nostartfiles"])
+        .args(["-Wl,--subsystem,native", "-Wl,--entry,DriverEntry", "-o"])
+        .args([dir.join(PROBE_DRIVER)])
+        .args([workspace.join("tests/wine/probe_driver.c")])
         .run()
 }
 
