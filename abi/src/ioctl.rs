@@ -67,7 +67,9 @@ pub enum Ioctl {
     Status,
     /// Replace the capture configuration.
     Configure,
-    /// Drain as many whole records as fit, oldest timestamp first. A read
+    /// Drain as many whole records as fit, oldest timestamp first: trace
+    /// records and module records ([`crate::module_record`]) alike, each
+    /// kind told by byte 2 ([`crate::Entry`]). A read
     /// returns only records stamped before it began, so no record a later
     /// read returns is older than one this read returned, across all
     /// shards. It first waits, boundedly, for publish sections under way

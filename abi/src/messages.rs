@@ -699,7 +699,7 @@ impl StatusResponse {
 /// Whole records follow, back to back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadHeader {
-    /// Records in the payload.
+    /// Records in the payload, trace and module records together.
     pub record_count: u32,
     /// Payload bytes after the header.
     pub payload_bytes: u32,
