@@ -186,11 +186,14 @@ fn speedscope_release() -> &'static Path {
         if release.exists() {
             return release;
         }
-        std::fs::create_dir_all(&cache).unwrap();
+        // Per process: test runners such as nextest run each test in a
+        // process of its own, and two may fetch at once.
+        let packed = cache.join(format!("pack.{}", std::process::id()));
+        std::fs::create_dir_all(&packed).unwrap();
         let output = Command::new("npm")
             .args(["pack", &format!("speedscope@{SPEEDSCOPE_VERSION}")])
             .arg("--pack-destination")
-            .arg(&cache)
+            .arg(&packed)
             .output()
             .unwrap_or_else(|error| {
                 panic!(
@@ -203,7 +206,7 @@ fn speedscope_release() -> &'static Path {
             "npm pack speedscope@{SPEEDSCOPE_VERSION} failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let tarball = cache.join(format!("speedscope-{SPEEDSCOPE_VERSION}.tgz"));
+        let tarball = packed.join(format!("speedscope-{SPEEDSCOPE_VERSION}.tgz"));
         let gzipped = std::fs::File::open(&tarball).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(gzipped));
         // Whole or not at all: a later run trusts what it finds.
@@ -225,7 +228,16 @@ fn speedscope_release() -> &'static Path {
                 "the speedscope package holds dist/release/{file}"
             );
         }
-        std::fs::rename(&partial, &release).unwrap();
+        // Another process may have put its whole copy in place first.
+        if std::fs::rename(&partial, &release).is_err() {
+            assert!(
+                release.join("index.html").is_file(),
+                "no release in {}",
+                cache.display()
+            );
+            let _ = std::fs::remove_dir_all(&partial);
+        }
+        let _ = std::fs::remove_dir_all(&packed);
         release
     })
 }
