@@ -496,6 +496,27 @@ mod tests {
     }
 
     #[test]
+    fn a_change_applies_from_its_own_timestamp_on() {
+        let mut processes = ProcessModules::default();
+        processes.note(load(8, 0, 10, (0x1_0000, 0x1000), "a.dll"));
+        processes.note(exit(8, 20));
+        assert_eq!(name_at(&processes, 8, 9, 0x1_0001), None);
+        assert_eq!(
+            name_at(&processes, 8, 10, 0x1_0001).as_deref(),
+            Some("a.dll+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 19, 0x1_0001).as_deref(),
+            Some("a.dll+0x1")
+        );
+        assert_eq!(
+            name_at(&processes, 8, 20, 0x1_0001),
+            None,
+            "stamped with the exit: after it"
+        );
+    }
+
+    #[test]
     fn a_dll_loaded_where_another_was_names_only_later_records() {
         let mut processes = ProcessModules::default();
         processes.note(load(8, 0, 10, (0x1_0000, 0x1000), r"C:\Windows\old.dll"));
@@ -571,6 +592,18 @@ mod tests {
             Some("second.exe+0x1")
         );
         assert_eq!(keyed.changes().len(), 3);
+        // Listed during the first process: the second is not named by it.
+        keyed.add(8, [module(0x4_0000, 0x1000, "listed.exe")]);
+        keyed.set_listed_at(20);
+        assert_eq!(
+            name_at(&keyed, 8, 20, 0x4_0001).as_deref(),
+            Some("listed.exe+0x1")
+        );
+        assert_eq!(
+            name_at(&keyed, 8, 35, 0x4_0001),
+            None,
+            "another process since"
+        );
     }
 
     #[test]

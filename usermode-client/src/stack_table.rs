@@ -421,6 +421,12 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_table_says_so() {
+        assert!(StackTable::default().is_empty());
+        assert!(!table(&sample()).is_empty());
+    }
+
+    #[test]
     fn user_frames_are_named_after_the_earliest_records_process() {
         let mut processes = crate::process_modules::ProcessModules::default();
         let module = |name: &str| crate::modules::Module {

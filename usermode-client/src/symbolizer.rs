@@ -440,6 +440,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn noted_module_records_name_later_user_frames() {
+        let mut symbolizer = Symbolizer::new(sample_map());
+        let header = kstack_abi::ModuleHeader {
+            sequence: 1,
+            timestamp: 10,
+            process_id: 100,
+            thread_id: 4,
+            processor: 0,
+            shard: 0,
+            event: kstack_abi::ModuleEvent::ImageLoad,
+            flags: kstack_abi::ModuleFlags::NONE,
+            image_base: 0x7FF6_0000_0000,
+            image_size: 0x1000,
+            process_key: 0,
+        };
+        assert_eq!(symbolizer.user_name_at(100, 20, 0x7FF6_0000_0010), None);
+        symbolizer.note_modules(&[ModuleChange {
+            header,
+            path: r"C:\app\app.exe".encode_utf16().collect(),
+        }]);
+        assert_eq!(
+            symbolizer
+                .user_name_at(100, 20, 0x7FF6_0000_0010)
+                .as_deref(),
+            Some("app.exe+0x10")
+        );
+        assert_eq!(symbolizer.processes().changes().len(), 1);
+    }
+
+    #[test]
     fn drivers_loaded_after_the_module_list_are_named_by_their_module_records() {
         let late = 0xFFFF_F802_0000_0000;
         let mut processes = ProcessModules::default();
