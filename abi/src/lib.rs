@@ -41,7 +41,7 @@ pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
     Entry, MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
     decode_entry, decode_record, encode_record, record_flags, record_os_hash, record_size,
-    record_timestamp, set_record_os_hash, stack_id,
+    record_size_field, record_timestamp, set_record_os_hash, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
 pub use user_part::UserPart;

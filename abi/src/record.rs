@@ -378,6 +378,14 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     Ok((RecordView { header, addresses }, size))
 }
 
+/// The size field of an encoded record of either kind (its first two
+/// bytes), read without decoding the rest, for skipping over records; 0
+/// when `record` is too short to hold one.
+#[must_use]
+pub fn record_size_field(record: &[u8]) -> usize {
+    Reader::new(record).u16(0).map_or(0, usize::from)
+}
+
 /// The timestamp of an encoded record, read without decoding the rest (the
 /// driver merges its shards by it); 0 when `record` is too short to hold one.
 #[must_use]
@@ -734,6 +742,9 @@ mod tests {
         let used = used_a + used_m;
         let used_b = encode_record(&b, &[8, 9], &mut payload[used..]).unwrap();
         assert_eq!(record_flags(&payload[used_a..]), RecordFlags::NONE);
+        assert_eq!(record_size_field(&payload[used_a..]), used_m);
+        assert_eq!(record_size_field(&payload), used_a);
+        assert_eq!(record_size_field(&payload[..1]), 0);
         assert_eq!(record_timestamp(&payload[used_a..]), exit.timestamp);
         let decoded: Vec<_> = Records::new(&payload[..used + used_b])
             .collect::<Result<_, _>>()

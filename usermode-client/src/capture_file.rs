@@ -35,8 +35,9 @@ use std::{
 };
 
 use kstack_abi::{
-    ABI_VERSION, DecodeError, Entry, MAX_RECORD_SIZE, RecordFlags, Records, decode_entry,
-    encode_record, module_record::encode_module_record,
+    ABI_VERSION, DecodeError, Entry, MAX_RECORD_SIZE, RecordFlags, decode_entry, encode_record,
+    module_record::{decode_module_record, encode_module_record, is_module_record},
+    record_size_field,
 };
 
 use crate::{
@@ -410,12 +411,19 @@ impl<'a> CaptureView<'a> {
 /// `processes`, stopping quietly at the first record that does not decode
 /// (`CaptureView::records` reports it).
 fn note_module_records(records: &[u8], processes: &mut ProcessModules) {
-    for entry in Records::new(records) {
-        match entry {
-            Ok(Entry::Module(record)) => processes.note(ModuleChange::from(&record)),
-            Ok(Entry::Trace(_)) => {}
-            Err(_) => break,
+    // Trace records are skipped by their size alone: `records` decodes them.
+    let mut rest = records;
+    while let Some(size) = Some(record_size_field(rest)).filter(|&size| size > 0) {
+        if is_module_record(rest) {
+            let Ok((record, _)) = decode_module_record(rest) else {
+                break;
+            };
+            processes.note(ModuleChange::from(&record));
         }
+        let Some(next) = rest.get(size..) else {
+            break;
+        };
+        rest = next;
     }
 }
 
