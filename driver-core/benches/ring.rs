@@ -675,8 +675,9 @@ fn capture_an_event(c: &mut Criterion) {
     group.finish();
     let status = core.status(0);
     assert_eq!(status.dropped, 0);
-    assert_eq!(
-        status.stack_table.inserts, 1,
+    // 0 when a filter left the benchmark out.
+    assert!(
+        status.stack_table.inserts <= 1,
         "one stack, known after its first event"
     );
 }
