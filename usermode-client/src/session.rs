@@ -152,7 +152,11 @@ impl Reader {
         let malformed = |error| ClientError::from_reply(Ioctl::Read, error);
         let written = self.buffer.get(..reply.information).unwrap_or(&self.buffer);
         let (header, entries) = ReadHeader::decode(written).map_err(malformed)?;
-        let mut records = Vec::new();
+        // One allocation for the records, sized by the header's count but
+        // never past what the bytes received can hold.
+        let mut records = Vec::with_capacity(
+            (header.record_count as usize).min(written.len() / kstack_abi::record_size(0)),
+        );
         let mut modules = Vec::new();
         for entry in entries {
             match entry.map_err(malformed)? {

@@ -34,8 +34,8 @@ commands:
   build        build kstack.sys, kstack.inf and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
   demo         build, then run kstack.sys under Wine with the real client
-  bench        run the benchmarks: ring, offline analysis, and draining the real
-               driver under Wine (figures: docs/performance.md)
+  bench        run the benchmarks: ring, offline analysis, the client's read, and
+               draining the real driver under Wine (figures: docs/performance.md)
   bench drain  only the Wine drain, with the stack table off then on; ends with
                one line: events drained per second and events per MiB of ring
   package-dir  print the package folder
@@ -83,6 +83,7 @@ fn run(args: &[String]) -> Result<()> {
             for (package, bench) in [
                 ("kstack-driver-core", "ring"),
                 ("kstack-client", "analysis"),
+                ("kstack-client", "read"),
             ] {
                 process::cargo(
                     &workspace,
