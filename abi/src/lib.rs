@@ -39,9 +39,10 @@ pub use messages::{DriverImage, ReadHeader, SourceStatus, StackTableStatus, Stat
 pub use module_record::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
-    Entry, MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, RecordFlags, RecordHeader, RecordView, Records,
-    decode_entry, decode_record, encode_record, record_flags, record_os_hash, record_size,
-    record_size_field, record_timestamp, set_record_os_hash, stack_id,
+    Entry, MAX_FRAMES, MAX_RECORD_SIZE, MAX_SHARDS, MIN_RECORD_SIZE, RecordFlags, RecordHeader,
+    RecordView, Records, by_id_record_size, decode_entry, decode_record, encode_record,
+    record_flags, record_os_hash, record_size, record_size_field, record_timestamp,
+    set_record_os_hash, stack_id,
 };
 pub use source::{Source, SourceFacts, SourceSet};
 pub use user_part::UserPart;
@@ -52,7 +53,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (

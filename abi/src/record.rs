@@ -22,6 +22,16 @@
 //! | 64 | 8 | `match_id`: kstack's 64-bit [`stack_id`] of the frames |
 //! | 72 | 8 × n | `addresses`: frame 0 is the return address of the most recent call |
 //!
+//! A record that names its stack instead of carrying it (flag
+//! [`RecordFlags::STACK_BY_ID`], `frame_count` 0) is shorter (ABI 10): its
+//! fact words stop after the last one that is not zero (a word left out
+//! reads as 0), and `match_id` follows them. Its size, 48 to 72 bytes
+//! ([`by_id_record_size`]), says how many fact words it keeps: `(size - 48)
+//! / 8`, so the `match_id` sits at `size - 8`. A timer event's record is 48
+//! bytes, a registry or capture-now event's 56. Bytes 0 to 39 are as
+//! above. (Until ABI 9 such records always kept their three fact words: 72
+//! bytes, which read the same way.)
+//!
 //! The driver keeps one ring shard per processor, each numbering its own
 //! records: `(shard, sequence)` names a record, and each shard's numbers
 //! have gaps only where that shard dropped or cleared records. A record
@@ -83,6 +93,31 @@ const TIMESTAMP_OFFSET: usize = 16;
 #[must_use]
 pub const fn record_size(frame_count: u16) -> usize {
     RECORD_HEADER_SIZE + MATCH_ID_SIZE + 8 * frame_count as usize
+}
+
+/// Bytes before the fact words.
+const FACTS_OFFSET: usize = 40;
+/// The smallest record: one naming its stack, without fact words.
+pub const MIN_RECORD_SIZE: usize = FACTS_OFFSET + MATCH_ID_SIZE;
+/// The fact words every record has room for.
+const FACT_WORDS: usize = 3;
+
+/// The size of a record with these facts that names its stack
+/// ([`RecordFlags::STACK_BY_ID`]) and carries no frames: the fact words up
+/// to the last one that is not zero, then the stack id.
+#[must_use]
+pub const fn by_id_record_size(facts: &SourceFacts) -> usize {
+    MIN_RECORD_SIZE + 8 * kept_fact_words(&facts.to_words())
+}
+
+/// How many of `words` a record without frames keeps: up to the last one
+/// that is not zero.
+const fn kept_fact_words(words: &[u64; FACT_WORDS]) -> usize {
+    let mut kept = FACT_WORDS;
+    while kept > 0 && words[kept - 1] == 0 {
+        kept -= 1;
+    }
+    kept
 }
 
 /// Record flag bits.
@@ -272,13 +307,18 @@ pub fn encode_record(
         .ok_or(DecodeError::TooManyFrames {
             count: frames.len(),
         })?;
-    let size = record_size(frame_count.into());
+    let words = header.facts.to_words();
+    let (size, kept_words) = if frame_count == 0 && header.flags.contains(RecordFlags::STACK_BY_ID)
+    {
+        (by_id_record_size(&header.facts), kept_fact_words(&words))
+    } else {
+        (record_size(frame_count.into()), FACT_WORDS)
+    };
     let available = out.len();
     let out = out.get_mut(..size).ok_or(DecodeError::Truncated {
         needed: size,
         actual: available,
     })?;
-    let [fact_a, fact_b, fact_c] = header.facts.to_words();
     let mut w = Writer::new(out);
     #[expect(
         clippy::cast_possible_truncation,
@@ -298,10 +338,10 @@ pub fn encode_record(
     w.u8(34, u8::try_from(header.shard).unwrap_or(u8::MAX));
     w.u8(35, header.user_part as u8);
     w.u32(OS_HASH_OFFSET, header.os_hash);
-    w.u64(40, fact_a);
-    w.u64(48, fact_b);
-    w.u64(56, fact_c);
-    w.u64(64, header.stack_id);
+    for (index, &word) in words[..kept_words].iter().enumerate() {
+        w.u64(FACTS_OFFSET + 8 * index, word);
+    }
+    w.u64(FACTS_OFFSET + 8 * kept_words, header.stack_id);
     for (index, &frame) in frames.iter().enumerate() {
         w.u64(RECORD_HEADER_SIZE + MATCH_ID_SIZE + 8 * index, frame);
     }
@@ -322,9 +362,20 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
             count: usize::from(frame_count),
         });
     }
-    if size != record_size(frame_count) {
-        return Err(DecodeError::RecordSizeMismatch { size, frame_count });
+    let flag_bits = r.u16(6)?;
+    let flags = RecordFlags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags {
+        bits: u32::from(flag_bits),
+    })?;
+    let without_frames = frame_count == 0 && flags.contains(RecordFlags::STACK_BY_ID);
+    let kept_words = if without_frames {
+        // 48 to 72 bytes: the fact words it keeps, then the stack id.
+        size.checked_sub(MIN_RECORD_SIZE)
+            .filter(|words| words % 8 == 0 && words / 8 <= FACT_WORDS)
+            .map(|words| words / 8)
+    } else {
+        (size == record_size(frame_count)).then_some(FACT_WORDS)
     }
+    .ok_or(DecodeError::RecordSizeMismatch { size, frame_count })?;
     if bytes.len() < size {
         return Err(DecodeError::Truncated {
             needed: size,
@@ -335,16 +386,11 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     let source = Source::from_wire(source_value).ok_or(DecodeError::UnknownSource {
         value: source_value,
     })?;
-    let flag_bits = r.u16(6)?;
-    let flags = RecordFlags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags {
-        bits: u32::from(flag_bits),
-    })?;
     let shard = u16::from(r.u8(34)?);
     if shard >= MAX_SHARDS {
         return Err(DecodeError::ShardOutOfRange { shard });
     }
     let user_frame_count = r.u8(5)?;
-    let without_frames = frame_count == 0 && flags.contains(RecordFlags::STACK_BY_ID);
     let user_limit = if without_frames {
         MAX_FRAMES
     } else {
@@ -359,6 +405,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
     let user_value = r.u8(35)?;
     let user_part = UserPart::from_wire(user_value)
         .ok_or(DecodeError::UnknownUserPart { value: user_value })?;
+    let mut words = [0; FACT_WORDS];
+    for (index, word) in words[..kept_words].iter_mut().enumerate() {
+        *word = r.u64(FACTS_OFFSET + 8 * index)?;
+    }
     let header = RecordHeader {
         sequence: r.u64(8)?,
         timestamp: r.u64(TIMESTAMP_OFFSET)?,
@@ -371,10 +421,12 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeErro
         user_frame_count,
         user_part,
         os_hash: r.u32(OS_HASH_OFFSET)?,
-        stack_id: r.u64(64)?,
-        facts: SourceFacts::from_words(source, [r.u64(40)?, r.u64(48)?, r.u64(56)?])?,
+        stack_id: r.u64(FACTS_OFFSET + 8 * kept_words)?,
+        facts: SourceFacts::from_words(source, words)?,
     };
-    let addresses = &bytes[RECORD_HEADER_SIZE + MATCH_ID_SIZE..size];
+    let addresses = bytes
+        .get(RECORD_HEADER_SIZE + MATCH_ID_SIZE..size)
+        .unwrap_or_default();
     Ok((RecordView { header, addresses }, size))
 }
 
@@ -611,6 +663,68 @@ mod tests {
     }
 
     #[test]
+    fn a_record_naming_its_stack_keeps_its_facts_up_to_the_last_nonzero_word_then_the_id() {
+        let process = SourceFacts::Process {
+            event: Lifecycle::Create,
+            process_id: 0,
+            parent_process_id: 4,
+        };
+        let exit = SourceFacts::Process {
+            event: Lifecycle::Exit,
+            process_id: 0,
+            parent_process_id: 0,
+        };
+        for (facts, size) in [
+            (SourceFacts::Timer, MIN_RECORD_SIZE),
+            (SourceFacts::Registry { notify_class: 0 }, 48),
+            (SourceFacts::Registry { notify_class: 7 }, 56),
+            (SourceFacts::OnDemand { tag: 9 }, 56),
+            (exit, 56),
+            (process, 72),
+        ] {
+            let header = RecordHeader {
+                flags: RecordFlags::STACK_BY_ID,
+                user_frame_count: 5,
+                ..sample_header(facts, &[0x1111])
+            };
+            assert_eq!(by_id_record_size(&facts), size, "{facts:?}");
+            let mut out = [0xFF_u8; 80];
+            assert_eq!(encode_record(&header, &[], &mut out), Ok(size));
+            assert_eq!(&out[0..2], &u16::try_from(size).unwrap().to_le_bytes());
+            assert_eq!(out[4], 0, "no frames");
+            assert_eq!(&out[36..40], &0xDEAD_BEEF_u32.to_le_bytes());
+            assert_eq!(&out[size - 8..size], &header.stack_id.to_le_bytes());
+            assert_eq!(out[size], 0xFF, "nothing written past the record");
+            let (view, used) = decode_record(&out).unwrap();
+            assert_eq!((view.header, used, view.frame_count()), (header, size, 0));
+        }
+        // The same facts with frames keep all three words.
+        let header = RecordHeader {
+            flags: RecordFlags::STACK_BY_ID,
+            ..sample_header(SourceFacts::Timer, &[0x1111])
+        };
+        let mut out = [0_u8; 80];
+        assert_eq!(encode_record(&header, &[0x1111], &mut out), Ok(80));
+    }
+
+    #[test]
+    fn an_abi_9_record_naming_its_stack_reads_the_same() {
+        // Until ABI 9 a record without frames kept its three fact words
+        // (saved captures hold such records): 72 bytes, the id at 64.
+        let mut old = [0_u8; 72];
+        old[0..2].copy_from_slice(&72_u16.to_le_bytes());
+        old[2] = Source::OnDemand as u8;
+        old[6..8].copy_from_slice(&RecordFlags::STACK_BY_ID.bits().to_le_bytes());
+        old[40..48].copy_from_slice(&9_u64.to_le_bytes());
+        old[64..72].copy_from_slice(&0x1234_u64.to_le_bytes());
+        let (view, size) = decode_record(&old).unwrap();
+        assert_eq!(size, 72);
+        assert_eq!(view.header.facts, SourceFacts::OnDemand { tag: 9 });
+        assert_eq!(view.header.stack_id, 0x1234);
+        assert_eq!(view.frame_count(), 0);
+    }
+
+    #[test]
     fn an_abi_7_record_reads_as_one_without_a_user_part() {
         // ABI 7's layout: frame_count u16 at 4, shard u16 at 34.
         let mut old = [0_u8; 80];
@@ -708,6 +822,33 @@ mod tests {
             Err(DecodeError::InvalidFacts {
                 source: Source::Timer
             })
+        );
+        // A record naming its stack without frames: 48 to 72 bytes, in
+        // steps of 8.
+        let mut by_id = [0_u8; 96];
+        let header = RecordHeader {
+            flags: RecordFlags::STACK_BY_ID,
+            ..header
+        };
+        assert_eq!(encode_record(&header, &[], &mut by_id), Ok(48));
+        for size in [40_u16, 52, 80] {
+            by_id[0..2].copy_from_slice(&size.to_le_bytes());
+            assert_eq!(
+                decode_record(&by_id),
+                Err(DecodeError::RecordSizeMismatch {
+                    size: size.into(),
+                    frame_count: 0
+                })
+            );
+        }
+        by_id[0..2].copy_from_slice(&56_u16.to_le_bytes());
+        by_id[40] = 1;
+        assert_eq!(
+            decode_record(&by_id),
+            Err(DecodeError::InvalidFacts {
+                source: Source::Timer
+            }),
+            "a kept word the source does not use"
         );
     }
 
@@ -831,8 +972,8 @@ mod tests {
             facts in any_facts(),
             frames in prop::collection::vec(any::<u64>(), 0..=MAX_FRAMES as usize),
             sequence: u64, timestamp: u64, process_id: u32, thread_id: u32, processor: u16,
-            shard in 0..MAX_SHARDS, irql: u8, truncated: bool, wow64: bool, os_hash: u32,
-            user_share in 0.0..=1.0_f64, user_part in 0..UserPart::COUNT,
+            shard in 0..MAX_SHARDS, irql: u8, truncated: bool, wow64: bool, by_id: bool,
+            os_hash: u32, user_share in 0.0..=1.0_f64, user_part in 0..UserPart::COUNT,
         ) {
             #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss,
                 reason = "a share of at most 62 frames")]
@@ -840,6 +981,9 @@ mod tests {
             let mut flags = if truncated { RecordFlags::TRUNCATED } else { RecordFlags::NONE };
             if wow64 {
                 flags = flags.union(RecordFlags::WOW64);
+            }
+            if by_id {
+                flags = flags.union(RecordFlags::STACK_BY_ID);
             }
             let header = RecordHeader {
                 sequence, timestamp, process_id, thread_id, processor, shard, irql, flags,
@@ -849,6 +993,9 @@ mod tests {
             let mut out = [0_u8; MAX_RECORD_SIZE];
             let size = encode_record(&header, &frames, &mut out).unwrap();
             prop_assert_eq!(size % 8, 0);
+            if by_id && frames.is_empty() {
+                prop_assert_eq!(size, by_id_record_size(&facts));
+            }
             let (view, used) = decode_record(&out[..size]).unwrap();
             prop_assert_eq!(used, size);
             prop_assert_eq!(view.header, header);

@@ -1,7 +1,8 @@
 //! Host benchmarks of the record ring (criterion): publishing a 32-frame
 //! record with one and two producers against a plain encode into a buffer;
 //! publishing through the stack table, an event of a known stack and of a
-//! new one, against a plain encode of a 72-byte event record; a whole
+//! new one, against a plain encode of the same event record (48 bytes: a
+//! timer event naming its stack); a whole
 //! capture (`DriverCore::capture`: the configuration read, the walk, the
 //! table and the publish) of an event with a known stack; and draining a
 //! full ring and decoding what it held.
@@ -31,8 +32,8 @@ use kstack_abi::{
     messages::encode_configure_request, ntstatus::STATUS_SUCCESS,
 };
 use kstack_abi::{
-    RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, encode_record, record_size,
-    record_timestamp, stack_id,
+    RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, by_id_record_size,
+    encode_record, record_size, record_timestamp, stack_id,
 };
 use kstack_driver_core::{
     Caller, CaptureOutcome, DriverCore, Platform, Shard, ShardedRing, SourceControl,
@@ -154,7 +155,9 @@ fn publish_records(
 /// `buffer`, one after the other: `publish_records` without the ring, into
 /// as much memory as a shard, so it meets the same cache misses.
 fn copy_records(buffer: &mut [u8], header: &RecordHeader, frames: &[u64], first: u64, count: u64) {
-    let bytes = record_size(u16::try_from(frames.len()).expect("at most 62 frames"));
+    // The size the record encodes to (a record naming its stack is shorter).
+    let bytes = encode_record(header, frames, &mut [0; kstack_abi::MAX_RECORD_SIZE])
+        .expect("at most 62 frames");
     let places = (buffer.len() / bytes) as u64;
     for sequence in first..first + count {
         let header = RecordHeader {
@@ -443,7 +446,7 @@ const TABLE_ROUND: u64 = 256;
 
 /// Publishes `count` events through the table as the capture path does
 /// (`DriverCore::publish`): the stack's lookup (a hit, or an insert), then
-/// a 72-byte record naming the entry. With `new_stacks`, each event's stack
+/// a 48-byte record naming the entry. With `new_stacks`, each event's stack
 /// differs from every other's (its first frame is the sequence), and its
 /// stack id is computed in the timed loop. Notes each record's entry in
 /// `slots` (capacity reserved by the caller) so the round can give the
@@ -475,7 +478,7 @@ fn publish_tabled(
         slots.push(slot);
         let published = shard.publish(
             Counted::Trace(Source::Timer, UserPart::Off),
-            record_size(0),
+            by_id_record_size(&header.facts),
             |sequence, room| {
                 let header = RecordHeader {
                     sequence,
@@ -496,7 +499,7 @@ fn publish_tabled(
 
 /// An event of a known stack (a table hit) and of a new stack (an insert,
 /// and from the second round on an eviction), each published through the
-/// table into the ring, beside the floor: the plain encode of a 72-byte
+/// table into the ring, beside the floor: the plain encode of that 48-byte
 /// event record into shard-sized memory, in the same group and run. Every
 /// round starts with an empty ring and every reference given back (untimed),
 /// and asserts that no event was carried inline or dropped.

@@ -14,7 +14,7 @@
 use kstack_abi::{
     Altitude, CaptureConfig, DriverImage, HostRoutine, MAX_FRAMES, MAX_PROCESS_IDS,
     PagingExecutive, ProcessFilter, RecordFlags, RecordHeader, Source, SourceFacts, SourceSet,
-    UserPart,
+    UserPart, by_id_record_size,
     config::admitted,
     encode_record,
     ntstatus::{NtStatus, STATUS_NOT_SUPPORTED},
@@ -444,7 +444,7 @@ fn by_id(header: &RecordHeader, slot: u32, out: &mut [u8]) -> usize {
         os_hash: slot,
         ..*header
     };
-    // Cannot fail: no frames, and callers pass `record_size(0)` bytes.
+    // Cannot fail: no frames, and callers pass `by_id_record_size` bytes.
     encode_record(&ring_form, &[], out).unwrap_or(0)
 }
 
@@ -734,7 +734,7 @@ impl<'a> DriverCore<'a> {
                 shard.table_counters(),
             );
             let size = match tabled {
-                Tabled::Slot(_) => record_size(0),
+                Tabled::Slot(_) => by_id_record_size(&facts),
                 Tabled::Inline => stack.record_size(),
             };
             let counted = Counted::Trace(facts.source(), stack.user_part);

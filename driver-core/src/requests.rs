@@ -645,6 +645,37 @@ mod tests {
     }
 
     #[test]
+    fn a_tabled_event_takes_only_its_facts_and_stack_id_in_the_ring() {
+        let core = crate::capture::tests::tabled_core(
+            ring_of_records(8, 1),
+            8,
+            PagingExecutive::NOT_SET,
+            all_registered(),
+        );
+        let timer = TimerLog::default();
+        enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+        let platform = FakePlatform::default();
+        let facts = SourceFacts::Registry { notify_class: 1 };
+        for _ in 0..3 {
+            core.capture(&platform, facts);
+        }
+        // The fake walk's 5 frames are in the table: every record names
+        // them with one fact word, 56 bytes, where 112 would carry them.
+        let now = status(&core);
+        assert_eq!((now.ring_used, now.ring_used_bytes), (3, 3 * 56));
+        assert_eq!(kstack_abi::by_id_record_size(&facts), 56);
+        let mut out = vec![0_u8; MIN_READ_BUFFER];
+        let (_, written) = request(&core, Ioctl::Read.code(), &[], &mut out, &timer);
+        let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
+        // The first this reader receives carries the frames.
+        assert_eq!(header.payload_bytes, 112 + 2 * 56);
+        let frames: Vec<usize> = records
+            .map(|entry| entry.unwrap().trace().unwrap().frame_count())
+            .collect();
+        assert_eq!(frames, [5, 0, 0]);
+    }
+
+    #[test]
     fn read_and_clear_cover_every_shard() {
         let core = registered_core(
             ring_of_records(16, 2),

@@ -1369,8 +1369,8 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
         }
         Ok(())
     };
-    // A timer record takes at least 72 bytes: 500 ms of 1 ms samples is
-    // more than twice what 16 KiB holds.
+    // A timer record takes at least 48 bytes (one naming its tabled
+    // stack): 500 ms of 1 ms samples is more than 16 KiB holds.
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         note(wine.client_ok(&["read", "--json"])?)?;

@@ -57,7 +57,8 @@ const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// ring's units (bytes, not records) and the status, not the record layout,
 /// so captures saved by the ABI 5 client read the same; ABI 7 added the
 /// `STACK_BY_ID` flag, which older captures never set; ABI 9 added module
-/// records, which older captures never hold.
+/// records, which older captures never hold; ABI 10 shortened records
+/// without frames, whose older 72-byte form reads the same.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
@@ -586,11 +587,18 @@ pub(crate) mod tests {
             .collect();
         let bytes = saved(&ModuleMap::default(), &records);
         assert_eq!(decoded(&bytes), Ok((ModuleMap::default(), records)));
-        // Two stacks stored once each: 100 records of 72 bytes, and the
-        // two stacks' frames.
+        // Two stacks stored once each: 100 timer records naming their
+        // stack (48 bytes: no fact words), the two holding the frames 24
+        // bytes more (their three fact words), and the frames.
+        let by_id = kstack_abi::by_id_record_size(&SourceFacts::Timer);
+        assert_eq!(by_id, 48);
         assert_eq!(
             bytes.len(),
-            HEADER_SIZE + 100 * kstack_abi::record_size(0) + 8 * (40 + 1) + TRAILER_SIZE
+            HEADER_SIZE
+                + 100 * by_id
+                + 2 * (kstack_abi::record_size(0) - by_id)
+                + 8 * (40 + 1)
+                + TRAILER_SIZE
         );
     }
 
@@ -652,7 +660,7 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 9"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 10"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(
