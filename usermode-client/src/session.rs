@@ -112,6 +112,8 @@ const MAX_READ_BUFFER: usize = 4 << 20;
 pub struct Reader {
     buffer: Vec<u8>,
     stacks: StackMemory,
+    /// A recycled batch's record memory, for the next read to fill.
+    spare: Vec<TraceRecord>,
 }
 
 /// What one read returned.
@@ -132,6 +134,7 @@ impl Default for Reader {
         Self {
             buffer: vec![0; 64 << 10],
             stacks: StackMemory::default(),
+            spare: Vec::new(),
         }
     }
 }
@@ -152,10 +155,12 @@ impl Reader {
         let malformed = |error| ClientError::from_reply(Ioctl::Read, error);
         let written = self.buffer.get(..reply.information).unwrap_or(&self.buffer);
         let (header, entries) = ReadHeader::decode(written).map_err(malformed)?;
-        // One allocation for the records, sized by the header's count but
-        // never past what the bytes received can hold.
-        let mut records = Vec::with_capacity(
-            (header.record_count as usize).min(written.len() / kstack_abi::record_size(0)),
+        // At most one allocation for the records (none when a recycled
+        // batch has room), sized by the header's count but never past
+        // what the bytes received can hold.
+        let mut records = std::mem::take(&mut self.spare);
+        records.reserve(
+            (header.record_count as usize).min(written.len() / kstack_abi::MIN_RECORD_SIZE),
         );
         let mut modules = Vec::new();
         for entry in entries {
@@ -180,6 +185,14 @@ impl Reader {
             more_pending: header.more_pending,
             dropped: header.dropped,
         })
+    }
+
+    /// Gives a batch's record memory back for the next read to fill: a
+    /// reader draining in a loop then allocates once, not once per read.
+    pub fn recycle(&mut self, batch: Batch) {
+        let mut records = batch.records;
+        records.clear();
+        self.spare = records;
     }
 
     fn grow(&mut self) {
@@ -302,7 +315,9 @@ pub fn follow(
         each(&batch)?;
         dropped_at_start.get_or_insert(batch.dropped);
         dropped = batch.dropped;
-        if !batch.more_pending {
+        let more_pending = batch.more_pending;
+        reader.recycle(batch);
+        if !more_pending {
             match how {
                 Follow::UntilDrained => break,
                 Follow::UntilStopped { interval, .. } => std::thread::sleep(interval),
@@ -565,6 +580,24 @@ pub(crate) mod tests {
         assert!(batch.more_pending);
         assert_eq!(batch.dropped, 2);
         assert_eq!(reader.buffer.len(), before * 2);
+    }
+
+    #[test]
+    fn a_recycled_batch_is_refilled_in_place_by_the_next_read() {
+        let mut driver = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: read_reply(&[1, 2], 2, false),
+            requests: vec![],
+        };
+        let mut reader = Reader::default();
+        let first = reader.read(&mut driver).unwrap();
+        let memory = first.records.as_ptr();
+        reader.recycle(first);
+        driver.bytes = read_reply(&[3], 1, false);
+        let second = reader.read(&mut driver).unwrap();
+        assert_eq!(second.records.as_ptr(), memory, "the same allocation");
+        let sequences: Vec<u64> = second.records.iter().map(|r| r.header.sequence).collect();
+        assert_eq!(sequences, [3], "nothing of the recycled batch left");
     }
 
     #[test]

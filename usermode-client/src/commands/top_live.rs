@@ -94,7 +94,9 @@ fn refresh_loop(
         loop {
             let batch = reader.read(device)?;
             screen.batch(&batch);
-            if !batch.more_pending {
+            let more_pending = batch.more_pending;
+            reader.recycle(batch);
+            if !more_pending {
                 break;
             }
         }

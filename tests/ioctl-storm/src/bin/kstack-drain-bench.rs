@@ -103,24 +103,11 @@ fn bench() -> Result<(), String> {
             );
         }
         let started = Instant::now();
-        let (mut drained, mut reads, mut frames) = (0_u64, 0_u64, 0_u64);
         let mut timed = Timed {
             inner: &mut device,
             spent: std::time::Duration::ZERO,
         };
-        loop {
-            let batch = reader.read(&mut timed).map_err(|error| error.to_string())?;
-            reads += 1;
-            drained += batch.records.len() as u64;
-            frames += batch
-                .records
-                .iter()
-                .map(|r| r.frames.len() as u64)
-                .sum::<u64>();
-            if !batch.more_pending {
-                break;
-            }
-        }
+        let (drained, reads, frames) = drain(&mut reader, &mut timed)?;
         let seconds = started.elapsed().as_secs_f64();
         let in_requests = timed.spent.as_secs_f64();
         if drained != records {
@@ -157,6 +144,31 @@ fn bench() -> Result<(), String> {
     );
     println!("result: {median:.0} {per_mib:.0}");
     Ok(())
+}
+
+/// Reads until nothing is pending; returns the records, reads and frames.
+#[cfg(windows)]
+fn drain(
+    reader: &mut kstack_client::session::Reader,
+    device: &mut impl kstack_client::transport::Transport,
+) -> Result<(u64, u64, u64), String> {
+    let (mut drained, mut reads, mut frames) = (0_u64, 0_u64, 0_u64);
+    loop {
+        let batch = reader.read(device).map_err(|error| error.to_string())?;
+        reads += 1;
+        drained += batch.records.len() as u64;
+        frames += batch
+            .records
+            .iter()
+            .map(|r| r.frames.len() as u64)
+            .sum::<u64>();
+        let more_pending = batch.more_pending;
+        // As `session::follow` does: the next read fills this memory.
+        reader.recycle(batch);
+        if !more_pending {
+            return Ok((drained, reads, frames));
+        }
+    }
 }
 
 #[cfg(not(windows))]
