@@ -310,7 +310,8 @@ pub fn encode_record(
     let words = header.facts.to_words();
     let (size, kept_words) = if frame_count == 0 && header.flags.contains(RecordFlags::STACK_BY_ID)
     {
-        (by_id_record_size(&header.facts), kept_fact_words(&words))
+        let kept = kept_fact_words(&words);
+        (MIN_RECORD_SIZE + 8 * kept, kept)
     } else {
         (record_size(frame_count.into()), FACT_WORDS)
     };

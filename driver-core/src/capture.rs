@@ -428,6 +428,14 @@ impl Stack {
 
     /// Encodes `header` and the frames into `out`, at least
     /// [`Stack::record_size`] bytes; returns the record's size.
+    ///
+    /// Inlined into the publish section: a frame of its own there adds to
+    /// the capture path's deepest stack (`docs/kernel-stack.md`).
+    #[expect(
+        clippy::inline_always,
+        reason = "the kernel stack bound; the optimizer stopped inlining it"
+    )]
+    #[inline(always)]
     pub(crate) fn encode(&self, header: &RecordHeader, out: &mut [u8]) -> usize {
         // Cannot fail: at most MAX_FRAMES frames, and callers pass at least
         // the record's size.
