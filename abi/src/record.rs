@@ -134,7 +134,8 @@ impl RecordFlags {
     /// (the on-demand source was disabled); its sequence is 0.
     pub const NOT_IN_RING: Self = Self(2);
     /// The record's stack is the stack table's entry for its `match_id`
-    /// (the stack id). With frames, the record carries the entry's frames:
+    /// (the stack id). Without frames the record is shorter (ABI 10: see
+    /// the layout above). With frames, the record carries the entry's frames:
     /// a reader remembers them for that id, replacing what it remembered
     /// (the table may have rewritten the entry). Without frames
     /// (`frame_count` 0), its stack is the one the reader remembers for
