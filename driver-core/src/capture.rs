@@ -1121,6 +1121,44 @@ pub(crate) mod tests {
         (header, frames, core.ring.user_parts(facts.source()))
     }
 
+    /// Issue 14's events-per-MiB measure on the host model, for what the
+    /// issue names as the workload (a busy registry callback with a few
+    /// stacks) under the default configuration, which keeps up to 30 user
+    /// frames: 100 events of one stack of 16 kernel and 30 user frames
+    /// take at least 5 times less ring with the table on than off. (Under
+    /// Wine, which has no user walk, the drain bench's 16-frame stacks
+    /// gain 3.57x: `docs/performance.md`.)
+    #[test]
+    fn a_repeated_registry_stack_with_its_user_part_takes_a_fifth_of_the_ring_tabled() {
+        let facts = SourceFacts::Registry { notify_class: 1 };
+        let ring_bytes = |entries| {
+            let core = tabled_core(
+                leaked_ring(64 * 1024 / crate::ring::WORD_SIZE, 1),
+                entries,
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            core.set_routine(Routine::UserWalk, HostRoutine::Available);
+            enable(&core, SourceSet::EMPTY.with(Source::Registry));
+            let platform = FakePlatform {
+                stack_depth: 16,
+                ..FakePlatform::default()
+            };
+            platform.user_depth.set(Some(30));
+            for _ in 0..100 {
+                assert!(matches!(
+                    core.capture(&platform, facts),
+                    CaptureOutcome::Published(_)
+                ));
+            }
+            core.ring.bytes_used()
+        };
+        let (off, on) = (ring_bytes(0), ring_bytes(8));
+        assert_eq!(off, 100 * record_size(46), "72 + 8 x 46 = 440 bytes each");
+        assert_eq!(on, 100 * 56, "the header, one fact word and the stack id");
+        assert!(off >= 5 * on, "{off} bytes off, {on} on");
+    }
+
     #[test]
     fn every_record_says_what_became_of_its_user_part_and_is_counted_once() {
         let all = CaptureConfig {
