@@ -156,12 +156,9 @@ impl Reader {
         let written = self.buffer.get(..reply.information).unwrap_or(&self.buffer);
         let (header, entries) = ReadHeader::decode(written).map_err(malformed)?;
         // At most one allocation for the records (none when a recycled
-        // batch has room), sized by the header's count but never past
-        // what the bytes received can hold.
+        // batch has room).
         let mut records = std::mem::take(&mut self.spare);
-        records.reserve(
-            (header.record_count as usize).min(written.len() / kstack_abi::MIN_RECORD_SIZE),
-        );
+        records.reserve(records_room(header.record_count, written.len()));
         let mut modules = Vec::new();
         for entry in entries {
             match entry.map_err(malformed)? {
@@ -199,6 +196,12 @@ impl Reader {
         let size = (self.buffer.len() * 2).clamp(MIN_READ_BUFFER, MAX_READ_BUFFER);
         self.buffer.resize(size, 0);
     }
+}
+
+/// Room for the records of a reply of `bytes` whose header declares
+/// `declared`: never more than the bytes can hold, whatever the count says.
+fn records_room(declared: u32, bytes: usize) -> usize {
+    (declared as usize).min(bytes / kstack_abi::MIN_RECORD_SIZE)
 }
 
 /// Accounts for sequence numbers across reads, per ring shard (each shard
@@ -586,18 +589,30 @@ pub(crate) mod tests {
     fn a_recycled_batch_is_refilled_in_place_by_the_next_read() {
         let mut driver = Scripted {
             status: STATUS_SUCCESS,
-            bytes: read_reply(&[1, 2], 2, false),
+            bytes: read_reply(&(1..=10).collect::<Vec<_>>(), 10, false),
             requests: vec![],
         };
         let mut reader = Reader::default();
         let first = reader.read(&mut driver).unwrap();
-        let memory = first.records.as_ptr();
+        let (memory, room) = (first.records.as_ptr(), first.records.capacity());
         reader.recycle(first);
         driver.bytes = read_reply(&[3], 1, false);
         let second = reader.read(&mut driver).unwrap();
-        assert_eq!(second.records.as_ptr(), memory, "the same allocation");
+        assert_eq!(
+            (second.records.as_ptr(), second.records.capacity()),
+            (memory, room),
+            "the same allocation"
+        );
         let sequences: Vec<u64> = second.records.iter().map(|r| r.header.sequence).collect();
         assert_eq!(sequences, [3], "nothing of the recycled batch left");
+    }
+
+    #[test]
+    fn a_declared_count_reserves_no_more_than_the_bytes_hold() {
+        let smallest = kstack_abi::MIN_RECORD_SIZE;
+        assert_eq!(records_room(3, 100 * smallest), 3);
+        assert_eq!(records_room(u32::MAX, 100 * smallest + smallest - 1), 100);
+        assert_eq!(records_room(u32::MAX, 0), 0);
     }
 
     #[test]
