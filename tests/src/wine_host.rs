@@ -204,11 +204,25 @@ impl WineHost {
     /// # Errors
     /// When sc fails.
     pub fn create_service_in(&self, group: Option<&str>) -> WineResult<()> {
-        let mut args = vec!["create", SERVICE, "type=", "kernel", "start=", "demand"];
+        self.create_kernel_service(SERVICE, DRIVER_WINDOWS_PATH, group)
+    }
+
+    /// `sc create NAME type= kernel start= demand [group= GROUP] binPath=
+    /// BINARY`: a demand-start kernel driver service.
+    ///
+    /// # Errors
+    /// When sc fails.
+    pub fn create_kernel_service(
+        &self,
+        name: &str,
+        binary: &str,
+        group: Option<&str>,
+    ) -> WineResult<()> {
+        let mut args = vec!["create", name, "type=", "kernel", "start=", "demand"];
         if let Some(group) = group {
             args.extend(["group=", group]);
         }
-        args.extend(["binPath=", DRIVER_WINDOWS_PATH]);
+        args.extend(["binPath=", binary]);
         self.sc(&args).map(drop)
     }
 

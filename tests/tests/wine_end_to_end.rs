@@ -1545,18 +1545,7 @@ fn probe_load_case(wine: &WineHost, probe: &Path) -> WineResult<()> {
         r"C:\windows\system32\drivers\{}",
         kstack_tests::wine_host::PROBE_DRIVER
     );
-    wine.sc(&[
-        "create",
-        PROBE_SERVICE,
-        "type=",
-        "kernel",
-        "start=",
-        "demand",
-        "group=",
-        SHARED_GROUP,
-        "binPath=",
-        &binary,
-    ])?;
+    wine.create_kernel_service(PROBE_SERVICE, &binary, Some(SHARED_GROUP))?;
     let started = wine.sc(&["start", PROBE_SERVICE]);
     let saved = wine.client(&["save", "--force", "probe.kstack"]);
     let _ = wine.sc(&["stop", PROBE_SERVICE]);

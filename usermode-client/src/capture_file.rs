@@ -414,7 +414,11 @@ impl<'a> CaptureView<'a> {
 fn note_module_records(records: &[u8], processes: &mut ProcessModules) {
     // Trace records are skipped by their size alone: `records` decodes them.
     let mut rest = records;
-    while let Some(size) = Some(record_size_field(rest)).filter(|&size| size > 0) {
+    loop {
+        let size = record_size_field(rest);
+        if size == 0 {
+            break;
+        }
         if is_module_record(rest) {
             let Ok((record, _)) = decode_module_record(rest) else {
                 break;
