@@ -14,9 +14,19 @@
 //!   key, not per value, and the kernel moves its boot time when the clock
 //!   is set; so the key's write time must be earlier than both the boot time
 //!   now reported and the boot time before any clock change (`BootTime` and
-//!   `BootTime - BootTimeBias` of `SystemTimeOfDayInformation`). Anything
-//!   that writes to the key after boot (Windows itself can, during boot)
-//!   makes the driver unable to tell, and it then says not in effect; or
+//!   `BootTime - BootTimeBias` of `SystemTimeOfDayInformation`). Windows
+//!   writes values under that key at every boot (the page-file values),
+//!   but a write of data identical to what is stored leaves the key's
+//!   write time alone, so on a machine whose settings did not change the
+//!   time stays before the boot. A write of new data after boot, Windows'
+//!   own included (a changed page-file configuration, or its
+//!   `TempPageFile` value set or cleared, moves the time for that one
+//!   boot), makes the driver unable to tell, and it then says not in
+//!   effect. "Shut down" with Fast Startup on is no boot: the next start
+//!   resumes the kernel session that was running, with its paging
+//!   settings and its boot time, so a value set before it is still
+//!   written since boot; only a restart (or a shutdown with Fast Startup
+//!   off, `shutdown /s /full`) applies it; or
 //! - the service's `Parameters\AssumePagingExecutiveInEffect` is the DWORD 1
 //!   ([`PagingInEffect::AssumedByOverride`]): an explicit statement by the
 //!   person who rebooted the test machine with the value set, for the case
