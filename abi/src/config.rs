@@ -17,10 +17,39 @@ use crate::{
 pub const DEFAULT_FRAMES_TO_SKIP: u16 = 0;
 /// Default `frames_to_capture`.
 pub const DEFAULT_FRAMES_TO_CAPTURE: u16 = 32;
-/// Default `user_frames` of every source that runs in the thread that
-/// caused its event (all but the timer): with [`DEFAULT_FRAMES_TO_CAPTURE`]
-/// kernel frames, a whole record of [`MAX_FRAMES`].
+/// Default `user_frames` of the sources that walk the user stack unless
+/// told not to (see [`default_user_frames`]): with
+/// [`DEFAULT_FRAMES_TO_CAPTURE`] kernel frames, a whole record of
+/// [`MAX_FRAMES`].
 pub const DEFAULT_USER_FRAMES: u8 = 30;
+
+/// A source's `user_frames` in [`CaptureConfig::default`].
+///
+/// [`DEFAULT_USER_FRAMES`] for the registry and on-demand sources; 0 (off,
+/// opt-in) for the others:
+/// - process, thread, image-load and object-handle callbacks: Microsoft's
+///   rules for `PsSetCreateProcessNotifyRoutineEx`,
+///   `PsSetCreateThreadNotifyRoutine`, `PsSetLoadImageNotifyRoutine` and
+///   `ObRegisterCallbacks` forbid blocking in them, and a user walk blocks
+///   whenever a user page it reads is not resident (a hard fault waits for
+///   the disk). A blocked callback also holds up whoever waits for it:
+///   removing the notify routine, and so unloading the driver, waits for
+///   every callback still running. A user who wants these stacks anyway
+///   sets `user_frames` for the source (`kstack config --user-frames
+///   image=30`), knowing the callback may wait on paging I/O.
+/// - the timer: its DPC runs at `DISPATCH_LEVEL` on whatever thread it
+///   interrupted; it must be 0 ([`CaptureConfig::validate`]).
+#[must_use]
+pub const fn default_user_frames(source: Source) -> u8 {
+    match source {
+        Source::Registry | Source::OnDemand => DEFAULT_USER_FRAMES,
+        Source::Process
+        | Source::Thread
+        | Source::ImageLoad
+        | Source::ObjectHandle
+        | Source::Timer => 0,
+    }
+}
 /// Default timer period: 10 ms, about 100 samples a second per enabled timer.
 pub const DEFAULT_TIMER_PERIOD_MS: u32 = 10;
 /// Timer period bounds, in milliseconds.
@@ -213,10 +242,7 @@ impl Default for CaptureConfig {
             processes: ProcessFilter::ALL,
             sample_every: [1; Source::COUNT],
             timer_period_ms: DEFAULT_TIMER_PERIOD_MS,
-            user_frames: Source::ALL.map(|source| match source {
-                Source::Timer => 0,
-                _ => DEFAULT_USER_FRAMES,
-            }),
+            user_frames: Source::ALL.map(default_user_frames),
         }
     }
 }
@@ -540,13 +566,19 @@ mod tests {
             "timer walks 1 user frames; it must be 0 to 62 (0 for timer)"
         );
         let defaults = CaptureConfig::default();
-        assert_eq!(defaults.user_frames(Source::Timer), 0);
+        let walking_by_default: Vec<_> = Source::ALL
+            .into_iter()
+            .filter(|&source| defaults.user_frames(source) == DEFAULT_USER_FRAMES)
+            .collect();
+        assert_eq!(walking_by_default, [Source::Registry, Source::OnDemand]);
         assert!(
             Source::ALL
                 .into_iter()
-                .filter(|&source| source != Source::Timer)
-                .all(|source| defaults.user_frames(source) == DEFAULT_USER_FRAMES)
+                .filter(|source| !walking_by_default.contains(source))
+                .all(|source| defaults.user_frames(source) == 0),
+            "Ps and Ob callbacks and the timer walk no user frames by default"
         );
+        assert_eq!(defaults.validate(), Ok(()));
         assert_eq!(
             DEFAULT_FRAMES_TO_CAPTURE + u16::from(DEFAULT_USER_FRAMES),
             MAX_FRAMES,

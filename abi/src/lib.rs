@@ -53,7 +53,7 @@ use crate::ntstatus::{
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 10;
+pub const ABI_VERSION: u32 = 11;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (

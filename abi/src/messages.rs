@@ -227,7 +227,7 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
     }
 }
 
-/// One source's part of the status response. Layout (136 bytes):
+/// One source's part of the status response. Layout (144 bytes):
 /// `registration` i32, state u32 (bit 0: available), then the counters
 /// `captured`, `skipped_irql`, `skipped_stack`, `filtered`, `not_kept`,
 /// `sampled_out`, then `user_parts` in [`UserPart::ALL`] order, u64 each.
@@ -787,7 +787,7 @@ mod tests {
             filtered: 0,
             not_kept: 0,
             sampled_out: 0,
-            user_parts: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+            user_parts: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
         }; Source::COUNT];
         sources[Source::Registry.index()] = SourceStatus {
             registration: STATUS_NOT_SUPPORTED,
@@ -871,7 +871,7 @@ mod tests {
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
         assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
-        assert_eq!(STATUS_RESPONSE_SIZE, 1280);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1336);
         assert_eq!(READ_HEADER_SIZE, 24);
     }
 
@@ -935,7 +935,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 1280);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1336);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -950,7 +950,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &1280_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &1336_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

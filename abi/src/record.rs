@@ -823,10 +823,10 @@ mod tests {
             })
         );
         let mut bad = good;
-        bad[35] = 10;
+        bad[35] = 11;
         assert_eq!(
             decode_record(&bad),
-            Err(DecodeError::UnknownUserPart { value: 10 })
+            Err(DecodeError::UnknownUserPart { value: 11 })
         );
         let mut bad = good;
         bad[34] = 64;

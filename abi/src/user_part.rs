@@ -44,11 +44,17 @@ pub enum UserPart {
     /// Not walked: more threads were walking at once than the driver's
     /// re-entry guard tracks.
     GuardFull = 9,
+    /// Not walked: the kernel could not give the walk a stack of its own
+    /// (`KeExpandKernelStackAndCalloutEx` failed, which it does, without
+    /// waiting, when no stack segment is free). The user walk never runs on
+    /// the callback's stack: a page fault or an exception dispatched under
+    /// it can take more than a callback has left (ABI 11).
+    NoStack = 10,
 }
 
 impl UserPart {
     /// How many outcomes there are.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
     /// Every outcome, in wire order.
     pub const ALL: [Self; Self::COUNT] = [
         Self::Off,
@@ -61,6 +67,7 @@ impl UserPart {
         Self::Attached,
         Self::Unavailable,
         Self::GuardFull,
+        Self::NoStack,
     ];
 
     /// The outcome with this wire value.
@@ -93,6 +100,7 @@ impl UserPart {
             Self::Attached => "attached",
             Self::Unavailable => "unavailable",
             Self::GuardFull => "guard_full",
+            Self::NoStack => "no_stack",
         }
     }
 }
@@ -107,7 +115,7 @@ mod tests {
             assert_eq!(part.index(), index);
             assert_eq!(UserPart::from_wire(part as u8), Some(part));
         }
-        assert_eq!(UserPart::from_wire(10), None);
+        assert_eq!(UserPart::from_wire(11), None);
         let names: std::collections::BTreeSet<_> =
             UserPart::ALL.into_iter().map(UserPart::name).collect();
         assert_eq!(names.len(), UserPart::COUNT);

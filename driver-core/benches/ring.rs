@@ -37,7 +37,7 @@ use kstack_abi::{
 };
 use kstack_driver_core::{
     Caller, CaptureOutcome, DriverCore, Platform, Shard, ShardedRing, SourceControl,
-    SourceRegistration, StackEntry, StackTable, UserThread, Word,
+    SourceRegistration, StackEntry, StackTable, UserThread, UserWalkFailure, Word,
     sharded_ring::{Counted, ring_words, shards_over},
     stack_table::Tabled,
 };
@@ -603,8 +603,8 @@ impl Platform for BenchPlatform {
         UserThread::default()
     }
 
-    fn walk_user_stack(&self, _frames: &mut [u64]) -> Option<usize> {
-        None
+    fn walk_user_stack(&self, _frames: &mut [u64]) -> Result<usize, UserWalkFailure> {
+        Err(UserWalkFailure::Faulted)
     }
 }
 

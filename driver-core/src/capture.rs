@@ -22,6 +22,7 @@ use kstack_abi::{
 };
 
 use crate::{
+    kernel_stack::MIN_REMAINING_STACK,
     paging_policy::{DISPATCH_LEVEL, WalkDecision, walk_decision},
     ring::Full,
     sharded_ring::{Counted, ShardedRing, Uncaptured},
@@ -59,12 +60,27 @@ pub trait Platform {
     /// ([`HostRoutine::Available`]).
     fn user_thread(&self) -> UserThread;
     /// `RtlWalkFrameChain(frames, frames.len(), RTL_WALK_USER_MODE_STACK)`
-    /// inside the driver's exception scope: the user frames written, or
-    /// `None` when the walk raised an exception. Called only below
-    /// `DISPATCH_LEVEL`, on a thread [`Platform::user_thread`] found to be
-    /// neither a system thread nor attached, and only when the driver can
-    /// walk user stacks.
-    fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize>;
+    /// on a stack of its own of at least
+    /// [`USER_WALK_STACK`](crate::kernel_stack::USER_WALK_STACK) bytes,
+    /// inside the driver's exception scope: the user frames written.
+    /// Called only below `DISPATCH_LEVEL`, on a thread
+    /// [`Platform::user_thread`] found to be neither a system thread nor
+    /// attached, and only when the driver can walk user stacks.
+    ///
+    /// # Errors
+    /// Why no frames came back: the walk raised an exception, or no stack
+    /// could be had for it.
+    fn walk_user_stack(&self, frames: &mut [u64]) -> Result<usize, UserWalkFailure>;
+}
+
+/// Why a user walk gave no frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserWalkFailure {
+    /// The walk raised an exception; the driver's exception scope caught it.
+    Faulted,
+    /// The kernel could not give the walk a stack of its own; nothing was
+    /// walked.
+    NoStack,
 }
 
 /// The kernel routines the driver uses only where the host implements them
@@ -92,20 +108,6 @@ pub struct UserThread {
     /// Its process is a 32-bit (WoW64) process.
     pub wow64: bool,
 }
-
-/// The least kernel stack a capture needs left before it walks, in bytes.
-///
-/// Why this much: kstack's own frames on the deepest capture path add up to
-/// about 1.5 KiB from a callback (the source callback, `DriverCore::capture`
-/// with the walked frames, then the publish section), and about 3 KiB from
-/// a capture-now request (the dispatch routine's frame is the largest);
-/// `docs/kernel-stack.md` has the figures, read from the release image.
-/// `RtlCaptureStackBackTrace` then unwinds with a `CONTEXT` record (1,232
-/// bytes) and its own frames, which cannot be measured here (Windows only).
-/// 8 KiB of the 24 KiB x64 kernel stack covers both with room for an
-/// interrupt arriving during the walk; below it the event is skipped and
-/// counted (`skipped_stack`), never walked.
-pub const MIN_REMAINING_STACK: usize = 8 * 1024;
 
 /// Why a capture did not walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -702,8 +704,10 @@ impl<'a> DriverCore<'a> {
             Err(Refused::Full) => return UserPart::GuardFull,
         };
         let user = &mut stack.frames[stack.count..stack.count + room];
-        let Some(count) = platform.walk_user_stack(user) else {
-            return UserPart::Faulted;
+        let count = match platform.walk_user_stack(user) {
+            Ok(count) => count,
+            Err(UserWalkFailure::Faulted) => return UserPart::Faulted,
+            Err(UserWalkFailure::NoStack) => return UserPart::NoStack,
         };
         let count = count.min(room);
         stack.count += count;
@@ -840,8 +844,8 @@ pub(crate) mod tests {
         pub stamps_in_section: Cell<u32>,
         pub user_thread: Cell<UserThread>,
         /// User frames the user walk finds (`0x7FF0_0000_1000`, ...), or
-        /// `None`: the walk faults.
-        pub user_depth: Cell<Option<usize>>,
+        /// why it finds none.
+        pub user_depth: Cell<Result<usize, UserWalkFailure>>,
         pub user_walks: Cell<u32>,
     }
 
@@ -861,7 +865,7 @@ pub(crate) mod tests {
                 walks_in_section: Cell::new(0),
                 stamps_in_section: Cell::new(0),
                 user_thread: Cell::new(UserThread::default()),
-                user_depth: Cell::new(Some(3)),
+                user_depth: Cell::new(Ok(3)),
                 user_walks: Cell::new(0),
             }
         }
@@ -926,7 +930,7 @@ pub(crate) mod tests {
             self.user_thread.get()
         }
 
-        fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize> {
+        fn walk_user_stack(&self, frames: &mut [u64]) -> Result<usize, UserWalkFailure> {
             let thread = self.user_thread.get();
             assert!(self.irql.get() < 2 && !thread.system && !thread.attached);
             self.user_walks.set(self.user_walks.get() + 1);
@@ -934,7 +938,7 @@ pub(crate) mod tests {
             for (index, frame) in frames[..count].iter_mut().enumerate() {
                 *frame = 0x7FF0_0000_1000 * (index as u64 + 1);
             }
-            Some(count)
+            Ok(count)
         }
     }
 
@@ -1144,7 +1148,7 @@ pub(crate) mod tests {
                 stack_depth: 16,
                 ..FakePlatform::default()
             };
-            platform.user_depth.set(Some(30));
+            platform.user_depth.set(Ok(30));
             for _ in 0..100 {
                 assert!(matches!(
                     core.capture(&platform, facts),
@@ -1182,17 +1186,18 @@ pub(crate) mod tests {
         // (why, walk, config, irql, thread, user depth, expected part, user frames, wow64)
         #[rustfmt::skip]
         let cases = [
-            ("off", HostRoutine::Available, no_user_frames, 0, thread(false, false, false), Some(3), UserPart::Off, 0, false),
-            ("no routine", HostRoutine::NotExported, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
-            ("host stub", HostRoutine::HostStub, all, 0, thread(false, false, false), Some(3), UserPart::Unavailable, 0, false),
-            ("dispatch", HostRoutine::Available, all, 2, thread(false, false, false), Some(3), UserPart::Irql, 0, false),
-            ("system", HostRoutine::Available, all, 0, thread(true, false, true), Some(3), UserPart::SystemThread, 0, false),
-            ("attached", HostRoutine::Available, all, 0, thread(false, true, true), Some(3), UserPart::Attached, 0, false),
-            ("captured", HostRoutine::Available, all, 0, thread(false, false, false), Some(3), UserPart::Captured, 3, false),
-            ("apc level", HostRoutine::Available, all, 1, thread(false, false, true), Some(3), UserPart::Captured, 3, true),
-            ("faulted", HostRoutine::Available, all, 0, thread(false, false, true), None, UserPart::Faulted, 0, true),
-            ("capped", HostRoutine::Available, all, 0, thread(false, false, false), Some(40), UserPart::Truncated, 30, false),
-            ("no room", HostRoutine::Available, deep_kernel, 0, thread(false, false, false), Some(3), UserPart::Truncated, 0, false),
+            ("off", HostRoutine::Available, no_user_frames, 0, thread(false, false, false), Ok(3), UserPart::Off, 0, false),
+            ("no routine", HostRoutine::NotExported, all, 0, thread(false, false, false), Ok(3), UserPart::Unavailable, 0, false),
+            ("host stub", HostRoutine::HostStub, all, 0, thread(false, false, false), Ok(3), UserPart::Unavailable, 0, false),
+            ("dispatch", HostRoutine::Available, all, 2, thread(false, false, false), Ok(3), UserPart::Irql, 0, false),
+            ("system", HostRoutine::Available, all, 0, thread(true, false, true), Ok(3), UserPart::SystemThread, 0, false),
+            ("attached", HostRoutine::Available, all, 0, thread(false, true, true), Ok(3), UserPart::Attached, 0, false),
+            ("captured", HostRoutine::Available, all, 0, thread(false, false, false), Ok(3), UserPart::Captured, 3, false),
+            ("apc level", HostRoutine::Available, all, 1, thread(false, false, true), Ok(3), UserPart::Captured, 3, true),
+            ("faulted", HostRoutine::Available, all, 0, thread(false, false, true), Err(UserWalkFailure::Faulted), UserPart::Faulted, 0, true),
+            ("no stack", HostRoutine::Available, all, 0, thread(false, false, false), Err(UserWalkFailure::NoStack), UserPart::NoStack, 0, false),
+            ("capped", HostRoutine::Available, all, 0, thread(false, false, false), Ok(40), UserPart::Truncated, 30, false),
+            ("no room", HostRoutine::Available, deep_kernel, 0, thread(false, false, false), Ok(3), UserPart::Truncated, 0, false),
         ];
         for (why, walk, config, irql, user_thread, depth, part, user_frames, wow64) in cases {
             let platform = FakePlatform {
@@ -1227,10 +1232,11 @@ pub(crate) mod tests {
             let mut expected = [0; UserPart::COUNT];
             expected[part.index()] = 1;
             assert_eq!(counted, expected, "{why}");
-            let walked = matches!(
-                part,
-                UserPart::Captured | UserPart::Truncated | UserPart::Faulted
-            ) && user_frames + usize::from(part == UserPart::Faulted) > 0;
+            let walked = match part {
+                UserPart::Faulted | UserPart::NoStack => true,
+                UserPart::Captured | UserPart::Truncated => user_frames > 0,
+                _ => false,
+            };
             assert_eq!(platform.user_walks.get() == 1, walked, "{why}");
         }
     }
@@ -1247,15 +1253,11 @@ pub(crate) mod tests {
         let platform = FakePlatform::default();
         // The fake platform's thread (id 200) in the middle of a user walk,
         // as when paging its stack in reaches a callback.
-        let image = SourceFacts::ImageLoad {
-            image_base: 1,
-            image_size: 2,
-            process_id: 4,
-        };
+        let registry = SourceFacts::Registry { notify_class: 1 };
         let walking = core.user_walkers.enter(200).unwrap();
-        core.capture(&platform, image);
+        core.capture(&platform, registry);
         drop(walking);
-        core.capture(&platform, image);
+        core.capture(&platform, registry);
         let parts: Vec<_> = drain_all(&core)
             .iter()
             .map(|(header, _)| header.user_part)
@@ -1267,7 +1269,7 @@ pub(crate) mod tests {
             0,
             "a walk leaves no mark behind"
         );
-        let counted = core.ring.user_parts(Source::ImageLoad);
+        let counted = core.ring.user_parts(Source::Registry);
         assert_eq!(
             (
                 counted[UserPart::Reentered.index()],

@@ -8,6 +8,8 @@
 //! - [`paging_policy`]: when a stack walk is allowed.
 //! - [`stack_table`]: each distinct stack kept once, named by records.
 //! - [`capture`]: from a callback's facts to a record in the ring.
+//! - [`kernel_stack`]: how much kernel stack a capture needs, and the user
+//!   walk's own stack.
 //! - [`user_walk_guard`]: which threads are walking their user stack.
 //! - [`module_records`]: image loads and process exits into the ring.
 //! - [`requests`]: serving the IOCTLs, every input validated by kstack-abi.
@@ -19,6 +21,7 @@
 #![cfg_attr(not(any(test, feature = "test-support")), no_std)]
 
 pub mod capture;
+pub mod kernel_stack;
 pub mod module_records;
 pub mod paging_policy;
 pub mod requests;
@@ -31,7 +34,9 @@ mod sync;
 pub mod test_support;
 pub mod user_walk_guard;
 
-pub use capture::{CaptureOutcome, DriverCore, Platform, Routine, SourceRegistration, UserThread};
+pub use capture::{
+    CaptureOutcome, DriverCore, Platform, Routine, SourceRegistration, UserThread, UserWalkFailure,
+};
 pub use module_records::ModuleFacts;
 pub use requests::{Caller, SourceControl};
 pub use ring::{RecordRing, Word};

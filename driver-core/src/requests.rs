@@ -775,7 +775,7 @@ mod tests {
         let platform = FakePlatform::default();
         platform
             .remaining_stack
-            .set(crate::capture::MIN_REMAINING_STACK - 8);
+            .set(crate::kernel_stack::MIN_REMAINING_STACK - 8);
         let input = encode_capture_now_request(3);
         let mut out = [0_u8; MAX_RECORD_SIZE];
         let admitted = DriverCore::admit(Ioctl::CaptureNow.code(), input.len(), out.len()).unwrap();
@@ -1047,7 +1047,7 @@ mod tests {
         }
 
         fn remaining_stack(&self) -> usize {
-            crate::capture::MIN_REMAINING_STACK
+            crate::kernel_stack::MIN_REMAINING_STACK
         }
 
         fn walk_stack(&self, _frames_to_skip: u32, frames: &mut [u64]) -> (usize, u32) {
@@ -1060,8 +1060,8 @@ mod tests {
             crate::UserThread::default()
         }
 
-        fn walk_user_stack(&self, _frames: &mut [u64]) -> Option<usize> {
-            Some(0)
+        fn walk_user_stack(&self, _frames: &mut [u64]) -> Result<usize, crate::UserWalkFailure> {
+            Ok(0)
         }
     }
 

@@ -17,10 +17,16 @@
 //! What this does not cover, as `__try` does not: a kernel-mode access to
 //! an invalid *kernel* address is a bug check, not an exception.
 //!
+//! The user walk runs the scope on a kernel stack of its own
+//! ([`guarded_walk_on_own_stack`]), so the exception's dispatch and the
+//! unwind to the scope use that stack, not the callback's.
+//!
 //! Verified under Wine (its ntoskrnl's `__C_specific_handler` forwards to
-//! ntdll's): the test build's [`FAULT_PROBE_CODE`] request reads through an
-//! unmapped pointer inside the scope and gets [`FAULTED`] back, and reads a
-//! mapped one and gets its value (`tests/tests/wine_end_to_end.rs`);
+//! ntdll's): the test build's [`FAULT_PROBE_CODE`] request reads, on its own
+//! stack like the user walk, through an unmapped pointer inside the scope
+//! and gets [`FAULTED`] back, and reads a mapped one and gets its value
+//! (`tests/tests/wine_end_to_end.rs`; Wine's
+//! `KeExpandKernelStackAndCalloutEx` calls the work on the same stack);
 //! `tests/tests/driver_image.rs` checks the release image carries the
 //! handler and the scope. On Windows only the runbook's user-frame steps
 //! exercise it.
@@ -28,6 +34,10 @@
 //! [`FAULT_PROBE_CODE`]: kstack_abi::ioctl::FAULT_PROBE_CODE
 
 use core::ffi::c_void;
+
+use kstack_driver_core::{UserWalkFailure, kernel_stack::USER_WALK_STACK};
+
+use crate::stack_expansion;
 
 /// What [`guarded_walk`] returns when the routine raised an exception.
 pub const FAULTED: u64 = u64::MAX;
@@ -112,6 +122,35 @@ pub unsafe fn guarded_walk(
     } else {
         u32::try_from(result).ok()
     }
+}
+
+/// [`guarded_walk`] on a kernel stack of its own of at least
+/// [`USER_WALK_STACK`] bytes ([`stack_expansion`]): a page fault taken or
+/// an exception dispatched under the walk uses that stack, not what the
+/// caller has left. The scope is inside, so no exception crosses the
+/// switch back.
+///
+/// # Errors
+/// [`UserWalkFailure::Faulted`] when the walk raised an exception,
+/// [`UserWalkFailure::NoStack`] when the kernel had no stack for it (then
+/// nothing was walked).
+///
+/// # Safety
+/// As [`guarded_walk`].
+///
+/// Max IRQL: as [`guarded_walk`].
+pub unsafe fn guarded_walk_on_own_stack(
+    walk: FrameWalk,
+    buffer: *mut *mut c_void,
+    count: u32,
+    flags: u32,
+) -> Result<u32, UserWalkFailure> {
+    stack_expansion::run_with_stack(USER_WALK_STACK, || {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { guarded_walk(walk, buffer, count, flags) }
+    })
+    .map_err(|_| UserWalkFailure::NoStack)?
+    .ok_or(UserWalkFailure::Faulted)
 }
 
 /// Test builds only: a [`FrameWalk`]-shaped routine that reads the 32-bit

@@ -33,11 +33,13 @@ use kstack_abi::{
 use wdk_sys::{
     HANDLE, IMAGE_INFO, OB_OPERATION_HANDLE_CREATE, OB_OPERATION_HANDLE_DUPLICATE,
     OB_PRE_OPERATION_INFORMATION, OB_PRE_OPERATION_PARAMETERS, PETHREAD, PS_CREATE_NOTIFY_INFO,
-    PVOID, STATUS_DEVICE_NOT_READY,
+    PVOID, STATUS_DEVICE_NOT_READY, STATUS_NO_MEMORY,
     ntddk::{
         IoGetCurrentProcess, ObfDereferenceObject, PsGetCurrentThreadId, PsLookupThreadByThreadId,
     },
 };
+
+use kstack_driver_core::UserWalkFailure;
 
 use crate::{
     fault_scope::{self, FAULTED, probe},
@@ -101,9 +103,16 @@ fn serve_fault_probe(request: &DeviceControl) -> (NtStatus, usize) {
     };
     // SAFETY: the probe reads 4 bytes at `address` and writes nothing; a
     // read of the unmapped user address raises an access violation, which
-    // the scope catches.
-    let result = unsafe { fault_scope::guarded_walk(probe::READ_FIRST_WORD, address, 0, 0) };
-    let reply = result.map_or(FAULTED, u64::from);
+    // the scope catches. The same path as the user walk's: its own stack,
+    // then the scope.
+    let result = unsafe {
+        fault_scope::guarded_walk_on_own_stack(probe::READ_FIRST_WORD, address, 0, 0)
+    };
+    let reply = match result {
+        Ok(value) => u64::from(value),
+        Err(UserWalkFailure::Faulted) => FAULTED,
+        Err(UserWalkFailure::NoStack) => return (STATUS_NO_MEMORY, 0),
+    };
     // SAFETY: the system buffer has the FAULT_PROBE_REPLY_SIZE output bytes
     // (checked above) and nothing else refers to it now.
     let output =

@@ -9,7 +9,7 @@
 use core::mem::{offset_of, size_of};
 
 use kstack_abi::DriverImage;
-use kstack_driver_core::{Platform, UserThread};
+use kstack_driver_core::{Platform, UserThread, UserWalkFailure, kernel_stack};
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, LARGE_INTEGER,
@@ -356,14 +356,15 @@ impl Platform for KernelPlatform<'_> {
     fn remaining_stack(&self) -> usize {
         // What the WDK's inline IoGetRemainingStackSize computes (Wine 8
         // does not export that name): from a local of this frame down to
-        // the current stack's low limit.
+        // the current stack's low limit; nothing when the limits are
+        // unknown or do not hold this frame.
         let mut low = 0_u64;
         let mut high = 0_u64;
         // SAFETY: writes the two limits; callable at any IRQL since
         // Windows Server 2003 SP1.
         unsafe { IoGetStackLimits(&raw mut low, &raw mut high) };
-        let here = (&raw const low).addr();
-        here.saturating_sub(usize::try_from(low).unwrap_or(usize::MAX))
+        let here = (&raw const low).addr() as u64;
+        kernel_stack::remaining_below(here, low, high)
     }
 
     #[inline(never)]
@@ -402,22 +403,26 @@ impl Platform for KernelPlatform<'_> {
     }
 
     #[inline(never)]
-    fn walk_user_stack(&self, frames: &mut [u64]) -> Option<usize> {
-        // Only set when the routine is implemented (see `Routines::resolve`).
-        let walk = self.routines.walk_frame_chain?;
+    fn walk_user_stack(&self, frames: &mut [u64]) -> Result<usize, UserWalkFailure> {
+        // Set whenever the user walk is Available, the only case the core
+        // calls this in (see `Routines::resolve`).
+        let walk = self
+            .routines
+            .walk_frame_chain
+            .ok_or(UserWalkFailure::NoStack)?;
         let wanted = u32::try_from(frames.len()).unwrap_or(u32::MAX);
         // SAFETY: `frames` has `wanted` slots, the walk writes at most that
         // many; below DISPATCH_LEVEL, own user stack mapped (the caller's
         // checks); a fault on the user stack is caught by the scope.
         let walked = unsafe {
-            fault_scope::guarded_walk(
+            fault_scope::guarded_walk_on_own_stack(
                 walk,
                 frames.as_mut_ptr().cast(),
                 wanted,
                 RTL_WALK_USER_MODE_STACK,
             )
         }?;
-        Some(usize::try_from(walked).unwrap_or(usize::MAX))
+        Ok(usize::try_from(walked).unwrap_or(usize::MAX))
     }
 }
 

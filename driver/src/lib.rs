@@ -30,6 +30,7 @@ mod recorder;
 mod registry;
 mod routines;
 mod sources;
+mod stack_expansion;
 mod unicode;
 
 use kstack_abi::DriverImage;
@@ -107,17 +108,20 @@ pub unsafe extern "system" fn driver_entry(
         ),
     };
     loaded::register_sources(loaded, driver, &altitudes);
+    // The dispatch routines are in place before the device can be opened:
+    // its link is visible as soon as `device::create` makes it.
+    // SAFETY: the driver object is ours to fill in during DriverEntry; no
+    // other reference to it is live.
+    let driver_fields = unsafe { &mut *driver };
+    for major in [IRP_MJ_CREATE, IRP_MJ_CLOSE, IRP_MJ_DEVICE_CONTROL] {
+        driver_fields.MajorFunction[major as usize] = Some(dispatch::dispatch);
+    }
+    driver_fields.DriverUnload = Some(driver_unload);
     // SAFETY: `driver` is the kernel's driver object for this load.
     if let Err(status) = unsafe { device::create(driver) } {
         loaded::destroy();
         return status;
     }
-    // SAFETY: the driver object is ours to fill in during DriverEntry.
-    let driver = unsafe { &mut *driver };
-    for major in [IRP_MJ_CREATE, IRP_MJ_CLOSE, IRP_MJ_DEVICE_CONTROL] {
-        driver.MajorFunction[major as usize] = Some(dispatch::dispatch);
-    }
-    driver.DriverUnload = Some(driver_unload);
     STATUS_SUCCESS
 }
 

@@ -278,7 +278,7 @@ const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
 /// Windows 8; `CmRegisterCallbackEx`; `KeQueryPerformanceCounter`, HAL's
 /// before Windows 8; `ZwQuerySystemInformation`, declared only in user-mode
 /// headers). Data exports are imported, as the WDK declares them.
-const KERNEL_IMPORTS: [(&str, Windows); 53] = [
+const KERNEL_IMPORTS: [(&str, Windows); 54] = [
     ("ExAllocatePoolWithTag", Windows::W2000),
     ("ExFreePoolWithTag", Windows::W2000),
     ("IoCreateDevice", Windows::W2000),
@@ -291,6 +291,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 53] = [
     ("KeBugCheckEx", Windows::W2000),
     ("KeCancelTimer", Windows::W2000),
     ("KeDelayExecutionThread", Windows::W2000),
+    ("KeExpandKernelStackAndCalloutEx", Windows::Seven),
     ("KeFlushQueuedDpcs", Windows::Xp),
     ("KeGetCurrentProcessorNumberEx", Windows::Seven),
     ("KeInitializeDpc", Windows::W2000),
@@ -818,6 +819,9 @@ const CALLBACK_PATH_BOUND: usize = 1536;
 /// `kstack_guarded_walk`'s frame: `sub rsp, 40` and its return address.
 const FAULT_SCOPE_THUNK_FRAME: usize = 48;
 const CAPTURE_NOW_PATH_BOUND: usize = 4608;
+/// What kstack's own frames may take of the user walk's 24 KiB stack
+/// before `RtlWalkFrameChain` starts: the callout and the thunk.
+const USER_WALK_OWN_BOUND: usize = 256;
 
 #[test]
 fn the_capture_path_fits_the_kernel_stack_guard() {
@@ -849,12 +853,20 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
     // The deepest of the walk (then RtlCaptureStackBackTrace's own frames)
     // and the publish section. A procedure the optimizer inlined has no
     // frame of its own (its frame is its caller's).
-    // The kernel walk, then (after it returned) the user walk through
-    // the fault scope's thunk, whose 40 bytes and return address the PDB
-    // does not list (driver/src/fault_scope.rs), then RtlWalkFrameChain's
-    // own frames.
+    // The kernel walk, then (after it returned) the user walk's call into
+    // KeExpandKernelStackAndCalloutEx. The user walk itself runs on the
+    // stack that routine gives it (`USER_WALK_STACK`, 24 KiB), not on
+    // this one: the callout, the fault scope's thunk (whose 40 bytes and
+    // return address the PDB does not list, driver/src/fault_scope.rs),
+    // then RtlWalkFrameChain's own frames.
     let walk = largest("DriverCore::walk<")
-        + largest("walk_stack").max(largest("walk_user_stack") + FAULT_SCOPE_THUNK_FRAME);
+        + largest("walk_stack").max(largest("walk_user_stack"));
+    let user_walk_own_stack = largest("stack_expansion::run_call") + FAULT_SCOPE_THUNK_FRAME;
+    assert!(
+        user_walk_own_stack > FAULT_SCOPE_THUNK_FRAME && user_walk_own_stack <= USER_WALK_OWN_BOUND,
+        "the user walk's callout must be in kstack.pdb and small: {user_walk_own_stack} bytes \
+         of its own stack before RtlWalkFrameChain (bound {USER_WALK_OWN_BOUND})"
+    );
     // The stack table's lookup runs in the section before the ring's
     // publish: its procedures, when not inlined, are one chain deep.
     let table = largest("StackTable::enter")
@@ -871,7 +883,7 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
     let capture_now_path =
         largest("dispatch::dispatch") + largest("::capture_now<") + walk.max(section);
     eprintln!(
-        "callback path {callback_path} bytes (callback {callbacks}, capture {capture}, walk {walk}, section {section}); capture-now path {capture_now_path} bytes"
+        "callback path {callback_path} bytes (callback {callbacks}, capture {capture}, walk {walk}, section {section}); capture-now path {capture_now_path} bytes; the user walk's own stack {user_walk_own_stack} bytes before RtlWalkFrameChain"
     );
     assert!(
         callback_path <= CALLBACK_PATH_BOUND && capture_now_path <= CAPTURE_NOW_PATH_BOUND,

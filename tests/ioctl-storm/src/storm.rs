@@ -11,7 +11,7 @@ use kstack_abi::{
 use kstack_client::{device::Device, session, transport::Transport};
 use kstack_driver_core::{
     Caller, DriverCore, Platform, ShardedRing, SourceControl, SourceRegistration, StackTable,
-    UserThread, Word,
+    UserThread, UserWalkFailure, Word,
     sharded_ring::{ring_words, shards_over},
 };
 
@@ -52,8 +52,8 @@ impl Platform for UserPlatform {
         UserThread::default()
     }
 
-    fn walk_user_stack(&self, _frames: &mut [u64]) -> Option<usize> {
-        Some(0)
+    fn walk_user_stack(&self, _frames: &mut [u64]) -> Result<usize, UserWalkFailure> {
+        Ok(0)
     }
 }
 
