@@ -675,3 +675,66 @@ fn the_paging_script_sets_the_override_the_driver_reads_and_only_for_the_value_1
     assert!(smoke.contains("(Get-KStackStatus -PackageDir $package).paging_executive"));
     assert!(smoke.contains("if ($paging.in_effect) {"));
 }
+
+#[test]
+fn the_certificate_folder_exists_before_wdk_builds_certificate_tasks() {
+    // wdk-build's generate-certificate (a dependency of its signtool-sign)
+    // writes into WDK_BUILD_OUTPUT_DIRECTORY, the dev profile's folder,
+    // which kstack's release-only flow never creates.
+    let makefile = makefile();
+    let tasks = makefile
+        .get("tasks")
+        .and_then(toml_edit::Item::as_table)
+        .expect("Makefile.toml has [tasks]");
+    let folder = "kstack-wdk-output-directory";
+    let script = tasks
+        .get(folder)
+        .and_then(|task| task.get("script"))
+        .and_then(toml_edit::Item::as_str)
+        .unwrap_or_else(|| panic!("task {folder} is a script"));
+    assert_eq!(script, "mkdir ${WDK_BUILD_OUTPUT_DIRECTORY}");
+    let mut reaching = Vec::new();
+    for (name, task) in tasks {
+        let dependencies = strings(task.get("dependencies"));
+        let certificate = dependencies
+            .iter()
+            .position(|dependency| dependency == "generate-certificate");
+        let signs = task.get("run_task").and_then(toml_edit::Item::as_str) == Some("signtool-sign");
+        if certificate.is_none() && !signs {
+            continue;
+        }
+        let made = dependencies
+            .iter()
+            .position(|dependency| dependency == folder)
+            .unwrap_or_else(|| {
+                panic!("{name} reaches generate-certificate before {folder} made its folder")
+            });
+        assert!(
+            certificate.is_none_or(|certificate| made < certificate),
+            "{name}: {folder} comes before generate-certificate"
+        );
+        reaching.push(name.to_owned());
+    }
+    assert_eq!(
+        reaching,
+        [
+            "kstack-sign-driver",
+            "kstack-sign-catalog",
+            "kstack-copy-certificate"
+        ]
+    );
+    // The Linux flow stays cargo xtask build.
+    let default = tasks.get("default").expect("task default");
+    assert_eq!(
+        default.get("linux_alias").and_then(toml_edit::Item::as_str),
+        Some("kstack-linux-package")
+    );
+    assert_eq!(
+        strings(
+            tasks
+                .get("kstack-linux-package")
+                .and_then(|task| task.get("args"))
+        ),
+        ["xtask", "build"]
+    );
+}
