@@ -281,11 +281,19 @@ function Set-KStackParameter {
     <#
     .SYNOPSIS
         Writes a REG_DWORD under the service's Parameters key (creating the
-        key); the driver reads it at its next start.
+        key when it is absent); the driver reads it at its next start.
     #>
     [CmdletBinding()]
     param([Parameter(Mandatory = $true)] [string] $Name, [Parameter(Mandatory = $true)] [int64] $Value)
-    New-Item -Path $script:ParametersKey -Force | Out-Null
+    if (-not (Test-Path -LiteralPath (Split-Path -Parent $script:ParametersKey))) {
+        throw (Get-ScErrorExplanation -Code 1060)
+    }
+    # New-Item -Force on a key that exists deletes it and makes it anew,
+    # empty: every value set before (RingCapacity, StackTableEntries, the
+    # altitudes, the paging override) would go with it.
+    if (-not (Test-Path -LiteralPath $script:ParametersKey)) {
+        New-Item -Path $script:ParametersKey | Out-Null
+    }
     New-ItemProperty -LiteralPath $script:ParametersKey -Name $Name -PropertyType DWord -Value $Value -Force | Out-Null
 }
 

@@ -360,30 +360,111 @@ fn makefile_windows_flow_is_complete_and_versioned() {
     );
 }
 
-/// Every ERROR or MISSING node tree-sitter-powershell finds, as `line:column kind`.
-fn powershell_errors(text: &str) -> Vec<String> {
+/// `text` parsed with tree-sitter-powershell.
+fn powershell_tree(text: &str) -> tree_sitter::Tree {
     let mut parser = tree_sitter::Parser::new();
     parser
         .set_language(&tree_sitter_powershell::LANGUAGE.into())
         .expect("the grammar matches the tree-sitter runtime");
-    let tree = parser.parse(text, None).expect("the parser returns a tree");
-    let mut errors = Vec::new();
+    parser.parse(text, None).expect("the parser returns a tree")
+}
+
+/// Every node of `tree`, parents before their children.
+fn powershell_nodes(tree: &tree_sitter::Tree) -> Vec<tree_sitter::Node<'_>> {
+    let mut nodes = Vec::new();
     let mut stack = vec![tree.root_node()];
     while let Some(node) = stack.pop() {
-        if node.is_error() || node.is_missing() {
+        nodes.push(node);
+        let mut cursor = node.walk();
+        stack.extend(node.children(&mut cursor));
+    }
+    nodes
+}
+
+/// Every ERROR or MISSING node tree-sitter-powershell finds, as `line:column kind`.
+fn powershell_errors(text: &str) -> Vec<String> {
+    powershell_nodes(&powershell_tree(text))
+        .into_iter()
+        .filter(|node| node.is_error() || node.is_missing())
+        .map(|node| {
             let at = node.start_position();
-            errors.push(format!(
+            format!(
                 "{}:{} {}{}",
                 at.row + 1,
                 at.column + 1,
                 if node.is_missing() { "missing " } else { "" },
                 node.kind()
-            ));
-        }
-        let mut cursor = node.walk();
-        stack.extend(node.children(&mut cursor));
+            )
+        })
+        .collect()
+}
+
+/// A command as written: its name, its elements (parameters and
+/// arguments, as text), and where it is.
+struct Command<'t> {
+    name: String,
+    elements: Vec<String>,
+    node: tree_sitter::Node<'t>,
+}
+
+impl Command<'_> {
+    fn named(&self, name: &str) -> bool {
+        self.name.eq_ignore_ascii_case(name)
     }
-    errors
+
+    fn has_element(&self, element: &str) -> bool {
+        self.elements
+            .iter()
+            .any(|found| found.eq_ignore_ascii_case(element))
+    }
+}
+
+/// Every command in `tree` (a script or a doc's PowerShell block).
+fn powershell_commands<'t>(tree: &'t tree_sitter::Tree, text: &str) -> Vec<Command<'t>> {
+    let node_text = |node: tree_sitter::Node<'_>| text[node.byte_range()].to_owned();
+    powershell_nodes(tree)
+        .into_iter()
+        .filter(|node| node.kind() == "command")
+        .filter_map(|node| {
+            let name = node.child_by_field_name("command_name")?;
+            let elements =
+                node.child_by_field_name("command_elements")
+                    .map_or_else(Vec::new, |elements| {
+                        let mut cursor = elements.walk();
+                        elements
+                            .named_children(&mut cursor)
+                            .filter(|element| element.kind() != "command_argument_sep")
+                            .map(node_text)
+                            .collect()
+                    });
+            Some(Command {
+                name: node_text(name),
+                elements,
+                node,
+            })
+        })
+        .collect()
+}
+
+/// Every script (by name) and every `powershell` block of README.md and
+/// docs/ (by the doc's name and the block's first line), with its text.
+fn powershell_texts() -> Vec<(String, String)> {
+    let mut texts: Vec<(String, String)> = SCRIPTS
+        .iter()
+        .map(|name| ((*name).to_owned(), read(&scripts_dir().join(name))))
+        .collect();
+    for doc in doc_files() {
+        let text = read(&doc);
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find("```powershell\n") {
+            let block = &rest[start + "```powershell\n".len()..];
+            let end = block.find("```").expect("a closed code block");
+            let line = text[..text.len() - block.len()].lines().count();
+            texts.push((format!("{}:{line}", doc.display()), block[..end].to_owned()));
+            rest = &block[end + 3..];
+        }
+    }
+    texts
 }
 
 #[test]
@@ -548,8 +629,8 @@ fn mentioned_scripts(text: &str) -> BTreeSet<String> {
     names
 }
 
-#[test]
-fn docs_name_only_scripts_that_exist() {
+/// README.md and every Markdown file in docs/.
+fn doc_files() -> Vec<PathBuf> {
     let root = workspace();
     let mut docs = vec![root.join("README.md")];
     let docs_dir = root.join("docs");
@@ -559,8 +640,13 @@ fn docs_name_only_scripts_that_exist() {
             .map(|entry| entry.expect("directory entry").path())
             .filter(|path| path.extension().is_some_and(|extension| extension == "md")),
     );
+    docs
+}
+
+#[test]
+fn docs_name_only_scripts_that_exist() {
     let mut named = BTreeSet::new();
-    for doc in &docs {
+    for doc in &doc_files() {
         for mentioned in mentioned_scripts(&read(doc)) {
             assert!(
                 SCRIPTS.contains(&mentioned.as_str()),
@@ -674,6 +760,49 @@ fn the_paging_script_sets_the_override_the_driver_reads_and_only_for_the_value_1
     let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
     assert!(smoke.contains("(Get-KStackStatus -PackageDir $package).paging_executive"));
     assert!(smoke.contains("if ($paging.in_effect) {"));
+}
+
+#[test]
+fn the_parameters_key_is_created_only_when_absent() {
+    // New-Item -Force on a registry key that exists deletes it and makes
+    // it anew, empty: the values set before it (RingCapacity,
+    // StackTableEntries, the altitudes, the paging override) would go.
+    let mut new_items = 0;
+    for (place, text) in powershell_texts() {
+        let tree = powershell_tree(&text);
+        for command in powershell_commands(&tree, &text) {
+            if !command.named("New-Item") {
+                continue;
+            }
+            new_items += 1;
+            let on_parameters = command.elements.iter().any(|element| {
+                element.contains("$script:ParametersKey")
+                    || element.contains("$parameters")
+                    || element.to_ascii_lowercase().contains(
+                        &format!("\\{SERVICE_NAME}\\{PARAMETERS_KEY}").to_ascii_lowercase(),
+                    )
+            });
+            assert!(
+                !(on_parameters && command.has_element("-Force")),
+                "{place}: `{}` wipes the Parameters key",
+                &text[command.node.byte_range()]
+            );
+        }
+    }
+    assert!(new_items >= 3, "the New-Item commands were found");
+    let common = read(&scripts_dir().join("kstack-common.psm1"));
+    let set = powershell_function(&common, "Set-KStackParameter");
+    assert!(
+        set.contains(
+            "if (-not (Test-Path -LiteralPath $script:ParametersKey)) {\n        New-Item -Path $script:ParametersKey | Out-Null"
+        ),
+        "Set-KStackParameter creates the key only when it is absent"
+    );
+    let runbook = read(&workspace().join("docs/windows-test-vm.md"));
+    assert!(
+        runbook.contains("if (-not (Test-Path $parameters)) { New-Item $parameters | Out-Null }"),
+        "the runbook's manual command creates the key only when it is absent"
+    );
 }
 
 #[test]
