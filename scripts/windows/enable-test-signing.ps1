@@ -60,7 +60,7 @@ if ($Disable) {
 }
 $result = Invoke-Native -FilePath 'bcdedit.exe' -Arguments @('/set', 'testsigning', $value)
 if ($result.ExitCode -ne 0) {
-    throw ("bcdedit /set testsigning {0} failed ({1}):`n{2}" -f $value, $result.ExitCode, $result.Output)
+    throw ("bcdedit /set testsigning {0} failed ({1}):`n{2}" -f $value, $result.ExitCode, $result.Text)
 }
 Write-Host ('Test signing is set {0} for the next boot.' -f $value)
 

@@ -61,19 +61,45 @@ function Get-ScErrorExplanation {
 function Invoke-Native {
     <#
     .SYNOPSIS
-        Runs a program; returns its exit code and its output (stdout and
-        stderr) as text.
+        Runs a program; returns its exit code, its standard output (Output)
+        and its standard error (Errors) apart, and both (Text, for messages).
+        Callers parse Output (JSON): a warning on stderr must not get in.
     #>
     [CmdletBinding()]
     param(
         [Parameter(Mandatory = $true)] [string] $FilePath,
         [string[]] $Arguments = @()
     )
+    # A program that is not found does not run and sets no exit code:
+    # $LASTEXITCODE would still be the last program's (0 after a success).
+    $program = Get-Command -Name $FilePath -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
+    if (-not $program) {
+        throw ('{0} was not found (neither a file at that path nor a program on PATH).' -f $FilePath)
+    }
     # Windows PowerShell 5.1 turns a program's stderr lines into error
     # records, which 'Stop' would make fatal; this scope only.
     $ErrorActionPreference = 'Continue'
-    $output = & $FilePath @Arguments 2>&1 | ForEach-Object { "$_" } | Out-String
-    return [pscustomobject]@{ ExitCode = $LASTEXITCODE; Output = $output.TrimEnd() }
+    # Programs set the global $LASTEXITCODE (a local one would hide it).
+    $global:LASTEXITCODE = $null
+    $stdout = New-Object System.Collections.Generic.List[string]
+    $stderr = New-Object System.Collections.Generic.List[string]
+    & $program @Arguments 2>&1 | ForEach-Object {
+        if ($_ -is [System.Management.Automation.ErrorRecord]) {
+            $stderr.Add($_.ToString())
+        } else {
+            $stdout.Add("$_")
+        }
+    }
+    $code = $global:LASTEXITCODE
+    if ($null -eq $code) {
+        throw ('{0} did not run: it set no exit code.' -f $program.Source)
+    }
+    return [pscustomobject]@{
+        ExitCode = $code
+        Output   = ($stdout -join "`n").TrimEnd()
+        Errors   = ($stderr -join "`n").TrimEnd()
+        Text     = ((@($stdout) + @($stderr)) -join "`n").TrimEnd()
+    }
 }
 
 function Invoke-Sc {
@@ -96,7 +122,7 @@ function Invoke-Sc {
         Write-Host ('  {0}' -f (Get-ScErrorExplanation -Code $result.ExitCode))
         return $result.ExitCode
     }
-    throw ("sc.exe {0} failed with error {1}.`n{2}`n{3}" -f ($Arguments -join ' '), $result.ExitCode, (Get-ScErrorExplanation -Code $result.ExitCode), $result.Output)
+    throw ("sc.exe {0} failed with error {1}.`n{2}`n{3}" -f ($Arguments -join ' '), $result.ExitCode, (Get-ScErrorExplanation -Code $result.ExitCode), $result.Text)
 }
 
 function Resolve-KStackPackage {
@@ -240,8 +266,10 @@ function Get-PagingExecutive {
 function Invoke-KStack {
     <#
     .SYNOPSIS
-        Runs kstack.exe from the package; returns its output as one string.
-        Throws unless its exit code is one of -Expect (default 0).
+        Runs kstack.exe from the package; returns Invoke-Native's result
+        (ExitCode, Output: stdout, Errors: stderr, Text: both). Its stderr
+        is also shown. Throws unless its exit code is one of -Expect
+        (default 0).
     #>
     [CmdletBinding()]
     param(
@@ -251,10 +279,13 @@ function Invoke-KStack {
     )
     Write-Host ('> kstack.exe {0}' -f ($Arguments -join ' '))
     $result = Invoke-Native -FilePath (Join-Path $PackageDir 'kstack.exe') -Arguments $Arguments
-    if ($Expect -notcontains $result.ExitCode) {
-        throw ("kstack.exe {0} exited with {1} (expected {2}):`n{3}" -f ($Arguments -join ' '), $result.ExitCode, ($Expect -join ' or '), $result.Output)
+    if ($result.Errors) {
+        Write-Host ('  stderr: {0}' -f $result.Errors)
     }
-    return $result.Output
+    if ($Expect -notcontains $result.ExitCode) {
+        throw ("kstack.exe {0} exited with {1} (expected {2}):`n{3}" -f ($Arguments -join ' '), $result.ExitCode, ($Expect -join ' or '), $result.Text)
+    }
+    return $result
 }
 
 function Get-KStackStatus {
@@ -264,7 +295,7 @@ function Get-KStackStatus {
     #>
     [CmdletBinding()]
     param([Parameter(Mandatory = $true)] [string] $PackageDir)
-    return (Invoke-KStack -PackageDir $PackageDir -Arguments @('status', '--json')) | ConvertFrom-Json
+    return (Invoke-KStack -PackageDir $PackageDir -Arguments @('status', '--json')).Output | ConvertFrom-Json
 }
 
 function Get-KStackParameter {

@@ -75,7 +75,7 @@ function Invoke-Verifier {
     param([Parameter(Mandatory = $true)] [string[]] $Arguments)
     Write-Host ('> verifier.exe {0}' -f ($Arguments -join ' '))
     # verifier.exe's exit codes are not documented; callers check its output.
-    return (Invoke-Native -FilePath 'verifier.exe' -Arguments $Arguments).Output
+    return (Invoke-Native -FilePath 'verifier.exe' -Arguments $Arguments).Text
 }
 
 function Restart-OrSay {
@@ -225,7 +225,7 @@ Step 'Driver Verifier watches kstack.sys' {
 }
 
 Step 'status (text and JSON)' {
-    Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))
+    Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status')).Output
     $status = Get-KStackStatus -PackageDir $package
     if ($status.ring.capacity_bytes -le 0 -or $status.ring.shards -le 0) {
         throw ('the ring reports {0} bytes in {1} shards' -f $status.ring.capacity_bytes, $status.ring.shards)
@@ -233,7 +233,7 @@ Step 'status (text and JSON)' {
 }
 
 Step 'selftest captures a stack inside kstack.sys' {
-    Write-Host (Invoke-KStack -PackageDir $package -Arguments @('selftest'))
+    Write-Host (Invoke-KStack -PackageDir $package -Arguments @('selftest')).Output
 }
 
 foreach ($source in @('process', 'thread', 'image', 'registry', 'object', 'ondemand')) {
@@ -250,9 +250,9 @@ if ($paging.in_effect) {
     }
 } else {
     Step 'timer is refused while DisablePagingExecutive=1 is not in effect (0xE0B50001)' {
-        $text = Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'timer') -Expect @(5)
-        if ($text -notmatch 'DisablePagingExecutive') {
-            throw ('the refusal does not explain the fix: {0}' -f $text)
+        $refusal = Invoke-KStack -PackageDir $package -Arguments @('config', '--enable', 'timer') -Expect @(5)
+        if ($refusal.Errors -notmatch 'DisablePagingExecutive') {
+            throw ('the refusal does not explain the fix: {0}' -f $refusal.Text)
         }
         Write-Host '  (set DisablePagingExecutive=1 with paging-executive.ps1 -Enable -Restart to sample the timer too)'
     }

@@ -806,6 +806,175 @@ fn the_parameters_key_is_created_only_when_absent() {
 }
 
 #[test]
+fn invoke_native_finds_the_program_resets_the_exit_code_and_keeps_stderr_apart() {
+    let common = read(&scripts_dir().join("kstack-common.psm1"));
+    let native = powershell_function(&common, "Invoke-Native");
+    // A program that is not found runs not and sets no exit code: the
+    // last program's (0 after a success) would be taken for its.
+    let at = |needle: &str| {
+        native
+            .find(needle)
+            .unwrap_or_else(|| panic!("Invoke-Native lacks `{needle}`"))
+    };
+    let found = at("Get-Command -Name $FilePath -CommandType Application");
+    let missing = at("if (-not $program) {\n        throw");
+    let reset = at("$global:LASTEXITCODE = $null");
+    let run = at("& $program @Arguments 2>&1");
+    let code = at("$code = $global:LASTEXITCODE");
+    let unset = at("if ($null -eq $code) {\n        throw");
+    assert!(
+        found < missing && missing < reset && reset < run && run < code && code < unset,
+        "Invoke-Native looks the program up, resets the exit code, runs it, then reads the code"
+    );
+    // Programs set the global $LASTEXITCODE; a local one would hide it.
+    for line in native
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+    {
+        assert_eq!(
+            line.matches("LASTEXITCODE").count(),
+            line.matches("$global:LASTEXITCODE").count(),
+            "Invoke-Native names $LASTEXITCODE only in the global scope: {line}"
+        );
+    }
+    // stderr apart from stdout, which callers parse as JSON.
+    assert!(native.contains(
+        "if ($_ -is [System.Management.Automation.ErrorRecord]) {\n            $stderr.Add("
+    ));
+    assert!(
+        native.contains("Output   = ($stdout -join")
+            && native.contains("Errors   = ($stderr -join"),
+        "Invoke-Native returns stdout and stderr apart"
+    );
+    assert!(
+        powershell_function(&common, "Get-KStackStatus")
+            .contains("@('status', '--json')).Output | ConvertFrom-Json"),
+        "status --json is parsed from stdout alone"
+    );
+    for name in SCRIPTS {
+        for line in read(&scripts_dir().join(name))
+            .lines()
+            .filter(|line| line.contains("ConvertFrom-Json"))
+        {
+            assert!(
+                !line.contains(".Text") && !line.contains(".Errors"),
+                "{name} parses stderr as JSON: {line}"
+            );
+        }
+    }
+}
+
+/// Every key of `value`'s objects, at any depth.
+fn json_keys(value: &serde_json::Value, keys: &mut BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(object) => {
+            for (key, inner) in object {
+                keys.insert(key.clone());
+                json_keys(inner, keys);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                json_keys(item, keys);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The keys of the client's `status --json` and `read --json` objects.
+fn client_json_keys() -> BTreeSet<String> {
+    use kstack_abi::{
+        Altitude, CaptureConfig, DriverImage, HostRoutine, PagingExecutive, RecordFlags,
+        RecordHeader, Source, SourceFacts, SourceStatus, StackTableStatus, StatusResponse,
+        UserPart,
+    };
+    use kstack_client::{modules::ModuleMap, symbolizer::Symbolizer, trace::TraceRecord};
+
+    let status = StatusResponse {
+        driver_version: KSTACK_VERSION,
+        paging_executive: PagingExecutive::NOT_SET,
+        ring_capacity: 8192,
+        ring_used: 0,
+        ring_used_bytes: 0,
+        ring_shards: 1,
+        outstanding_allocations: 2,
+        config: CaptureConfig::default(),
+        dropped: 0,
+        cleared: 0,
+        read: 0,
+        sequences_spent: 0,
+        sources: [SourceStatus::ZERO; Source::COUNT],
+        driver_image: DriverImage { base: 0, size: 0 },
+        object_altitude: Altitude::default(),
+        registry_altitude: Altitude::default(),
+        stack_table: StackTableStatus::default(),
+        user_walk: HostRoutine::HostStub,
+        process_key: HostRoutine::HostStub,
+        module_records: 0,
+    };
+    let record = TraceRecord {
+        header: RecordHeader {
+            sequence: 1,
+            timestamp: 0,
+            process_id: 4,
+            thread_id: 8,
+            processor: 0,
+            shard: 0,
+            irql: 0,
+            flags: RecordFlags::NONE,
+            user_frame_count: 0,
+            user_part: UserPart::Off,
+            os_hash: 0,
+            stack_id: 0,
+            facts: SourceFacts::OnDemand { tag: 0 },
+        },
+        frames: [0x1000_u64].into(),
+    };
+    let mut keys = BTreeSet::new();
+    json_keys(&kstack_client::report::status_json(&status), &mut keys);
+    json_keys(
+        &record.to_json(&Symbolizer::new(ModuleMap::default())),
+        &mut keys,
+    );
+    keys
+}
+
+#[test]
+fn the_scripts_read_only_fields_the_client_writes() {
+    // The scripts' lower-case members are JSON fields (PowerShell's and
+    // .NET's own members are PascalCase): each must be a key of the
+    // client's status --json or read --json.
+    let keys = client_json_keys();
+    for needed in ["ring", "used", "cleared", "module_records", "source"] {
+        assert!(keys.contains(needed), "the client's JSON has {needed}");
+    }
+    let mut fields = 0;
+    for name in SCRIPTS {
+        let text = read(&scripts_dir().join(name));
+        let tree = powershell_tree(&text);
+        for node in powershell_nodes(&tree)
+            .into_iter()
+            .filter(|node| node.kind() == "member_name")
+        {
+            let member = &text[node.byte_range()];
+            if member.starts_with(|first: char| first.is_ascii_lowercase()) {
+                fields += 1;
+                assert!(
+                    keys.contains(member),
+                    "{name}:{} reads .{member}, which the client's JSON lacks",
+                    node.start_position().row + 1
+                );
+            }
+        }
+    }
+    assert!(
+        fields >= 20,
+        "the scripts' JSON fields were found: {fields}"
+    );
+}
+
+#[test]
 fn the_certificate_folder_exists_before_wdk_builds_certificate_tasks() {
     // wdk-build's generate-certificate (a dependency of its signtool-sign)
     // writes into WDK_BUILD_OUTPUT_DIRECTORY, the dev profile's folder,
