@@ -399,6 +399,12 @@ fn powershell_errors(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The nearest ancestor of `node` of one of `kinds`.
+fn ancestor<'t>(node: tree_sitter::Node<'t>, kinds: &[&str]) -> Option<tree_sitter::Node<'t>> {
+    std::iter::successors(node.parent(), tree_sitter::Node::parent)
+        .find(|parent| kinds.contains(&parent.kind()))
+}
+
 /// A command as written: its name, its elements (parameters and
 /// arguments, as text), and where it is.
 struct Command<'t> {
@@ -762,6 +768,17 @@ fn the_paging_script_sets_the_override_the_driver_reads_and_only_for_the_value_1
     assert!(smoke.contains("if ($paging.in_effect) {"));
 }
 
+/// The text of `verifier-smoke.ps1`'s step `name`: from its `Step` line to
+/// the next step's.
+fn smoke_step<'s>(smoke: &'s str, name: &str) -> &'s str {
+    let start = smoke
+        .find(&format!("Step '{name}' {{"))
+        .unwrap_or_else(|| panic!("no step {name}"));
+    let rest = &smoke[start..];
+    let end = rest[1..].find("Step ").map_or(rest.len(), |end| end + 1);
+    &rest[..end]
+}
+
 #[test]
 fn the_parameters_key_is_created_only_when_absent() {
     // New-Item -Force on a registry key that exists deletes it and makes
@@ -862,6 +879,115 @@ fn invoke_native_finds_the_program_resets_the_exit_code_and_keeps_stderr_apart()
             );
         }
     }
+}
+
+#[test]
+fn the_smoke_suite_always_ends_with_its_summary() {
+    let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
+    let tree = powershell_tree(&smoke);
+    let commands = powershell_commands(&tree, &smoke);
+    let summary = commands
+        .iter()
+        .find(|command| {
+            command.named("Write-Host")
+                && command
+                    .elements
+                    .iter()
+                    .any(|element| element.contains("passed, {1} failed"))
+        })
+        .expect("the summary line");
+    assert!(
+        ancestor(summary.node, &["finally_clause"]).is_some(),
+        "the summary is written from a finally block"
+    );
+    let outer = ancestor(summary.node, &["try_statement"]).expect("the try around the suite");
+    // Everything of the suite that can fail runs inside that try, and
+    // there inside a step (one failure, and the next step runs), but the
+    // package's lookup, without which no step can run; only the
+    // transcript's setup comes before it.
+    let suite = smoke
+        .find("# ---- the smoke suite ----")
+        .expect("the suite's part of the script");
+    let mut steps = 0;
+    for command in commands
+        .iter()
+        .filter(|command| command.node.start_byte() > suite)
+        .filter(|command| ancestor(command.node, &["function_statement"]).is_none())
+    {
+        let ancestors: Vec<_> =
+            std::iter::successors(command.node.parent(), tree_sitter::Node::parent).collect();
+        let text = &smoke[command.node.byte_range()];
+        if !ancestors.contains(&outer) {
+            assert!(
+                ["Join-Path", "Get-Date", "Start-Transcript", "Out-Null"]
+                    .iter()
+                    .any(|name| command.named(name)),
+                "verifier-smoke.ps1 runs `{text}` outside the try whose finally writes the summary"
+            );
+            continue;
+        }
+        let in_step = ancestors.iter().any(|parent| {
+            parent.kind() == "command"
+                && parent
+                    .child_by_field_name("command_name")
+                    .is_some_and(|name| &smoke[name.byte_range()] == "Step")
+        });
+        let summing_up = ancestors
+            .iter()
+            .any(|parent| matches!(parent.kind(), "catch_clause" | "finally_clause"));
+        steps += usize::from(command.named("Step"));
+        assert!(
+            in_step
+                || summing_up
+                || command.named("Step")
+                || command.named("Resolve-KStackPackage"),
+            "verifier-smoke.ps1 runs `{text}` outside a step: should it fail, the steps after it would not run"
+        );
+    }
+    assert!(steps >= 10, "the steps were found inside the try: {steps}");
+}
+
+#[test]
+fn read_and_clear_leaves_the_module_records_alone() {
+    // Every kstack.exe run adds module records (image loads, process
+    // exit) whatever the sources' settings: the ring is never empty after
+    // a clear. What clear must leave is no trace record, and read --json
+    // prints trace records only.
+    let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
+    let step = smoke_step(&smoke, "read and clear");
+    for (at, _) in step.match_indices("ring.used") {
+        let comparison = step[at + "ring.used".len()..].trim_start();
+        assert!(
+            !["-ne 0", "-gt 0", "-eq 0"]
+                .iter()
+                .any(|test| comparison.starts_with(test)),
+            "the step expects an empty ring after clear: {}",
+            &step[at..]
+        );
+    }
+    let clear = step.find("@('clear')").expect("the step clears");
+    let disabled = step[..clear]
+        .rfind("@('config', '--disable', 'all')")
+        .expect("the sources are off before the clear");
+    let selftest = step[..disabled]
+        .rfind("@('selftest')")
+        .expect("a record is left for clear to discard");
+    assert!(selftest < disabled);
+    let after = &step[clear..];
+    assert!(
+        after.contains("$after.cleared -le $before.cleared"),
+        "clear is seen to discard something"
+    );
+    assert!(
+        after.contains("$left = @(Get-KStackRecords)")
+            && after.contains("if ($left.Count -ne 0) {"),
+        "after clear no trace record is left"
+    );
+    assert!(
+        powershell_function(&smoke, "Get-KStackRecords")
+            .contains("-Arguments @('read', '--json')).Output -split"),
+        "the records are read --json's stdout, one a line"
+    );
 }
 
 /// Every key of `value`'s objects, at any depth.
