@@ -41,7 +41,7 @@ $script:ScErrors = @{
     1062 = 'ERROR_SERVICE_NOT_ACTIVE: kstack is not running.'
     1072 = 'ERROR_SERVICE_MARKED_FOR_DELETE: the service is marked for deletion and goes once every handle to it is closed: close Services, Event Viewer and any kstack.exe, or reboot.'
     1073 = 'ERROR_SERVICE_EXISTS: a kstack service exists already (kstack-service.ps1 -Action status shows it).'
-    1275 = 'ERROR_DRIVER_BLOCKED: a policy blocked the driver: Memory integrity (HVCI), Smart App Control, WDAC or the vulnerable driver blocklist. On a test VM, turn Memory integrity off (Windows Security > Device security > Core isolation) and reboot.'
+    1275 = 'ERROR_DRIVER_BLOCKED: a policy blocked the driver: Memory integrity (HVCI), WDAC or the vulnerable driver blocklist (Smart App Control judges user-mode programs such as kstack.exe, not drivers). On a test VM, turn Memory integrity off (Windows Security > Device security > Core isolation) and reboot.'
     1450 = 'ERROR_NO_SYSTEM_RESOURCES: the ring could not be allocated. Lower Parameters\RingCapacity, in KiB (e.g. kstack-service.ps1 -Action create -RingCapacity 4096, a 4 MiB ring).'
 }
 

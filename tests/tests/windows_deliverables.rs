@@ -1100,6 +1100,47 @@ fn the_scripts_read_only_fields_the_client_writes() {
     );
 }
 
+/// The file redirections (`>`, `>>`, `2>` ...) of a PowerShell text, but
+/// those to `$null`.
+fn file_redirections(text: &str) -> Vec<String> {
+    let tree = powershell_tree(text);
+    powershell_nodes(&tree)
+        .into_iter()
+        .filter(|node| node.kind() == "redirection")
+        .filter(|node| {
+            let mut cursor = node.walk();
+            let to_file = node
+                .named_children(&mut cursor)
+                .any(|child| child.kind() == "file_redirection_operator");
+            to_file
+                && !text[node.byte_range()]
+                    .to_ascii_lowercase()
+                    .ends_with("$null")
+        })
+        .map(|node| text[node.byte_range()].to_owned())
+        .collect()
+}
+
+#[test]
+fn no_powershell_text_redirects_into_a_file() {
+    // Windows PowerShell 5.1's > and >> write UTF-16 LE: a JSON or text
+    // file others read goes through Out-File -Encoding utf8 (or
+    // Set-Content) instead.
+    assert_eq!(
+        file_redirections("kstack.exe status --json > \"table.json\"\nNew-Item x > $null\n"),
+        ["> \"table.json\""]
+    );
+    let texts = powershell_texts();
+    assert!(
+        texts.len() > SCRIPTS.len() + 10,
+        "the docs' PowerShell blocks were found"
+    );
+    for (place, text) in texts {
+        let found = file_redirections(&text);
+        assert!(found.is_empty(), "{place} redirects into a file: {found:?}");
+    }
+}
+
 #[test]
 fn the_certificate_folder_exists_before_wdk_builds_certificate_tasks() {
     // wdk-build's generate-certificate (a dependency of its signtool-sign)
@@ -1161,4 +1202,19 @@ fn the_certificate_folder_exists_before_wdk_builds_certificate_tasks() {
         ),
         ["xtask", "build"]
     );
+}
+
+#[test]
+fn test_signing_suspends_bitlocker_before_it_changes_the_boot_configuration() {
+    let script = read(&scripts_dir().join("enable-test-signing.ps1"));
+    let suspend = script
+        .find("-MethodName 'DisableKeyProtectors' -Arguments @{ DisableCount = [uint32]1 }")
+        .expect("enable-test-signing.ps1 suspends BitLocker for one boot");
+    let guarded = script
+        .find("if ($volume -and $volume.ProtectionStatus -eq 1) {")
+        .expect("only when BitLocker protects the drive");
+    let bcdedit = script
+        .find("Invoke-Native -FilePath 'bcdedit.exe'")
+        .expect("bcdedit");
+    assert!(guarded < suspend && suspend < bcdedit);
 }
