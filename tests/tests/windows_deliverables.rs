@@ -292,6 +292,13 @@ fn makefile() -> toml_edit::DocumentMut {
         .unwrap_or_else(|error| panic!("Makefile.toml: {error}"))
 }
 
+fn makefile_tasks(makefile: &toml_edit::DocumentMut) -> &toml_edit::Table {
+    makefile
+        .get("tasks")
+        .and_then(toml_edit::Item::as_table)
+        .expect("Makefile.toml has [tasks]")
+}
+
 /// A string array's strings; none for a missing key.
 fn strings(item: Option<&toml_edit::Item>) -> Vec<String> {
     item.and_then(toml_edit::Item::as_array)
@@ -307,10 +314,7 @@ fn strings(item: Option<&toml_edit::Item>) -> Vec<String> {
 #[test]
 fn makefile_windows_flow_is_complete_and_versioned() {
     let makefile = makefile();
-    let tasks = makefile
-        .get("tasks")
-        .and_then(toml_edit::Item::as_table)
-        .expect("Makefile.toml has [tasks]");
+    let tasks = makefile_tasks(&makefile);
     for name in [
         "default",
         "package-dir",
@@ -1147,10 +1151,7 @@ fn the_certificate_folder_exists_before_wdk_builds_certificate_tasks() {
     // writes into WDK_BUILD_OUTPUT_DIRECTORY, the dev profile's folder,
     // which kstack's release-only flow never creates.
     let makefile = makefile();
-    let tasks = makefile
-        .get("tasks")
-        .and_then(toml_edit::Item::as_table)
-        .expect("Makefile.toml has [tasks]");
+    let tasks = makefile_tasks(&makefile);
     let folder = "kstack-wdk-output-directory";
     let script = tasks
         .get(folder)
