@@ -15,6 +15,15 @@
     the VM's Settings > Security (uncheck "Enable Secure Boot") while the VM
     is off; on other hypervisors in the VM's firmware settings.
 
+    BitLocker (on by itself on many Windows 11 machines with a TPM, a
+    virtual TPM too) checks the boot configuration: after a testsigning
+    change it asks for the recovery key at the next boot. When it protects
+    the system drive, this script first suspends it for that one boot
+    (like manage-bde -protectors -disable C: -RebootCount 1); it resumes by
+    itself after that boot, sealed to the new configuration. Turning Secure
+    Boot off or on is checked too, and happens outside Windows: suspend
+    BitLocker before that yourself (docs/windows-test-vm.md, step 3).
+
     Only for test machines: test signing lets any test-signed driver load.
 
 .PARAMETER Disable
@@ -54,13 +63,30 @@ if (-not $Disable) {
     }
 }
 
+# Win32_EncryptableVolume: locale-independent, and present wherever
+# BitLocker or device encryption is (its namespace is missing elsewhere).
+$volume = $null
+try {
+    $volume = Get-CimInstance -Namespace 'root\CIMV2\Security\MicrosoftVolumeEncryption' -ClassName 'Win32_EncryptableVolume' -Filter ("DriveLetter='{0}'" -f $env:SystemDrive) -ErrorAction Stop
+} catch {
+    Write-Host ('No BitLocker state for {0} ({1}): nothing to suspend.' -f $env:SystemDrive, $_.Exception.Message)
+}
+# ProtectionStatus 1: protected (0: off or already suspended).
+if ($volume -and $volume.ProtectionStatus -eq 1) {
+    $suspend = Invoke-CimMethod -InputObject $volume -MethodName 'DisableKeyProtectors' -Arguments @{ DisableCount = [uint32]1 }
+    if ($suspend.ReturnValue -ne 0) {
+        throw ('BitLocker protects {0} and could not be suspended (error 0x{1:X8}). Suspend it for one reboot yourself (manage-bde -protectors -disable {0} -RebootCount 1), or have the recovery key at hand, then run this again.' -f $env:SystemDrive, $suspend.ReturnValue)
+    }
+    Write-Host ('BitLocker protects {0}: suspended for the next boot, so that it does not ask for the recovery key; it resumes after that boot.' -f $env:SystemDrive)
+}
+
 $value = 'on'
 if ($Disable) {
     $value = 'off'
 }
 $result = Invoke-Native -FilePath 'bcdedit.exe' -Arguments @('/set', 'testsigning', $value)
 if ($result.ExitCode -ne 0) {
-    throw ("bcdedit /set testsigning {0} failed ({1}):`n{2}" -f $value, $result.ExitCode, $result.Output)
+    throw ("bcdedit /set testsigning {0} failed ({1}):`n{2}" -f $value, $result.ExitCode, $result.Text)
 }
 Write-Host ('Test signing is set {0} for the next boot.' -f $value)
 

@@ -41,7 +41,7 @@ $script:ScErrors = @{
     1062 = 'ERROR_SERVICE_NOT_ACTIVE: kstack is not running.'
     1072 = 'ERROR_SERVICE_MARKED_FOR_DELETE: the service is marked for deletion and goes once every handle to it is closed: close Services, Event Viewer and any kstack.exe, or reboot.'
     1073 = 'ERROR_SERVICE_EXISTS: a kstack service exists already (kstack-service.ps1 -Action status shows it).'
-    1275 = 'ERROR_DRIVER_BLOCKED: a policy blocked the driver: Memory integrity (HVCI), Smart App Control, WDAC or the vulnerable driver blocklist. On a test VM, turn Memory integrity off (Windows Security > Device security > Core isolation) and reboot.'
+    1275 = 'ERROR_DRIVER_BLOCKED: a policy blocked the driver: Memory integrity (HVCI), WDAC or the vulnerable driver blocklist (Smart App Control judges user-mode programs such as kstack.exe, not drivers). On a test VM, turn Memory integrity off (Windows Security > Device security > Core isolation) and reboot.'
     1450 = 'ERROR_NO_SYSTEM_RESOURCES: the ring could not be allocated. Lower Parameters\RingCapacity, in KiB (e.g. kstack-service.ps1 -Action create -RingCapacity 4096, a 4 MiB ring).'
 }
 
@@ -61,19 +61,45 @@ function Get-ScErrorExplanation {
 function Invoke-Native {
     <#
     .SYNOPSIS
-        Runs a program; returns its exit code and its output (stdout and
-        stderr) as text.
+        Runs a program; returns its exit code, its standard output (Output)
+        and its standard error (Errors) apart, and both (Text, for messages).
+        Callers parse Output (JSON): a warning on stderr must not get in.
     #>
     [CmdletBinding()]
     param(
         [Parameter(Mandatory = $true)] [string] $FilePath,
         [string[]] $Arguments = @()
     )
+    # A program that is not found does not run and sets no exit code:
+    # $LASTEXITCODE would still be the last program's (0 after a success).
+    $program = Get-Command -Name $FilePath -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
+    if (-not $program) {
+        throw ('{0} was not found (neither a file at that path nor a program on PATH).' -f $FilePath)
+    }
     # Windows PowerShell 5.1 turns a program's stderr lines into error
     # records, which 'Stop' would make fatal; this scope only.
     $ErrorActionPreference = 'Continue'
-    $output = & $FilePath @Arguments 2>&1 | ForEach-Object { "$_" } | Out-String
-    return [pscustomobject]@{ ExitCode = $LASTEXITCODE; Output = $output.TrimEnd() }
+    # Programs set the global $LASTEXITCODE (a local one would hide it).
+    $global:LASTEXITCODE = $null
+    $stdout = New-Object System.Collections.Generic.List[string]
+    $stderr = New-Object System.Collections.Generic.List[string]
+    & $program @Arguments 2>&1 | ForEach-Object {
+        if ($_ -is [System.Management.Automation.ErrorRecord]) {
+            $stderr.Add($_.ToString())
+        } else {
+            $stdout.Add("$_")
+        }
+    }
+    $code = $global:LASTEXITCODE
+    if ($null -eq $code) {
+        throw ('{0} did not run: it set no exit code.' -f $program.Source)
+    }
+    return [pscustomobject]@{
+        ExitCode = $code
+        Output   = ($stdout -join "`n").TrimEnd()
+        Errors   = ($stderr -join "`n").TrimEnd()
+        Text     = ((@($stdout) + @($stderr)) -join "`n").TrimEnd()
+    }
 }
 
 function Invoke-Sc {
@@ -96,7 +122,7 @@ function Invoke-Sc {
         Write-Host ('  {0}' -f (Get-ScErrorExplanation -Code $result.ExitCode))
         return $result.ExitCode
     }
-    throw ("sc.exe {0} failed with error {1}.`n{2}`n{3}" -f ($Arguments -join ' '), $result.ExitCode, (Get-ScErrorExplanation -Code $result.ExitCode), $result.Output)
+    throw ("sc.exe {0} failed with error {1}.`n{2}`n{3}" -f ($Arguments -join ' '), $result.ExitCode, (Get-ScErrorExplanation -Code $result.ExitCode), $result.Text)
 }
 
 function Resolve-KStackPackage {
@@ -240,8 +266,10 @@ function Get-PagingExecutive {
 function Invoke-KStack {
     <#
     .SYNOPSIS
-        Runs kstack.exe from the package; returns its output as one string.
-        Throws unless its exit code is one of -Expect (default 0).
+        Runs kstack.exe from the package; returns Invoke-Native's result
+        (ExitCode, Output: stdout, Errors: stderr, Text: both). Its stderr
+        is also shown. Throws unless its exit code is one of -Expect
+        (default 0).
     #>
     [CmdletBinding()]
     param(
@@ -251,10 +279,13 @@ function Invoke-KStack {
     )
     Write-Host ('> kstack.exe {0}' -f ($Arguments -join ' '))
     $result = Invoke-Native -FilePath (Join-Path $PackageDir 'kstack.exe') -Arguments $Arguments
-    if ($Expect -notcontains $result.ExitCode) {
-        throw ("kstack.exe {0} exited with {1} (expected {2}):`n{3}" -f ($Arguments -join ' '), $result.ExitCode, ($Expect -join ' or '), $result.Output)
+    if ($result.Errors) {
+        Write-Host ('  stderr: {0}' -f $result.Errors)
     }
-    return $result.Output
+    if ($Expect -notcontains $result.ExitCode) {
+        throw ("kstack.exe {0} exited with {1} (expected {2}):`n{3}" -f ($Arguments -join ' '), $result.ExitCode, ($Expect -join ' or '), $result.Text)
+    }
+    return $result
 }
 
 function Get-KStackStatus {
@@ -264,7 +295,7 @@ function Get-KStackStatus {
     #>
     [CmdletBinding()]
     param([Parameter(Mandatory = $true)] [string] $PackageDir)
-    return (Invoke-KStack -PackageDir $PackageDir -Arguments @('status', '--json')) | ConvertFrom-Json
+    return (Invoke-KStack -PackageDir $PackageDir -Arguments @('status', '--json')).Output | ConvertFrom-Json
 }
 
 function Get-KStackParameter {
@@ -281,11 +312,19 @@ function Set-KStackParameter {
     <#
     .SYNOPSIS
         Writes a REG_DWORD under the service's Parameters key (creating the
-        key); the driver reads it at its next start.
+        key when it is absent); the driver reads it at its next start.
     #>
     [CmdletBinding()]
     param([Parameter(Mandatory = $true)] [string] $Name, [Parameter(Mandatory = $true)] [int64] $Value)
-    New-Item -Path $script:ParametersKey -Force | Out-Null
+    if (-not (Test-Path -LiteralPath (Split-Path -Parent $script:ParametersKey))) {
+        throw (Get-ScErrorExplanation -Code 1060)
+    }
+    # New-Item -Force on a key that exists deletes it and makes it anew,
+    # empty: every value set before (RingCapacity, StackTableEntries, the
+    # altitudes, the paging override) would go with it.
+    if (-not (Test-Path -LiteralPath $script:ParametersKey)) {
+        New-Item -Path $script:ParametersKey | Out-Null
+    }
     New-ItemProperty -LiteralPath $script:ParametersKey -Name $Name -PropertyType DWord -Value $Value -Force | Out-Null
 }
 

@@ -131,7 +131,7 @@ switch ($Action) {
         Write-Host ('DisablePagingExecutive: {0} (1, in effect from the next boot, lets the timer source walk stacks; kstack status says whether it is in effect; see paging-executive.ps1)' -f $paging)
         if ($driver.State -eq 'Running') {
             $package = Resolve-KStackPackage -PackageDir $PackageDir -ScriptRoot $PSScriptRoot
-            Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status'))
+            Write-Host (Invoke-KStack -PackageDir $package -Arguments @('status')).Output
         }
     }
 }

@@ -86,7 +86,7 @@ foreach ($file in $files) {
         Write-Host ('> signtool.exe {0}' -f ($arguments -join ' '))
         $result = Invoke-Native -FilePath $SignTool -Arguments $arguments
         if ($result.ExitCode -ne 0) {
-            throw ("signtool sign failed for {0} ({1}):`n{2}" -f $file, $result.ExitCode, $result.Output)
+            throw ("signtool sign failed for {0} ({1}):`n{2}" -f $file, $result.ExitCode, $result.Text)
         }
     } elseif ($file -like '*.sys') {
         $signature = Set-AuthenticodeSignature -FilePath $file -Certificate $certificate -HashAlgorithm SHA256

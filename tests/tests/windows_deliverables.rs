@@ -292,6 +292,13 @@ fn makefile() -> toml_edit::DocumentMut {
         .unwrap_or_else(|error| panic!("Makefile.toml: {error}"))
 }
 
+fn makefile_tasks(makefile: &toml_edit::DocumentMut) -> &toml_edit::Table {
+    makefile
+        .get("tasks")
+        .and_then(toml_edit::Item::as_table)
+        .expect("Makefile.toml has [tasks]")
+}
+
 /// A string array's strings; none for a missing key.
 fn strings(item: Option<&toml_edit::Item>) -> Vec<String> {
     item.and_then(toml_edit::Item::as_array)
@@ -307,10 +314,7 @@ fn strings(item: Option<&toml_edit::Item>) -> Vec<String> {
 #[test]
 fn makefile_windows_flow_is_complete_and_versioned() {
     let makefile = makefile();
-    let tasks = makefile
-        .get("tasks")
-        .and_then(toml_edit::Item::as_table)
-        .expect("Makefile.toml has [tasks]");
+    let tasks = makefile_tasks(&makefile);
     for name in [
         "default",
         "package-dir",
@@ -360,30 +364,117 @@ fn makefile_windows_flow_is_complete_and_versioned() {
     );
 }
 
-/// Every ERROR or MISSING node tree-sitter-powershell finds, as `line:column kind`.
-fn powershell_errors(text: &str) -> Vec<String> {
+/// `text` parsed with tree-sitter-powershell.
+fn powershell_tree(text: &str) -> tree_sitter::Tree {
     let mut parser = tree_sitter::Parser::new();
     parser
         .set_language(&tree_sitter_powershell::LANGUAGE.into())
         .expect("the grammar matches the tree-sitter runtime");
-    let tree = parser.parse(text, None).expect("the parser returns a tree");
-    let mut errors = Vec::new();
+    parser.parse(text, None).expect("the parser returns a tree")
+}
+
+/// Every node of `tree`, parents before their children.
+fn powershell_nodes(tree: &tree_sitter::Tree) -> Vec<tree_sitter::Node<'_>> {
+    let mut nodes = Vec::new();
     let mut stack = vec![tree.root_node()];
     while let Some(node) = stack.pop() {
-        if node.is_error() || node.is_missing() {
+        nodes.push(node);
+        let mut cursor = node.walk();
+        stack.extend(node.children(&mut cursor));
+    }
+    nodes
+}
+
+/// Every ERROR or MISSING node tree-sitter-powershell finds, as `line:column kind`.
+fn powershell_errors(text: &str) -> Vec<String> {
+    powershell_nodes(&powershell_tree(text))
+        .into_iter()
+        .filter(|node| node.is_error() || node.is_missing())
+        .map(|node| {
             let at = node.start_position();
-            errors.push(format!(
+            format!(
                 "{}:{} {}{}",
                 at.row + 1,
                 at.column + 1,
                 if node.is_missing() { "missing " } else { "" },
                 node.kind()
-            ));
-        }
-        let mut cursor = node.walk();
-        stack.extend(node.children(&mut cursor));
+            )
+        })
+        .collect()
+}
+
+/// The nearest ancestor of `node` of one of `kinds`.
+fn ancestor<'t>(node: tree_sitter::Node<'t>, kinds: &[&str]) -> Option<tree_sitter::Node<'t>> {
+    std::iter::successors(node.parent(), tree_sitter::Node::parent)
+        .find(|parent| kinds.contains(&parent.kind()))
+}
+
+/// A command as written: its name, its elements (parameters and
+/// arguments, as text), and where it is.
+struct Command<'t> {
+    name: String,
+    elements: Vec<String>,
+    node: tree_sitter::Node<'t>,
+}
+
+impl Command<'_> {
+    fn named(&self, name: &str) -> bool {
+        self.name.eq_ignore_ascii_case(name)
     }
-    errors
+
+    fn has_element(&self, element: &str) -> bool {
+        self.elements
+            .iter()
+            .any(|found| found.eq_ignore_ascii_case(element))
+    }
+}
+
+/// Every command in `tree` (a script or a doc's PowerShell block).
+fn powershell_commands<'t>(tree: &'t tree_sitter::Tree, text: &str) -> Vec<Command<'t>> {
+    let node_text = |node: tree_sitter::Node<'_>| text[node.byte_range()].to_owned();
+    powershell_nodes(tree)
+        .into_iter()
+        .filter(|node| node.kind() == "command")
+        .filter_map(|node| {
+            let name = node.child_by_field_name("command_name")?;
+            let elements =
+                node.child_by_field_name("command_elements")
+                    .map_or_else(Vec::new, |elements| {
+                        let mut cursor = elements.walk();
+                        elements
+                            .named_children(&mut cursor)
+                            .filter(|element| element.kind() != "command_argument_sep")
+                            .map(node_text)
+                            .collect()
+                    });
+            Some(Command {
+                name: node_text(name),
+                elements,
+                node,
+            })
+        })
+        .collect()
+}
+
+/// Every script (by name) and every `powershell` block of README.md and
+/// docs/ (by the doc's name and the block's first line), with its text.
+fn powershell_texts() -> Vec<(String, String)> {
+    let mut texts: Vec<(String, String)> = SCRIPTS
+        .iter()
+        .map(|name| ((*name).to_owned(), read(&scripts_dir().join(name))))
+        .collect();
+    for doc in doc_files() {
+        let text = read(&doc);
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find("```powershell\n") {
+            let block = &rest[start + "```powershell\n".len()..];
+            let end = block.find("```").expect("a closed code block");
+            let line = text[..text.len() - block.len()].lines().count();
+            texts.push((format!("{}:{line}", doc.display()), block[..end].to_owned()));
+            rest = &block[end + 3..];
+        }
+    }
+    texts
 }
 
 #[test]
@@ -548,8 +639,8 @@ fn mentioned_scripts(text: &str) -> BTreeSet<String> {
     names
 }
 
-#[test]
-fn docs_name_only_scripts_that_exist() {
+/// README.md and every Markdown file in docs/.
+fn doc_files() -> Vec<PathBuf> {
     let root = workspace();
     let mut docs = vec![root.join("README.md")];
     let docs_dir = root.join("docs");
@@ -559,8 +650,13 @@ fn docs_name_only_scripts_that_exist() {
             .map(|entry| entry.expect("directory entry").path())
             .filter(|path| path.extension().is_some_and(|extension| extension == "md")),
     );
+    docs
+}
+
+#[test]
+fn docs_name_only_scripts_that_exist() {
     let mut named = BTreeSet::new();
-    for doc in &docs {
+    for doc in &doc_files() {
         for mentioned in mentioned_scripts(&read(doc)) {
             assert!(
                 SCRIPTS.contains(&mentioned.as_str()),
@@ -674,4 +770,452 @@ fn the_paging_script_sets_the_override_the_driver_reads_and_only_for_the_value_1
     let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
     assert!(smoke.contains("(Get-KStackStatus -PackageDir $package).paging_executive"));
     assert!(smoke.contains("if ($paging.in_effect) {"));
+}
+
+/// The text of `verifier-smoke.ps1`'s step `name`: from its `Step` line to
+/// the next step's.
+fn smoke_step<'s>(smoke: &'s str, name: &str) -> &'s str {
+    let start = smoke
+        .find(&format!("Step '{name}' {{"))
+        .unwrap_or_else(|| panic!("no step {name}"));
+    let rest = &smoke[start..];
+    let end = rest[1..].find("Step ").map_or(rest.len(), |end| end + 1);
+    &rest[..end]
+}
+
+#[test]
+fn the_parameters_key_is_created_only_when_absent() {
+    // New-Item -Force on a registry key that exists deletes it and makes
+    // it anew, empty: the values set before it (RingCapacity,
+    // StackTableEntries, the altitudes, the paging override) would go.
+    let mut new_items = 0;
+    for (place, text) in powershell_texts() {
+        let tree = powershell_tree(&text);
+        for command in powershell_commands(&tree, &text) {
+            if !command.named("New-Item") {
+                continue;
+            }
+            new_items += 1;
+            let on_parameters = command.elements.iter().any(|element| {
+                element.contains("$script:ParametersKey")
+                    || element.contains("$parameters")
+                    || element.to_ascii_lowercase().contains(
+                        &format!("\\{SERVICE_NAME}\\{PARAMETERS_KEY}").to_ascii_lowercase(),
+                    )
+            });
+            assert!(
+                !(on_parameters && command.has_element("-Force")),
+                "{place}: `{}` wipes the Parameters key",
+                &text[command.node.byte_range()]
+            );
+        }
+    }
+    assert!(new_items >= 3, "the New-Item commands were found");
+    let common = read(&scripts_dir().join("kstack-common.psm1"));
+    let set = powershell_function(&common, "Set-KStackParameter");
+    assert!(
+        set.contains(
+            "if (-not (Test-Path -LiteralPath $script:ParametersKey)) {\n        New-Item -Path $script:ParametersKey | Out-Null"
+        ),
+        "Set-KStackParameter creates the key only when it is absent"
+    );
+    let runbook = read(&workspace().join("docs/windows-test-vm.md"));
+    assert!(
+        runbook.contains("if (-not (Test-Path $parameters)) { New-Item $parameters | Out-Null }"),
+        "the runbook's manual command creates the key only when it is absent"
+    );
+}
+
+#[test]
+fn invoke_native_finds_the_program_resets_the_exit_code_and_keeps_stderr_apart() {
+    let common = read(&scripts_dir().join("kstack-common.psm1"));
+    let native = powershell_function(&common, "Invoke-Native");
+    // A program that is not found runs not and sets no exit code: the
+    // last program's (0 after a success) would be taken for its.
+    let at = |needle: &str| {
+        native
+            .find(needle)
+            .unwrap_or_else(|| panic!("Invoke-Native lacks `{needle}`"))
+    };
+    let found = at("Get-Command -Name $FilePath -CommandType Application");
+    let missing = at("if (-not $program) {\n        throw");
+    let reset = at("$global:LASTEXITCODE = $null");
+    let run = at("& $program @Arguments 2>&1");
+    let code = at("$code = $global:LASTEXITCODE");
+    let unset = at("if ($null -eq $code) {\n        throw");
+    assert!(
+        found < missing && missing < reset && reset < run && run < code && code < unset,
+        "Invoke-Native looks the program up, resets the exit code, runs it, then reads the code"
+    );
+    // Programs set the global $LASTEXITCODE; a local one would hide it.
+    for line in native
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+    {
+        assert_eq!(
+            line.matches("LASTEXITCODE").count(),
+            line.matches("$global:LASTEXITCODE").count(),
+            "Invoke-Native names $LASTEXITCODE only in the global scope: {line}"
+        );
+    }
+    // stderr apart from stdout, which callers parse as JSON.
+    assert!(native.contains(
+        "if ($_ -is [System.Management.Automation.ErrorRecord]) {\n            $stderr.Add("
+    ));
+    assert!(
+        native.contains("Output   = ($stdout -join")
+            && native.contains("Errors   = ($stderr -join"),
+        "Invoke-Native returns stdout and stderr apart"
+    );
+    assert!(
+        powershell_function(&common, "Get-KStackStatus")
+            .contains("@('status', '--json')).Output | ConvertFrom-Json"),
+        "status --json is parsed from stdout alone"
+    );
+    for name in SCRIPTS {
+        for line in read(&scripts_dir().join(name))
+            .lines()
+            .filter(|line| line.contains("ConvertFrom-Json"))
+        {
+            assert!(
+                !line.contains(".Text") && !line.contains(".Errors"),
+                "{name} parses stderr as JSON: {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_smoke_suite_always_ends_with_its_summary() {
+    let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
+    let tree = powershell_tree(&smoke);
+    let commands = powershell_commands(&tree, &smoke);
+    let summary = commands
+        .iter()
+        .find(|command| {
+            command.named("Write-Host")
+                && command
+                    .elements
+                    .iter()
+                    .any(|element| element.contains("passed, {1} failed"))
+        })
+        .expect("the summary line");
+    assert!(
+        ancestor(summary.node, &["finally_clause"]).is_some(),
+        "the summary is written from a finally block"
+    );
+    let outer = ancestor(summary.node, &["try_statement"]).expect("the try around the suite");
+    // Everything of the suite that can fail runs inside that try, and
+    // there inside a step (one failure, and the next step runs), but the
+    // package's lookup, without which no step can run; only the
+    // transcript's setup comes before it.
+    let suite = smoke
+        .find("# ---- the smoke suite ----")
+        .expect("the suite's part of the script");
+    let mut steps = 0;
+    for command in commands
+        .iter()
+        .filter(|command| command.node.start_byte() > suite)
+        .filter(|command| ancestor(command.node, &["function_statement"]).is_none())
+    {
+        let ancestors: Vec<_> =
+            std::iter::successors(command.node.parent(), tree_sitter::Node::parent).collect();
+        let text = &smoke[command.node.byte_range()];
+        if !ancestors.contains(&outer) {
+            assert!(
+                ["Join-Path", "Get-Date", "Start-Transcript", "Out-Null"]
+                    .iter()
+                    .any(|name| command.named(name)),
+                "verifier-smoke.ps1 runs `{text}` outside the try whose finally writes the summary"
+            );
+            continue;
+        }
+        let in_step = ancestors.iter().any(|parent| {
+            parent.kind() == "command"
+                && parent
+                    .child_by_field_name("command_name")
+                    .is_some_and(|name| &smoke[name.byte_range()] == "Step")
+        });
+        let summing_up = ancestors
+            .iter()
+            .any(|parent| matches!(parent.kind(), "catch_clause" | "finally_clause"));
+        steps += usize::from(command.named("Step"));
+        assert!(
+            in_step
+                || summing_up
+                || command.named("Step")
+                || command.named("Resolve-KStackPackage"),
+            "verifier-smoke.ps1 runs `{text}` outside a step: should it fail, the steps after it would not run"
+        );
+    }
+    assert!(steps >= 10, "the steps were found inside the try: {steps}");
+}
+
+#[test]
+fn read_and_clear_leaves_the_module_records_alone() {
+    // Every kstack.exe run adds module records (image loads, process
+    // exit) whatever the sources' settings: the ring is never empty after
+    // a clear. What clear must leave is no trace record, and read --json
+    // prints trace records only.
+    let smoke = read(&scripts_dir().join("verifier-smoke.ps1"));
+    let step = smoke_step(&smoke, "read and clear");
+    for (at, _) in step.match_indices("ring.used") {
+        let comparison = step[at + "ring.used".len()..].trim_start();
+        assert!(
+            !["-ne 0", "-gt 0", "-eq 0"]
+                .iter()
+                .any(|test| comparison.starts_with(test)),
+            "the step expects an empty ring after clear: {}",
+            &step[at..]
+        );
+    }
+    let clear = step.find("@('clear')").expect("the step clears");
+    let disabled = step[..clear]
+        .rfind("@('config', '--disable', 'all')")
+        .expect("the sources are off before the clear");
+    let selftest = step[..disabled]
+        .rfind("@('selftest')")
+        .expect("a record is left for clear to discard");
+    assert!(selftest < disabled);
+    let after = &step[clear..];
+    assert!(
+        after.contains("$after.cleared -le $before.cleared"),
+        "clear is seen to discard something"
+    );
+    assert!(
+        after.contains("$left = @(Get-KStackRecords)")
+            && after.contains("if ($left.Count -ne 0) {"),
+        "after clear no trace record is left"
+    );
+    assert!(
+        powershell_function(&smoke, "Get-KStackRecords")
+            .contains("-Arguments @('read', '--json')).Output -split"),
+        "the records are read --json's stdout, one a line"
+    );
+}
+
+/// Every key of `value`'s objects, at any depth.
+fn json_keys(value: &serde_json::Value, keys: &mut BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(object) => {
+            for (key, inner) in object {
+                keys.insert(key.clone());
+                json_keys(inner, keys);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                json_keys(item, keys);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The keys of the client's `status --json` and `read --json` objects.
+fn client_json_keys() -> BTreeSet<String> {
+    use kstack_abi::{
+        Altitude, CaptureConfig, DriverImage, HostRoutine, PagingExecutive, RecordFlags,
+        RecordHeader, Source, SourceFacts, SourceStatus, StackTableStatus, StatusResponse,
+        UserPart,
+    };
+    use kstack_client::{modules::ModuleMap, symbolizer::Symbolizer, trace::TraceRecord};
+
+    let status = StatusResponse {
+        driver_version: KSTACK_VERSION,
+        paging_executive: PagingExecutive::NOT_SET,
+        ring_capacity: 8192,
+        ring_used: 0,
+        ring_used_bytes: 0,
+        ring_shards: 1,
+        outstanding_allocations: 2,
+        config: CaptureConfig::default(),
+        dropped: 0,
+        cleared: 0,
+        read: 0,
+        sequences_spent: 0,
+        sources: [SourceStatus::ZERO; Source::COUNT],
+        driver_image: DriverImage { base: 0, size: 0 },
+        object_altitude: Altitude::default(),
+        registry_altitude: Altitude::default(),
+        stack_table: StackTableStatus::default(),
+        user_walk: HostRoutine::HostStub,
+        process_key: HostRoutine::HostStub,
+        module_records: 0,
+    };
+    let record = TraceRecord {
+        header: RecordHeader {
+            sequence: 1,
+            timestamp: 0,
+            process_id: 4,
+            thread_id: 8,
+            processor: 0,
+            shard: 0,
+            irql: 0,
+            flags: RecordFlags::NONE,
+            user_frame_count: 0,
+            user_part: UserPart::Off,
+            os_hash: 0,
+            stack_id: 0,
+            facts: SourceFacts::OnDemand { tag: 0 },
+        },
+        frames: [0x1000_u64].into(),
+    };
+    let mut keys = BTreeSet::new();
+    json_keys(&kstack_client::report::status_json(&status), &mut keys);
+    json_keys(
+        &record.to_json(&Symbolizer::new(ModuleMap::default())),
+        &mut keys,
+    );
+    keys
+}
+
+#[test]
+fn the_scripts_read_only_fields_the_client_writes() {
+    // The scripts' lower-case members are JSON fields (PowerShell's and
+    // .NET's own members are PascalCase): each must be a key of the
+    // client's status --json or read --json.
+    let keys = client_json_keys();
+    for needed in ["ring", "used", "cleared", "module_records", "source"] {
+        assert!(keys.contains(needed), "the client's JSON has {needed}");
+    }
+    let mut fields = 0;
+    for name in SCRIPTS {
+        let text = read(&scripts_dir().join(name));
+        let tree = powershell_tree(&text);
+        for node in powershell_nodes(&tree)
+            .into_iter()
+            .filter(|node| node.kind() == "member_name")
+        {
+            let member = &text[node.byte_range()];
+            if member.starts_with(|first: char| first.is_ascii_lowercase()) {
+                fields += 1;
+                assert!(
+                    keys.contains(member),
+                    "{name}:{} reads .{member}, which the client's JSON lacks",
+                    node.start_position().row + 1
+                );
+            }
+        }
+    }
+    assert!(
+        fields >= 20,
+        "the scripts' JSON fields were found: {fields}"
+    );
+}
+
+/// The file redirections (`>`, `>>`, `2>` ...) of a PowerShell text, but
+/// those to `$null`.
+fn file_redirections(text: &str) -> Vec<String> {
+    let tree = powershell_tree(text);
+    powershell_nodes(&tree)
+        .into_iter()
+        .filter(|node| node.kind() == "redirection")
+        .filter(|node| {
+            let mut cursor = node.walk();
+            let to_file = node
+                .named_children(&mut cursor)
+                .any(|child| child.kind() == "file_redirection_operator");
+            to_file
+                && !text[node.byte_range()]
+                    .to_ascii_lowercase()
+                    .ends_with("$null")
+        })
+        .map(|node| text[node.byte_range()].to_owned())
+        .collect()
+}
+
+#[test]
+fn no_powershell_text_redirects_into_a_file() {
+    // Windows PowerShell 5.1's > and >> write UTF-16 LE: a JSON or text
+    // file others read goes through Out-File -Encoding utf8 (or
+    // Set-Content) instead.
+    assert_eq!(
+        file_redirections("kstack.exe status --json > \"table.json\"\nNew-Item x > $null\n"),
+        ["> \"table.json\""]
+    );
+    let texts = powershell_texts();
+    assert!(
+        texts.len() > SCRIPTS.len() + 10,
+        "the docs' PowerShell blocks were found"
+    );
+    for (place, text) in texts {
+        let found = file_redirections(&text);
+        assert!(found.is_empty(), "{place} redirects into a file: {found:?}");
+    }
+}
+
+#[test]
+fn the_certificate_folder_exists_before_wdk_builds_certificate_tasks() {
+    // wdk-build's generate-certificate (a dependency of its signtool-sign)
+    // writes into WDK_BUILD_OUTPUT_DIRECTORY, the dev profile's folder,
+    // which kstack's release-only flow never creates.
+    let makefile = makefile();
+    let tasks = makefile_tasks(&makefile);
+    let folder = "kstack-wdk-output-directory";
+    let script = tasks
+        .get(folder)
+        .and_then(|task| task.get("script"))
+        .and_then(toml_edit::Item::as_str)
+        .unwrap_or_else(|| panic!("task {folder} is a script"));
+    assert_eq!(script, "mkdir ${WDK_BUILD_OUTPUT_DIRECTORY}");
+    let mut reaching = Vec::new();
+    for (name, task) in tasks {
+        let dependencies = strings(task.get("dependencies"));
+        let certificate = dependencies
+            .iter()
+            .position(|dependency| dependency == "generate-certificate");
+        let signs = task.get("run_task").and_then(toml_edit::Item::as_str) == Some("signtool-sign");
+        if certificate.is_none() && !signs {
+            continue;
+        }
+        let made = dependencies
+            .iter()
+            .position(|dependency| dependency == folder)
+            .unwrap_or_else(|| {
+                panic!("{name} reaches generate-certificate before {folder} made its folder")
+            });
+        assert!(
+            certificate.is_none_or(|certificate| made < certificate),
+            "{name}: {folder} comes before generate-certificate"
+        );
+        reaching.push(name.to_owned());
+    }
+    assert_eq!(
+        reaching,
+        [
+            "kstack-sign-driver",
+            "kstack-sign-catalog",
+            "kstack-copy-certificate"
+        ]
+    );
+    // The Linux flow stays cargo xtask build.
+    let default = tasks.get("default").expect("task default");
+    assert_eq!(
+        default.get("linux_alias").and_then(toml_edit::Item::as_str),
+        Some("kstack-linux-package")
+    );
+    assert_eq!(
+        strings(
+            tasks
+                .get("kstack-linux-package")
+                .and_then(|task| task.get("args"))
+        ),
+        ["xtask", "build"]
+    );
+}
+
+#[test]
+fn test_signing_suspends_bitlocker_before_it_changes_the_boot_configuration() {
+    let script = read(&scripts_dir().join("enable-test-signing.ps1"));
+    let suspend = script
+        .find("-MethodName 'DisableKeyProtectors' -Arguments @{ DisableCount = [uint32]1 }")
+        .expect("enable-test-signing.ps1 suspends BitLocker for one boot");
+    let guarded = script
+        .find("if ($volume -and $volume.ProtectionStatus -eq 1) {")
+        .expect("only when BitLocker protects the drive");
+    let bcdedit = script
+        .find("Invoke-Native -FilePath 'bcdedit.exe'")
+        .expect("bcdedit");
+    assert!(guarded < suspend && suspend < bcdedit);
 }
