@@ -3,7 +3,8 @@
 //! Validated here, once, for both sides.
 
 use crate::{
-    DecodeError, MAX_FRAMES, Source, SourceSet,
+    MAX_FRAMES, Source, SourceSet,
+    error::DecodeError,
     ntstatus::{
         NtStatus, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
         STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_INVALID_PARAMETER_5,

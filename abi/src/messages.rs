@@ -3,9 +3,10 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, Altitude, CaptureConfig, DecodeError, HostRoutine, PagingExecutive,
-    PagingInEffect, Records, Source, SourceFacts, UserPart,
+    ABI_VERSION, Altitude, CaptureConfig, HostRoutine, PagingExecutive, PagingInEffect, Records,
+    Source, SourceFacts, UserPart,
     config::CAPTURE_CONFIG_SIZE,
+    error::DecodeError,
     ntstatus::NtStatus,
     wire::{Reader, Writer},
 };

@@ -48,7 +48,8 @@
 //! kernel gave no name has an empty path.
 
 use crate::{
-    DecodeError, MAX_RECORD_SIZE, MAX_SHARDS,
+    MAX_RECORD_SIZE, MAX_SHARDS,
+    error::DecodeError,
     wire::{Reader, Writer},
 };
 

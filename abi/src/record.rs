@@ -64,7 +64,8 @@
 //! user frames, [`UserPart::Off`]).
 
 use crate::{
-    DecodeError, Source, SourceFacts,
+    Source, SourceFacts,
+    error::DecodeError,
     module_record::{ModuleRecord, decode_module_record, is_module_record},
     user_part::UserPart,
     wire::{Reader, Writer},

@@ -1,7 +1,7 @@
 //! Where a stack comes from: the capture sources, sets of them, and the
 //! facts each source records about its event.
 
-use crate::DecodeError;
+use crate::error::DecodeError;
 
 /// A kernel callback (or request) that captures stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -4,7 +4,7 @@
 //! reinterpreted in place, so a short or misaligned buffer is an error, never
 //! undefined behaviour.
 
-use crate::DecodeError;
+use crate::error::DecodeError;
 
 /// Reads fields from a byte slice at fixed offsets.
 #[derive(Clone, Copy)]
