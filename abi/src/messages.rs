@@ -8,7 +8,7 @@ use crate::{
     config::CAPTURE_CONFIG_SIZE,
     error::DecodeError,
     ntstatus::NtStatus,
-    wire::{Reader, Writer},
+    wire::{Reader, Writer, wire_enum},
 };
 
 /// `abi_version` and `size`: the prefix of requests and of the status response.
@@ -66,8 +66,10 @@ fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(4, size as u32);
 }
 
-/// Checks a request's prefix: this ABI version and exactly `size` bytes.
-fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
+/// Checks the first word of a message of either direction: this ABI
+/// version. Every request, the status response and the read header start
+/// with it, in every ABI version.
+fn check_abi_version(r: Reader<'_>) -> Result<(), DecodeError> {
     let abi_version = r.u32(0)?;
     if abi_version != ABI_VERSION {
         return Err(DecodeError::AbiVersion {
@@ -75,6 +77,13 @@ fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
             theirs: abi_version,
         });
     }
+    Ok(())
+}
+
+/// Checks a request's (or the status response's) prefix: this ABI version,
+/// then a `size` word of exactly `size` bytes.
+fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
+    check_abi_version(r)?;
     let declared = r.u32(4)?;
     if usize::try_from(declared).ok() != Some(size) {
         return Err(DecodeError::SizeField {
@@ -162,15 +171,16 @@ pub const FAULT_PROBE_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
 /// The fault-probe reply's size.
 pub const FAULT_PROBE_REPLY_SIZE: usize = 8;
 
+wire_enum! {
 /// What the fault probe reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum FaultProbe {
+pub enum FaultProbe: u8 {
     /// A word of the driver's own stack, holding [`FaultProbe::MAPPED_VALUE`].
     Mapped = 0,
     /// User address 8, never mapped on Windows or under Wine: the read
     /// raises an access violation.
     Unmapped = 1,
+}
 }
 
 impl FaultProbe {
@@ -192,12 +202,11 @@ pub fn encode_fault_probe_request(target: FaultProbe) -> [u8; FAULT_PROBE_REQUES
 /// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
 pub fn decode_fault_probe_request(bytes: &[u8]) -> Result<FaultProbe, DecodeError> {
     let r = request_body(bytes, FAULT_PROBE_REQUEST_SIZE)?;
-    let word = r.u64(STATUS_PREFIX_SIZE)?;
-    match word {
-        0 => Ok(FaultProbe::Mapped),
-        1 => Ok(FaultProbe::Unmapped),
-        value => Err(DecodeError::UnknownProbeTarget { value }),
-    }
+    let value = r.u64(STATUS_PREFIX_SIZE)?;
+    u8::try_from(value)
+        .ok()
+        .and_then(FaultProbe::from_wire)
+        .ok_or(DecodeError::UnknownProbeTarget { value })
 }
 
 /// A request of `N` bytes: the prefix, then what `body` writes.
@@ -740,13 +749,7 @@ impl ReadHeader {
     /// disagrees with the bytes received.
     pub fn decode(bytes: &[u8]) -> Result<(Self, Records<'_>), DecodeError> {
         let r = Reader::new(bytes);
-        let abi_version = r.u32(0)?;
-        if abi_version != ABI_VERSION {
-            return Err(DecodeError::AbiVersion {
-                ours: ABI_VERSION,
-                theirs: abi_version,
-            });
-        }
+        check_abi_version(r)?;
         let flags = r.u32(12)?;
         if flags & !READ_MORE_PENDING != 0 {
             return Err(DecodeError::UnknownFlags { bits: flags });

@@ -50,7 +50,7 @@
 use crate::{
     MAX_RECORD_SIZE, MAX_SHARDS,
     error::DecodeError,
-    wire::{Reader, Writer},
+    wire::{Reader, Writer, wire_enum, wire_flags},
 };
 
 /// Byte 2 of a module record. Trace records have their source there
@@ -62,10 +62,10 @@ pub const MODULE_HEADER_SIZE: usize = 56;
 /// fit in the largest trace record.
 pub const MAX_MODULE_PATH: usize = (MAX_RECORD_SIZE - MODULE_HEADER_SIZE) / 2;
 
+wire_enum! {
 /// What a module record reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ModuleEvent {
+pub enum ModuleEvent: u8 {
     /// An image was mapped: from its timestamp on, `image_base` to
     /// `image_base + image_size` in the process is this image, replacing
     /// whatever was reported there before (Windows reports no unloads).
@@ -74,51 +74,15 @@ pub enum ModuleEvent {
     /// id is another process.
     ProcessExit = 2,
 }
-
-impl ModuleEvent {
-    /// The event with this wire value.
-    #[must_use]
-    pub const fn from_wire(value: u8) -> Option<Self> {
-        match value {
-            1 => Some(Self::ImageLoad),
-            2 => Some(Self::ProcessExit),
-            _ => None,
-        }
-    }
 }
 
+wire_flags! {
 /// Module record flag bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ModuleFlags(u16);
-
-impl ModuleFlags {
-    /// No flag.
-    pub const NONE: Self = Self(0);
+pub struct ModuleFlags(u16) {
     /// The path was longer than [`MAX_MODULE_PATH`] units: the record keeps
     /// its end.
-    pub const PATH_TRUNCATED: Self = Self(1);
-
-    /// The flags with these bits, or `None` when one is undefined.
-    #[must_use]
-    pub const fn from_bits(bits: u16) -> Option<Self> {
-        if bits & !Self::PATH_TRUNCATED.0 == 0 {
-            Some(Self(bits))
-        } else {
-            None
-        }
-    }
-
-    /// The wire bits.
-    #[must_use]
-    pub const fn bits(self) -> u16 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set.
-    #[must_use]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
+    const PATH_TRUNCATED = 1;
+}
 }
 
 /// Everything in a module record but its path.

@@ -68,7 +68,7 @@ use crate::{
     error::DecodeError,
     module_record::{ModuleRecord, decode_module_record, is_module_record},
     user_part::UserPart,
-    wire::{Reader, Writer},
+    wire::{Reader, Writer, wire_flags},
 };
 
 /// Bytes before the frame part.
@@ -121,19 +121,15 @@ const fn kept_fact_words(words: &[u64; FACT_WORDS]) -> usize {
     kept
 }
 
+wire_flags! {
 /// Record flag bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RecordFlags(u16);
-
-impl RecordFlags {
-    /// No flag.
-    pub const NONE: Self = Self(0);
+pub struct RecordFlags(u16) {
     /// The kernel walk filled every frame asked for: the kernel stack may go
     /// deeper.
-    pub const TRUNCATED: Self = Self(1);
+    const TRUNCATED = 1;
     /// A capture-now record returned to its caller but not kept in the ring
     /// (the on-demand source was disabled); its sequence is 0.
-    pub const NOT_IN_RING: Self = Self(2);
+    const NOT_IN_RING = 2;
     /// The record's stack is the stack table's entry for its `match_id`
     /// (the stack id). Without frames the record is shorter (ABI 10: see
     /// the layout above). With frames, the record carries the entry's frames:
@@ -155,49 +151,13 @@ impl RecordFlags {
     /// lost on the way to the reader, such as a read whose output buffer
     /// the I/O manager could not copy back, may take such frames with
     /// them.) Capture-now answers always carry their frames.
-    pub const STACK_BY_ID: Self = Self(4);
+    const STACK_BY_ID = 4;
     /// The process is a 32-bit (WoW64) process on 64-bit Windows. The
     /// driver asks only when it is about to walk the user stack, so the flag
     /// can be set only on records whose user part is captured, truncated,
     /// faulted, reentered or `guard_full`.
-    pub const WOW64: Self = Self(8);
-    /// Every defined bit.
-    const KNOWN: u16 =
-        Self::TRUNCATED.0 | Self::NOT_IN_RING.0 | Self::STACK_BY_ID.0 | Self::WOW64.0;
-
-    /// These flags and `other`'s.
-    #[must_use]
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    /// These flags without `other`'s.
-    #[must_use]
-    pub const fn without(self, other: Self) -> Self {
-        Self(self.0 & !other.0)
-    }
-
-    /// The flags with these bits, if all are defined.
-    #[must_use]
-    pub const fn from_bits(bits: u16) -> Option<Self> {
-        if bits & !Self::KNOWN == 0 {
-            Some(Self(bits))
-        } else {
-            None
-        }
-    }
-
-    /// The wire bits.
-    #[must_use]
-    pub const fn bits(self) -> u16 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set.
-    #[must_use]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
+    const WOW64 = 8;
+}
 }
 
 /// Everything in a record but its frames.
