@@ -46,6 +46,55 @@
 //! [`MAX_MODULE_PATH`] units keep their last [`MAX_MODULE_PATH`] units (the
 //! file name survives) with [`ModuleFlags::PATH_TRUNCATED`]; an image the
 //! kernel gave no name has an empty path.
+//!
+//! # Example
+//!
+//! An image load of `C:\app.exe` (10 UTF-16 units, so 20 bytes of path
+//! and 4 of padding: 80 bytes in all) at `0x7FF6_1230_0000`, `0x5_0000`
+//! bytes, into process 4312, written by thread 77 on processor 1 into
+//! shard 1 as its record 9, byte for byte:
+//!
+//! ```
+//! use kstack_abi::{
+//!     ModuleEvent, ModuleFlags, ModuleHeader,
+//!     module_record::{decode_module_record, encode_module_record},
+//! };
+//!
+//! let bytes: [u8; 80] = [
+//!     0x50, 0x00, 0x80, 0x01, 0x0A, 0x00, 0x00, 0x00, // size 80, module record, image load, 10 path units, no flags
+//!     0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // sequence 9
+//!     0x0F, 0x1E, 0x2D, 0x3C, 0x4F, 0x5A, 0xDB, 0x01, // timestamp 0x01DB_5A4F_3C2D_1E0F
+//!     0xD8, 0x10, 0x00, 0x00, 0x4D, 0x00, 0x00, 0x00, // process 4312, thread 77
+//!     0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x05, 0x00, // processor 1, shard 1, reserved 0, image size 0x5_0000
+//!     0x00, 0x00, 0x30, 0x12, 0xF6, 0x7F, 0x00, 0x00, // image base 0x7FF6_1230_0000
+//!     0x44, 0x33, 0x22, 0x11, 0x40, 0x5A, 0xDB, 0x01, // process key 0x01DB_5A40_1122_3344
+//!     0x43, 0x00, 0x3A, 0x00, 0x5C, 0x00, 0x61, 0x00, // "C:\a"
+//!     0x70, 0x00, 0x70, 0x00, 0x2E, 0x00, 0x65, 0x00, // "pp.e"
+//!     0x78, 0x00, 0x65, 0x00, 0x00, 0x00, 0x00, 0x00, // "xe", padding
+//! ];
+//! let (record, size) = decode_module_record(&bytes).unwrap();
+//! let header = ModuleHeader {
+//!     sequence: 9,
+//!     timestamp: 0x01DB_5A4F_3C2D_1E0F,
+//!     process_id: 4312,
+//!     thread_id: 77,
+//!     processor: 1,
+//!     shard: 1,
+//!     event: ModuleEvent::ImageLoad,
+//!     flags: ModuleFlags::NONE,
+//!     image_base: 0x7FF6_1230_0000,
+//!     image_size: 0x5_0000,
+//!     process_key: 0x01DB_5A40_1122_3344,
+//! };
+//! assert_eq!((record.header, size), (header, 80));
+//! let path: Vec<u16> = record.path_units().collect();
+//! assert_eq!(String::from_utf16(&path).unwrap(), r"C:\app.exe");
+//!
+//! // And the driver's side writes exactly these bytes.
+//! let mut written = [0xAA_u8; 80];
+//! assert_eq!(encode_module_record(&header, &path, &mut written), Ok(80));
+//! assert_eq!(written, bytes);
+//! ```
 
 use crate::{
     MAX_RECORD_SIZE, MAX_SHARDS,
