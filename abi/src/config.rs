@@ -185,7 +185,8 @@ fn push(list: &mut [u32; MAX_PROCESS_IDS], len: u8, id: u32) -> Result<u8, Confi
 /// Reserved bytes and list entries past a list's length are written as
 /// zeros and never looked at: a configure request with other values there
 /// is accepted as if they were zeros (and status reports them as zeros).
-/// A process id repeated within one list counts once.
+/// A process id repeated within one list counts once (status then reports
+/// the list without the repeat).
 ///
 /// When several fields are out of range, the request fails with the status
 /// of the lowest-numbered one (`STATUS_INVALID_PARAMETER_1` first, `_7`
@@ -789,6 +790,19 @@ mod tests {
         let mut again = [0xAA_u8; CAPTURE_CONFIG_SIZE];
         config.encode(&mut Writer::new(&mut again), 0);
         assert_eq!(again, bytes, "written back as zeros");
+    }
+
+    #[test]
+    fn an_id_repeated_in_a_list_counts_once() {
+        let (_, mut bytes) = distinct_config();
+        // Include list 0x0101_0101, 0x0202_0202, 0x0101_0101.
+        bytes[12] = 3;
+        bytes[40..44].copy_from_slice(&0x0101_0101_u32.to_le_bytes());
+        let config = CaptureConfig::decode(Reader::new(&bytes), 0).unwrap();
+        assert_eq!(config.processes.include(), [0x0101_0101, 0x0202_0202]);
+        let mut reported = [0_u8; CAPTURE_CONFIG_SIZE];
+        config.encode(&mut Writer::new(&mut reported), 0);
+        assert_eq!((reported[12], &reported[40..44]), (2, &[0_u8; 4][..]));
     }
 
     #[test]

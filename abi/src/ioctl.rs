@@ -75,7 +75,8 @@ pub enum Ioctl {
     /// (`STATUS_NOT_SUPPORTED`), the timer enabled while
     /// `DisablePagingExecutive`=1 is not in effect
     /// (`KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED`), another configure
-    /// request under way (`STATUS_DEVICE_BUSY`).
+    /// request under way (`STATUS_DEVICE_BUSY`). An accepted configuration
+    /// leaves the ring's records and every counter as they are.
     Configure,
     /// Drain as many whole records as fit, oldest timestamp first: trace
     /// records and module records ([`crate::module_record`]) alike, each

@@ -129,8 +129,8 @@ pub fn decode_capture_now_request(bytes: &[u8]) -> Result<u64, DecodeError> {
 }
 
 /// The test-injection request (only a driver built with the
-/// `test-injection` feature serves it): prefix, source (u8, then 7 zero
-/// bytes), the source's three fact words.
+/// `test-injection` feature serves it): prefix, source (u8, then 7 bytes
+/// written as zeros and not looked at), the source's three fact words.
 pub const INJECT_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8 + 24;
 
 /// The name an injected image load gives the load-image callback, so its

@@ -1593,6 +1593,35 @@ mod tests {
             assert_eq!(status(&core).stack_table, StackTableStatus::default());
         }
 
+        /// `Ioctl::Configure`: an accepted configuration leaves the ring's
+        /// records and the counters as they are.
+        #[test]
+        fn a_configure_request_keeps_the_ring_and_the_counters() {
+            let core = registered_core(
+                ring_of_records(8, 1),
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            let timer = TimerLog::default();
+            enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+            let platform = FakePlatform::default();
+            for _ in 0..2 {
+                core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+            }
+            let before = status(&core);
+            assert_eq!(
+                configure(&core, &CaptureConfig::default(), &timer),
+                STATUS_SUCCESS
+            );
+            let after = status(&core);
+            assert_eq!(after.config, CaptureConfig::default());
+            assert_eq!(
+                (after.ring_used, after.sources, after.sequences_spent),
+                (2, before.sources, before.sequences_spent)
+            );
+            assert_eq!(read_as(&core, 1).len(), 2);
+        }
+
         /// `CaptureConfig`: reserved configuration bytes are accepted
         /// whatever they hold, and status reports them as zeros.
         #[test]
