@@ -764,17 +764,7 @@ mod tests {
             (96, &[0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37]),
             (103, &[0]),
         ];
-        let mut next = 0;
-        for (offset, expected) in rows {
-            assert_eq!(offset, next, "the rows cover every byte once");
-            assert_eq!(
-                &bytes[offset..offset + expected.len()],
-                expected,
-                "at {offset}"
-            );
-            next = offset + expected.len();
-        }
-        assert_eq!(next, CAPTURE_CONFIG_SIZE);
+        crate::wire::assert_layout(&bytes, rows);
         assert_eq!(CaptureConfig::decode(Reader::new(&bytes), 0), Ok(config));
     }
 

@@ -85,6 +85,23 @@ impl<'a> Writer<'a> {
     }
 }
 
+/// Checks an encoded message against its layout table: `rows` of offset
+/// and expected bytes, in order, must cover every byte of `bytes` once.
+#[cfg(test)]
+pub(crate) fn assert_layout<'a>(bytes: &[u8], rows: impl IntoIterator<Item = (usize, &'a [u8])>) {
+    let mut next = 0;
+    for (offset, expected) in rows {
+        assert_eq!(offset, next, "the rows cover every byte once");
+        assert_eq!(
+            &bytes[offset..offset + expected.len()],
+            expected,
+            "at {offset}"
+        );
+        next = offset + expected.len();
+    }
+    assert_eq!(next, bytes.len(), "the rows cover every byte");
+}
+
 /// A fieldless enum crossing the boundary as an integer: the enum with its
 /// `repr` and wire values, `ALL` its values in declaration order (which
 /// is wire order), `COUNT` how many, and `from_wire`, which refuses any

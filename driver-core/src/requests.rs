@@ -1372,6 +1372,17 @@ mod tests {
                 .collect()
         }
 
+        /// A core on a one-shard ring of 8 records, with a stack table of
+        /// `entries` (0: off), every source registered.
+        fn core_with_table(entries: usize) -> DriverCore<'static> {
+            crate::capture::tests::tabled_core(
+                ring_of_records(8, 1),
+                entries,
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            )
+        }
+
         fn on_demand(processes: ProcessFilter, enabled: bool) -> CaptureConfig {
             CaptureConfig {
                 sources: if enabled {
@@ -1448,11 +1459,7 @@ mod tests {
         /// and move `skipped_stack` of a disabled source too.
         #[test]
         fn a_capture_now_counts_disabled_before_filtered_and_the_stack_check_before_both() {
-            let core = registered_core(
-                ring_of_records(8, 1),
-                PagingExecutive::NOT_SET,
-                all_registered(),
-            );
+            let core = core_with_table(0);
             let timer = TimerLog::default();
             let platform = FakePlatform::default();
             let excluded = ProcessFilter::new(&[], &[4]).unwrap();
@@ -1489,12 +1496,7 @@ mod tests {
         /// ring's copy does.
         #[test]
         fn a_capture_now_reply_carries_its_frames_while_its_ring_copy_names_them() {
-            let core = crate::capture::tests::tabled_core(
-                ring_of_records(8, 1),
-                8,
-                PagingExecutive::NOT_SET,
-                all_registered(),
-            );
+            let core = core_with_table(8);
             configure(
                 &core,
                 &on_demand(ProcessFilter::ALL, true),
@@ -1519,12 +1521,7 @@ mod tests {
         /// does not.
         #[test]
         fn readers_taking_turns_each_get_the_frames_again_after_the_other() {
-            let core = crate::capture::tests::tabled_core(
-                ring_of_records(8, 1),
-                8,
-                PagingExecutive::NOT_SET,
-                all_registered(),
-            );
+            let core = core_with_table(8);
             let timer = TimerLog::default();
             enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
             let platform = FakePlatform::default();
@@ -1569,11 +1566,7 @@ mod tests {
         /// empty walk included, and no record names its stack.
         #[test]
         fn with_the_table_off_its_counters_stay_zero() {
-            let core = registered_core(
-                ring_of_records(8, 1),
-                PagingExecutive::NOT_SET,
-                all_registered(),
-            );
+            let core = core_with_table(0);
             let timer = TimerLog::default();
             enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
             for depth in [5, 5, 0] {
@@ -1597,11 +1590,7 @@ mod tests {
         /// records and the counters as they are.
         #[test]
         fn a_configure_request_keeps_the_ring_and_the_counters() {
-            let core = registered_core(
-                ring_of_records(8, 1),
-                PagingExecutive::NOT_SET,
-                all_registered(),
-            );
+            let core = core_with_table(0);
             let timer = TimerLog::default();
             enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
             let platform = FakePlatform::default();
@@ -1626,11 +1615,7 @@ mod tests {
         /// whatever they hold, and status reports them as zeros.
         #[test]
         fn reserved_configuration_bytes_are_ignored_and_reported_as_zeros() {
-            let core = registered_core(
-                ring_of_records(8, 1),
-                PagingExecutive::NOT_SET,
-                all_registered(),
-            );
+            let core = core_with_table(0);
             let timer = TimerLog::default();
             let wanted = on_demand(ProcessFilter::new(&[8], &[]).unwrap(), true);
             let mut input = encode_configure_request(&wanted);
