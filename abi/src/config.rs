@@ -3,7 +3,8 @@
 //! Validated here, once, for both sides.
 
 use crate::{
-    DecodeError, MAX_FRAMES, Source, SourceSet,
+    MAX_FRAMES, Source, SourceSet,
+    error::DecodeError,
     ntstatus::{
         NtStatus, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
         STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_INVALID_PARAMETER_5,
@@ -188,12 +189,43 @@ fn push(list: &mut [u32; MAX_PROCESS_IDS], len: u8, id: u32) -> Result<u8, Confi
     Ok(len + 1)
 }
 
-/// What the driver captures. Wire layout (96 bytes): `sources` u32 at 0,
-/// `frames_to_skip` u16 at 4, `frames_to_capture` u16 at 6,
-/// `timer_period_ms` u32 at 8, the include and exclude list lengths (u8
-/// each) at 12 and 13, 2 zero bytes, `sample_every` (a u16 per source in
-/// [`Source::ALL`] order, then zeros) at 16, the include list at 32 and the
-/// exclude list at 64 ([`MAX_PROCESS_IDS`] u32 each, unused entries 0).
+/// What the driver captures.
+///
+/// Wire layout ([`CAPTURE_CONFIG_SIZE`], 104 bytes, little-endian; at
+/// offset 8 of a configure request, after its prefix, and at offset 32 of
+/// the status response):
+///
+/// | offset | size | field | status when out of range |
+/// |-------:|-----:|-------|--------------------------|
+/// | 0   | 4     | `sources` ([`SourceSet`]: bit `n` is the source with wire value `n`) | `STATUS_INVALID_PARAMETER_1` |
+/// | 4   | 2     | `frames_to_skip` | `_2` |
+/// | 6   | 2     | `frames_to_capture` | `_3` |
+/// | 8   | 4     | `timer_period_ms` | `_4` |
+/// | 12  | 1     | include list length, 0 to [`MAX_PROCESS_IDS`] | `_5` |
+/// | 13  | 1     | exclude list length, 0 to [`MAX_PROCESS_IDS`] | `_5` |
+/// | 14  | 2     | reserved | ignored |
+/// | 16  | 2 × 7 | `sample_every`, one u16 per source in [`Source::ALL`] order | `_6` |
+/// | 30  | 2     | reserved | ignored |
+/// | 32  | 4 × 8 | include list: the first `length` entries are process ids | `_5` (an id in both lists) |
+/// | 64  | 4 × 8 | exclude list, as the include list | `_5` |
+/// | 96  | 1 × 7 | `user_frames`, one u8 per source in [`Source::ALL`] order | `_7` |
+/// | 103 | 1     | reserved | ignored |
+///
+/// Reserved bytes and list entries past a list's length are written as
+/// zeros and never looked at: a configure request with other values there
+/// is accepted as if they were zeros (and status reports them as zeros).
+/// A process id repeated within one list counts once (status then reports
+/// the list without the repeat).
+///
+/// When several fields are out of range, the request fails with the status
+/// of the lowest-numbered one (`STATUS_INVALID_PARAMETER_1` first, `_7`
+/// last); within `sample_every` and within `user_frames`, the first source
+/// in [`Source::ALL`] order names the error. Before any field, the request
+/// must have the right length (`STATUS_INVALID_BUFFER_SIZE`), this ABI
+/// version (`STATUS_REVISION_MISMATCH`) and a `size` word equal to its
+/// length (`STATUS_INVALID_BUFFER_SIZE`); after every field, see
+/// [`crate::Ioctl::Configure`] for what the driver checks against its own
+/// state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CaptureConfig {
     /// Sources whose records enter the ring. A disabled source's events are
@@ -201,17 +233,20 @@ pub struct CaptureConfig {
     /// event: it always answers its caller with the caller's stack, and
     /// keeps the record in the ring only when [`crate::Source::OnDemand`] is
     /// enabled (otherwise the record is flagged `NOT_IN_RING` and counted
-    /// as `not_kept`).
+    /// as `not_kept`, whatever `processes` says of the caller).
     pub sources: SourceSet,
     /// `RtlCaptureStackBackTrace`'s FramesToSkip.
     pub frames_to_skip: u16,
     /// `RtlCaptureStackBackTrace`'s FramesToCapture, 1 to [`MAX_FRAMES`].
     pub frames_to_capture: u16,
     /// Which processes' records enter the ring. It applies to every
-    /// source, capture-now included, before sampling and before the walk.
+    /// source, capture-now included: before sampling and before the walk,
+    /// but for capture-now, which walks first (see
+    /// [`crate::Ioctl::CaptureNow`]).
     /// An event left out is counted as `filtered` for its source; a
     /// capture-now from a process left out still answers its caller,
-    /// flagged `NOT_IN_RING`.
+    /// flagged `NOT_IN_RING`, and is counted as `filtered` only while the
+    /// on-demand source is enabled (as `not_kept` while it is disabled).
     pub processes: ProcessFilter,
     /// Per source, in [`Source::ALL`] order: keep one event in this many
     /// (1: every event), after the process filter and before the walk.
@@ -348,11 +383,21 @@ impl core::fmt::Display for ConfigError {
 }
 
 impl CaptureConfig {
-    /// Checks every field.
+    /// Checks every field, as the driver does (see the type's docs for
+    /// the order; `sources` and the process lists are valid by
+    /// construction here).
     ///
     /// # Errors
-    /// The first field that is out of range.
+    /// The lowest-numbered field that is out of range.
     pub const fn validate(&self) -> Result<(), ConfigError> {
+        match self.validate_scalars() {
+            Ok(()) => self.validate_per_source(),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Checks fields 2 to 4: the frame counts and the timer period.
+    const fn validate_scalars(&self) -> Result<(), ConfigError> {
         if self.frames_to_skip > MAX_FRAMES_TO_SKIP {
             return Err(ConfigError::FramesToSkip {
                 value: self.frames_to_skip,
@@ -370,18 +415,25 @@ impl CaptureConfig {
                 value: self.timer_period_ms,
             });
         }
+        Ok(())
+    }
+
+    /// Checks fields 6 and 7: every source's `sample_every`, then every
+    /// source's `user_frames`.
+    const fn validate_per_source(&self) -> Result<(), ConfigError> {
         let mut index = 0;
         while index < Source::COUNT {
             let (source, value) = (Source::ALL[index], self.sample_every[index]);
             if value == 0 || (value != 1 && matches!(source, Source::OnDemand)) {
                 return Err(ConfigError::SampleEvery { source, value });
             }
-            let user = self.user_frames[index];
-            if user as u16 > MAX_FRAMES || (user != 0 && matches!(source, Source::Timer)) {
-                return Err(ConfigError::UserFrames {
-                    source,
-                    value: user,
-                });
+            index += 1;
+        }
+        let mut index = 0;
+        while index < Source::COUNT {
+            let (source, value) = (Source::ALL[index], self.user_frames[index]);
+            if value as u16 > MAX_FRAMES || (value != 0 && matches!(source, Source::Timer)) {
+                return Err(ConfigError::UserFrames { source, value });
             }
             index += 1;
         }
@@ -428,14 +480,32 @@ impl CaptureConfig {
         }
     }
 
-    /// Decodes and validates the configuration at `at`. Unused list
-    /// entries and the bytes after `sample_every` and `user_frames` are not
-    /// looked at.
+    /// Decodes and validates the configuration at `at`, field by field in
+    /// the order of their statuses (see the type's docs). Reserved bytes
+    /// and unused list entries are not looked at.
     pub(crate) fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
         let bits = r.u32(at)?;
         let sources = SourceSet::from_bits(bits).ok_or(ConfigError::UnknownSources {
             bits: bits & !SourceSet::ALL.bits(),
         })?;
+        let mut sample_every = [0; Source::COUNT];
+        for (index, value) in sample_every.iter_mut().enumerate() {
+            *value = r.u16(at + SAMPLE_EVERY_OFFSET + 2 * index)?;
+        }
+        let mut user_frames = [0; Source::COUNT];
+        for (index, value) in user_frames.iter_mut().enumerate() {
+            *value = r.u8(at + USER_FRAMES_OFFSET + index)?;
+        }
+        let mut config = Self {
+            sources,
+            frames_to_skip: r.u16(at + 4)?,
+            frames_to_capture: r.u16(at + 6)?,
+            processes: ProcessFilter::ALL,
+            sample_every,
+            timer_period_ms: r.u32(at + 8)?,
+            user_frames,
+        };
+        config.validate_scalars()?;
         let list =
             |offset: usize, len: u8| -> Result<([u32; MAX_PROCESS_IDS], usize), DecodeError> {
                 let len = usize::from(len);
@@ -450,24 +520,8 @@ impl CaptureConfig {
             };
         let (include, include_len) = list(INCLUDE_OFFSET, r.u8(at + 12)?)?;
         let (exclude, exclude_len) = list(EXCLUDE_OFFSET, r.u8(at + 13)?)?;
-        let mut sample_every = [0; Source::COUNT];
-        for (index, value) in sample_every.iter_mut().enumerate() {
-            *value = r.u16(at + SAMPLE_EVERY_OFFSET + 2 * index)?;
-        }
-        let mut user_frames = [0; Source::COUNT];
-        for (index, value) in user_frames.iter_mut().enumerate() {
-            *value = r.u8(at + USER_FRAMES_OFFSET + index)?;
-        }
-        let config = Self {
-            sources,
-            frames_to_skip: r.u16(at + 4)?,
-            frames_to_capture: r.u16(at + 6)?,
-            processes: ProcessFilter::new(&include[..include_len], &exclude[..exclude_len])?,
-            sample_every,
-            timer_period_ms: r.u32(at + 8)?,
-            user_frames,
-        };
-        config.validate()?;
+        config.processes = ProcessFilter::new(&include[..include_len], &exclude[..exclude_len])?;
+        config.validate_per_source()?;
         Ok(config)
     }
 }
@@ -691,6 +745,162 @@ mod tests {
         assert_eq!(at(10_000), Ok(()));
         assert_eq!(at(0), Err(ConfigError::TimerPeriod { value: 0 }));
         assert_eq!(at(10_001), Err(ConfigError::TimerPeriod { value: 10_001 }));
+    }
+
+    /// A configuration whose every field holds a value no other field
+    /// holds, and its encoding over bytes that were not zero.
+    fn distinct_config() -> (CaptureConfig, [u8; CAPTURE_CONFIG_SIZE]) {
+        let config = CaptureConfig {
+            sources: SourceSet::from_bits(0b1010_0100).unwrap(),
+            frames_to_skip: 0x0021,
+            frames_to_capture: 0x0022,
+            processes: ProcessFilter::new(&[0x0101_0101, 0x0202_0202], &[0x0303_0303]).unwrap(),
+            sample_every: [0x0A01, 0x0A02, 0x0A03, 0x0A04, 0x0A05, 0x0A06, 1],
+            timer_period_ms: 0x0000_1234,
+            user_frames: [0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37],
+        };
+        let mut bytes = [0xAA_u8; CAPTURE_CONFIG_SIZE];
+        config.encode(&mut Writer::new(&mut bytes), 0);
+        (config, bytes)
+    }
+
+    #[test]
+    fn the_documented_layout_table_is_the_encoding() {
+        let (config, bytes) = distinct_config();
+        assert_eq!(CAPTURE_CONFIG_SIZE, 104);
+        // Each row of `CaptureConfig`'s table: offset, then its bytes.
+        let rows: [(usize, &[u8]); 13] = [
+            (0, &0b1010_0100_u32.to_le_bytes()),
+            (4, &[0x21, 0]),
+            (6, &[0x22, 0]),
+            (8, &[0x34, 0x12, 0, 0]),
+            (12, &[2]),
+            (13, &[1]),
+            (14, &[0, 0]),
+            (16, &[1, 10, 2, 10, 3, 10, 4, 10, 5, 10, 6, 10, 1, 0]),
+            (30, &[0, 0]),
+            (
+                32,
+                &[
+                    1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    0, 0, 0, 0, 0, 0,
+                ],
+            ),
+            (
+                64,
+                &[
+                    3, 3, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    0, 0, 0, 0, 0, 0,
+                ],
+            ),
+            (96, &[0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37]),
+            (103, &[0]),
+        ];
+        crate::wire::assert_layout(&bytes, rows);
+        assert_eq!(CaptureConfig::decode(Reader::new(&bytes), 0), Ok(config));
+    }
+
+    #[test]
+    fn reserved_bytes_and_unused_list_entries_are_ignored() {
+        let (config, bytes) = distinct_config();
+        let mut noisy = bytes;
+        // The reserved bytes, and the list entries past each list's length.
+        for range in [14..16, 30..32, 40..64, 68..96, 103..104] {
+            noisy[range].fill(0xFF);
+        }
+        assert_eq!(CaptureConfig::decode(Reader::new(&noisy), 0), Ok(config));
+        let mut again = [0xAA_u8; CAPTURE_CONFIG_SIZE];
+        config.encode(&mut Writer::new(&mut again), 0);
+        assert_eq!(again, bytes, "written back as zeros");
+    }
+
+    #[test]
+    fn an_id_repeated_in_a_list_counts_once() {
+        let (_, mut bytes) = distinct_config();
+        // Include list 0x0101_0101, 0x0202_0202, 0x0101_0101.
+        bytes[12] = 3;
+        bytes[40..44].copy_from_slice(&0x0101_0101_u32.to_le_bytes());
+        let config = CaptureConfig::decode(Reader::new(&bytes), 0).unwrap();
+        assert_eq!(config.processes.include(), [0x0101_0101, 0x0202_0202]);
+        let mut reported = [0_u8; CAPTURE_CONFIG_SIZE];
+        config.encode(&mut Writer::new(&mut reported), 0);
+        assert_eq!((reported[12], &reported[40..44]), (2, &[0_u8; 4][..]));
+    }
+
+    #[test]
+    fn of_two_bad_fields_the_lowest_numbered_names_the_error() {
+        // Bytes written at an offset, each putting one field out of range.
+        type Damage = (usize, &'static [u8]);
+        let (_, good) = distinct_config();
+        let unknown_source: Damage = (0, &[0b1010_0101]);
+        let skip_too_many: Damage = (4, &[65]);
+        let capture_none: Damage = (6, &[0]);
+        let timer_zero: Damage = (8, &[0, 0]);
+        let include_too_long: Damage = (12, &[9]);
+        // The excluded id becomes the first included one.
+        let both_lists: Damage = (64, &[1, 1, 1, 1]);
+        let process_never_sampled: Damage = (16, &[0, 0]);
+        let ondemand_sampled: Damage = (28, &[2]);
+        let process_user_too_deep: Damage = (96, &[63]);
+        let ondemand_user_too_deep: Damage = (102, &[63]);
+        let decode = |damage: &[Damage]| {
+            let mut bytes = good;
+            for &(offset, values) in damage {
+                bytes[offset..offset + values.len()].copy_from_slice(values);
+            }
+            match CaptureConfig::decode(Reader::new(&bytes), 0) {
+                Err(DecodeError::Config(error)) => error,
+                other => panic!("{damage:?}: {other:?}"),
+            }
+        };
+        let cases: [(&[Damage], ConfigError); 9] = [
+            (
+                &[process_user_too_deep, unknown_source],
+                ConfigError::UnknownSources { bits: 1 },
+            ),
+            (
+                &[capture_none, skip_too_many],
+                ConfigError::FramesToSkip { value: 65 },
+            ),
+            (
+                &[timer_zero, capture_none],
+                ConfigError::FramesToCapture { value: 0 },
+            ),
+            (
+                &[include_too_long, timer_zero],
+                ConfigError::TimerPeriod { value: 0 },
+            ),
+            (
+                &[both_lists, skip_too_many],
+                ConfigError::FramesToSkip { value: 65 },
+            ),
+            (&[process_never_sampled, both_lists], ConfigError::Processes),
+            (
+                // The last source's rate before the first source's frames.
+                &[process_user_too_deep, ondemand_sampled],
+                ConfigError::SampleEvery {
+                    source: Source::OnDemand,
+                    value: 2,
+                },
+            ),
+            (
+                &[ondemand_sampled, process_never_sampled],
+                ConfigError::SampleEvery {
+                    source: Source::Process,
+                    value: 0,
+                },
+            ),
+            (
+                &[ondemand_user_too_deep, process_user_too_deep],
+                ConfigError::UserFrames {
+                    source: Source::Process,
+                    value: 63,
+                },
+            ),
+        ];
+        for (damage, expected) in cases {
+            assert_eq!(decode(damage), expected, "{damage:?}");
+        }
     }
 
     #[test]

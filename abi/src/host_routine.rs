@@ -12,11 +12,13 @@ pub const USER_WALK_ROUTINE: &str = "RtlWalkFrameChain";
 /// `process_key`).
 pub const PROCESS_KEY_ROUTINE: &str = "PsGetProcessCreateTimeQuadPart";
 
+use crate::wire::wire_enum;
+
+wire_enum! {
 /// Whether the driver can call a routine, decided once at load. Wire: a
 /// u32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(u32)]
-pub enum HostRoutine {
+pub enum HostRoutine: u32 {
     /// The routine is there and implemented.
     Available = 0,
     /// The kernel does not export the routine.
@@ -26,19 +28,9 @@ pub enum HostRoutine {
     /// (Wine); the driver never calls it.
     HostStub = 2,
 }
+}
 
 impl HostRoutine {
-    /// The value with this wire value.
-    #[must_use]
-    pub const fn from_wire(value: u32) -> Option<Self> {
-        match value {
-            0 => Some(Self::Available),
-            1 => Some(Self::NotExported),
-            2 => Some(Self::HostStub),
-            _ => None,
-        }
-    }
-
     /// Why the routine cannot be used (to follow its name: "X is not
     /// exported by the kernel"), or `None` when it can.
     #[must_use]

@@ -65,7 +65,18 @@ pub const fn ctl_code(device_type: u32, function: u32, method: u32, access: Acce
 pub enum Ioctl {
     /// Versions, paging policy, sources, counters, ring fill.
     Status,
-    /// Replace the capture configuration.
+    /// Replace the capture configuration ([`crate::CaptureConfig`], whose
+    /// docs give its layout). A refused request changes nothing and fails
+    /// with the first of these checks that fails: the buffer lengths
+    /// ([`Ioctl::check_lengths`]); the request's ABI version and `size`
+    /// word; its fields, in the order of their statuses (see
+    /// [`crate::CaptureConfig`]); then against the driver's state: an
+    /// enabled source whose registration failed at load
+    /// (`STATUS_NOT_SUPPORTED`), the timer enabled while
+    /// `DisablePagingExecutive`=1 is not in effect
+    /// (`KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED`), another configure
+    /// request under way (`STATUS_DEVICE_BUSY`). An accepted configuration
+    /// leaves the ring's records and every counter as they are.
     Configure,
     /// Drain as many whole records as fit, oldest timestamp first: trace
     /// records and module records ([`crate::module_record`]) alike, each
@@ -80,13 +91,36 @@ pub enum Ioctl {
     /// modelled, as under Wine), the read returns only records older than
     /// the previous read's limit. Records held back wait for a later read;
     /// `more_pending` reports only records that did not fit the buffer.
+    ///
+    /// The reader is the file object the read comes on (one per handle):
+    /// which records come with their stack table frames depends on the
+    /// reads before it, see [`crate::RecordFlags::STACK_BY_ID`].
     Read,
     /// Discard every record in the ring: per shard, every record written
     /// when the clear reaches it, at most one record per 8-byte word of the
     /// shard (a record published while the clear runs may remain). Counted
     /// as `cleared`.
     Clear,
-    /// Capture the calling request's stack and return the record.
+    /// Capture the calling request's stack and return its record: one
+    /// trace record of the on-demand source at the front of the output
+    /// buffer, the bytes returned its size. The reply always carries its
+    /// frames and never has [`crate::RecordFlags::STACK_BY_ID`], even when
+    /// the ring's copy of it names its stack by id.
+    ///
+    /// The request walks first, whether or not the on-demand source is
+    /// enabled, and fails without a record when it cannot: too little
+    /// kernel stack left (`KSTACK_STATUS_STACK_TOO_LOW`, counted as
+    /// `skipped_stack`) or an IRQL the paging policy forbids
+    /// (`KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED`, counted as
+    /// `skipped_irql`). Then the record is kept in the ring when the
+    /// on-demand source is enabled and the process filter admits the
+    /// caller; it then has the shard and sequence number it took (if the
+    /// shard was full, the ring's copy is dropped and counted, and the
+    /// reply still has the sequence number it spent). Otherwise the reply
+    /// is flagged [`crate::RecordFlags::NOT_IN_RING`], with sequence 0 and
+    /// shard 0, and counted as `not_kept` when the source is disabled
+    /// (whatever the filter says of the caller), else as `filtered`. See
+    /// [`crate::SourceStatus`].
     CaptureNow,
 }
 

@@ -3,11 +3,12 @@
 //! offsets in every ABI version, so any client can tell a mismatch.
 
 use crate::{
-    ABI_VERSION, Altitude, CaptureConfig, DecodeError, HostRoutine, PagingExecutive,
-    PagingInEffect, Records, Source, SourceFacts, UserPart,
+    ABI_VERSION, Altitude, CaptureConfig, HostRoutine, PagingExecutive, PagingInEffect, Records,
+    Source, SourceFacts, UserPart,
     config::CAPTURE_CONFIG_SIZE,
+    error::DecodeError,
     ntstatus::NtStatus,
-    wire::{Reader, Writer},
+    wire::{Reader, Writer, wire_enum},
 };
 
 /// `abi_version` and `size`: the prefix of requests and of the status response.
@@ -65,8 +66,10 @@ fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(4, size as u32);
 }
 
-/// Checks a request's prefix: this ABI version and exactly `size` bytes.
-fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
+/// Checks the first word of a message of either direction: this ABI
+/// version. Every request, the status response and the read header start
+/// with it, in every ABI version.
+fn check_abi_version(r: Reader<'_>) -> Result<(), DecodeError> {
     let abi_version = r.u32(0)?;
     if abi_version != ABI_VERSION {
         return Err(DecodeError::AbiVersion {
@@ -74,6 +77,13 @@ fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
             theirs: abi_version,
         });
     }
+    Ok(())
+}
+
+/// Checks a request's (or the status response's) prefix: this ABI version,
+/// then a `size` word of exactly `size` bytes.
+fn check_prefix(r: Reader<'_>, size: usize) -> Result<(), DecodeError> {
+    check_abi_version(r)?;
     let declared = r.u32(4)?;
     if usize::try_from(declared).ok() != Some(size) {
         return Err(DecodeError::SizeField {
@@ -119,8 +129,8 @@ pub fn decode_capture_now_request(bytes: &[u8]) -> Result<u64, DecodeError> {
 }
 
 /// The test-injection request (only a driver built with the
-/// `test-injection` feature serves it): prefix, source (u8, then 7 zero
-/// bytes), the source's three fact words.
+/// `test-injection` feature serves it): prefix, source (u8, then 7 bytes
+/// written as zeros and not looked at), the source's three fact words.
 pub const INJECT_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8 + 24;
 
 /// The name an injected image load gives the load-image callback, so its
@@ -161,15 +171,16 @@ pub const FAULT_PROBE_REQUEST_SIZE: usize = STATUS_PREFIX_SIZE + 8;
 /// The fault-probe reply's size.
 pub const FAULT_PROBE_REPLY_SIZE: usize = 8;
 
+wire_enum! {
 /// What the fault probe reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum FaultProbe {
+pub enum FaultProbe: u8 {
     /// A word of the driver's own stack, holding [`FaultProbe::MAPPED_VALUE`].
     Mapped = 0,
     /// User address 8, never mapped on Windows or under Wine: the read
     /// raises an access violation.
     Unmapped = 1,
+}
 }
 
 impl FaultProbe {
@@ -191,12 +202,11 @@ pub fn encode_fault_probe_request(target: FaultProbe) -> [u8; FAULT_PROBE_REQUES
 /// A [`DecodeError`]; [`DecodeError::ntstatus`] gives the status to return.
 pub fn decode_fault_probe_request(bytes: &[u8]) -> Result<FaultProbe, DecodeError> {
     let r = request_body(bytes, FAULT_PROBE_REQUEST_SIZE)?;
-    let word = r.u64(STATUS_PREFIX_SIZE)?;
-    match word {
-        0 => Ok(FaultProbe::Mapped),
-        1 => Ok(FaultProbe::Unmapped),
-        value => Err(DecodeError::UnknownProbeTarget { value }),
-    }
+    let value = r.u64(STATUS_PREFIX_SIZE)?;
+    u8::try_from(value)
+        .ok()
+        .and_then(FaultProbe::from_wire)
+        .ok_or(DecodeError::UnknownProbeTarget { value })
 }
 
 /// A request of `N` bytes: the prefix, then what `body` writes.
@@ -240,7 +250,16 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 /// ring (`captured`, of which the ring's `dropped` are the ones that found
 /// their shard full). So for every enabled source, the events that reached
 /// its callback are `captured + filtered + sampled_out + skipped_irql +
-/// skipped_stack` (and capture-now requests add `not_kept`):
+/// skipped_stack`.
+///
+/// Capture-now requests are counted whether or not the on-demand source
+/// is enabled, each under exactly one counter, in another order (see
+/// [`crate::Ioctl::CaptureNow`]): the paging policy and the stack check
+/// first (`skipped_irql`, `skipped_stack`: the request fails), then
+/// whether the source is enabled (`not_kept`), then the process filter
+/// (`filtered`), then the ring (`captured`); never sampled. So the
+/// on-demand source's counters add up to every capture-now request that
+/// passed the length and version checks.
 ///
 /// - `captured`: records that entered the ring, kept or dropped because
 ///   their shard was full. Summed over sources, plus
@@ -253,12 +272,14 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 /// - `skipped_stack`: no walk, less kernel stack left than a walk needs
 ///   (8 KiB, checked before walking; for capture-now the request fails
 ///   with `KSTACK_STATUS_STACK_TOO_LOW`).
-/// - `filtered`: walked or not, left out by the process filter (for
-///   capture-now: walked and answered, not kept).
+/// - `filtered`: left out by the process filter, not walked (for
+///   capture-now, with the on-demand source enabled: walked and answered,
+///   not kept).
 /// - `not_kept`: capture-now only: answered to its caller, not kept,
-///   because the on-demand source is disabled. Capture-now walks whether
-///   or not the source is enabled, so this is the one counter of a
-///   disabled source.
+///   because the on-demand source is disabled, whatever the process filter
+///   says of the caller. With `skipped_irql`, `skipped_stack` and
+///   `user_parts` of capture-nows, the counters a disabled source can
+///   move.
 /// - `sampled_out`: admitted by the process filter, then not kept by the
 ///   source's sampling (see [`CaptureConfig::sample_every`]); no walk.
 ///
@@ -356,6 +377,9 @@ pub struct DriverImage {
 /// [`SourceStatus::captured`] since load (exact when no capture is under
 /// way). `used = inserts - evictions`. Records with the outcome `hits` or
 /// `inserts` enter the ring without their frames; the others carry them.
+/// While the table is off (`entries` 0, for the whole load) nothing is
+/// looked up: `used` and every counter stay 0, and no record has
+/// [`crate::RecordFlags::STACK_BY_ID`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackTableStatus {
     /// Entries in the table (`Parameters\StackTableEntries`, see
@@ -383,8 +407,7 @@ pub struct StackTableStatus {
     /// record without frames must not look like one that names its stack.
     pub empty: u64,
     /// Records returned by reads with their frames written in from the
-    /// table: the first of each stack a reader receives, and the first
-    /// after the entry was rewritten.
+    /// table (which ones: see [`crate::RecordFlags::STACK_BY_ID`]).
     pub sent: u64,
 }
 
@@ -446,6 +469,52 @@ impl StackTableStatus {
 }
 
 /// The status response.
+///
+/// Layout ([`STATUS_RESPONSE_SIZE`], 1280 bytes, little-endian). Reserved
+/// bytes are written as zeros and not looked at when decoded.
+///
+/// | offset | size | field |
+/// |-------:|-----:|-------|
+/// | 0    | 4   | `abi_version` (at this offset in every ABI version) |
+/// | 4    | 4   | `size`: 1280 (idem) |
+/// | 8    | 2×3 | `driver_version`: major, minor, patch |
+/// | 14   | 2   | flags: bit 0 the `DisablePagingExecutive` value exists, bit 1 `AssumePagingExecutiveInEffect` is set; other bits refused |
+/// | 16   | 4   | the `DisablePagingExecutive` value (0 when absent) |
+/// | 20   | 4   | `ring_capacity` |
+/// | 24   | 4   | `ring_used` |
+/// | 28   | 4   | `outstanding_allocations` |
+/// | 32   | 104 | `config` ([`CaptureConfig`]'s layout) |
+/// | 136  | 8   | `dropped` |
+/// | 144  | 8   | `cleared` |
+/// | 152  | 8   | `sequences_spent` |
+/// | 160  | 136×7 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
+/// | 1112 | 8   | `driver_image.base` |
+/// | 1120 | 4   | `driver_image.size` |
+/// | 1124 | 4   | reserved |
+/// | 1128 | 4   | `ring_shards` |
+/// | 1132 | 4   | `ring_used_bytes` |
+/// | 1136 | 8   | `read` |
+/// | 1144 | 4+2 | `object_altitude`: whole, fraction |
+/// | 1150 | 2   | reserved |
+/// | 1152 | 4+2 | `registry_altitude`: whole, fraction |
+/// | 1158 | 2   | reserved |
+/// | 1160 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
+/// | 1164 | 4   | reserved |
+/// | 1168 | 8   | the `Memory Management` key's last write time |
+/// | 1176 | 8   | the boot time compared against |
+/// | 1184 | 4   | `stack_table.entries` |
+/// | 1188 | 4   | `stack_table.used` |
+/// | 1192 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
+/// | 1256 | 4   | `user_walk` ([`HostRoutine`]) |
+/// | 1260 | 4   | reserved |
+/// | 1264 | 4   | `process_key` ([`HostRoutine`]) |
+/// | 1268 | 4   | reserved |
+/// | 1272 | 8   | `module_records` |
+///
+/// A status request whose output buffer holds at least the 8-byte prefix
+/// but not the whole response gets the prefix only, with
+/// `STATUS_BUFFER_OVERFLOW`, so a client of any ABI version can read the
+/// driver's version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatusResponse {
     /// The driver's version (major, minor, patch).
@@ -739,13 +808,7 @@ impl ReadHeader {
     /// disagrees with the bytes received.
     pub fn decode(bytes: &[u8]) -> Result<(Self, Records<'_>), DecodeError> {
         let r = Reader::new(bytes);
-        let abi_version = r.u32(0)?;
-        if abi_version != ABI_VERSION {
-            return Err(DecodeError::AbiVersion {
-                ours: ABI_VERSION,
-                theirs: abi_version,
-            });
-        }
+        check_abi_version(r)?;
         let flags = r.u32(12)?;
         if flags & !READ_MORE_PENDING != 0 {
             return Err(DecodeError::UnknownFlags { bits: flags });
@@ -873,6 +936,121 @@ mod tests {
         assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
         assert_eq!(STATUS_RESPONSE_SIZE, 1336);
         assert_eq!(READ_HEADER_SIZE, 24);
+    }
+
+    /// `value`'s little-endian bytes, as a row of a layout table.
+    fn le<const N: usize>(value: impl Into<u128>) -> Vec<u8> {
+        value.into().to_le_bytes()[..N].to_vec()
+    }
+
+    #[test]
+    fn the_documented_status_layout_table_is_the_encoding() {
+        let status = sample_status();
+        let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
+        status.encode(&mut out);
+        let mut config = [0_u8; CAPTURE_CONFIG_SIZE];
+        status.config.encode(&mut Writer::new(&mut config), 0);
+        // `SourceStatus`'s table: registration, state, six counters, then
+        // the user parts.
+        let sources: Vec<u8> = status
+            .sources
+            .iter()
+            .flat_map(|source| {
+                let mut bytes = source.registration.to_le_bytes().to_vec();
+                bytes.extend(le::<4>(u32::from(source.available)));
+                for counter in [
+                    source.captured,
+                    source.skipped_irql,
+                    source.skipped_stack,
+                    source.filtered,
+                    source.not_kept,
+                    source.sampled_out,
+                ]
+                .into_iter()
+                .chain(source.user_parts)
+                {
+                    bytes.extend(le::<8>(counter));
+                }
+                bytes
+            })
+            .collect();
+        let table = status.stack_table;
+        let paging = status.paging_executive;
+        // Each row of `StatusResponse`'s table: offset, then its bytes.
+        let rows: [(usize, Vec<u8>); 37] = [
+            (0, le::<4>(ABI_VERSION)),
+            (4, le::<4>(1280_u32)),
+            (8, [le::<2>(0_u16), le::<2>(1_u16), le::<2>(0_u16)].concat()),
+            (14, le::<2>(3_u16)),
+            (16, le::<4>(1_u32)),
+            (20, le::<4>(status.ring_capacity)),
+            (24, le::<4>(status.ring_used)),
+            (28, le::<4>(status.outstanding_allocations)),
+            (32, config.to_vec()),
+            (136, le::<8>(status.dropped)),
+            (144, le::<8>(status.cleared)),
+            (152, le::<8>(status.sequences_spent)),
+            (160, sources),
+            (1112, le::<8>(status.driver_image.base)),
+            (1120, le::<4>(status.driver_image.size)),
+            (1124, vec![0; 4]),
+            (1128, le::<4>(status.ring_shards)),
+            (1132, le::<4>(status.ring_used_bytes)),
+            (1136, le::<8>(status.read)),
+            (1144, le::<4>(status.object_altitude.whole)),
+            (1148, le::<2>(status.object_altitude.fraction)),
+            (1150, vec![0; 2]),
+            (1152, le::<4>(status.registry_altitude.whole)),
+            (1156, le::<2>(status.registry_altitude.fraction)),
+            (1158, vec![0; 2]),
+            (1160, le::<4>(PagingInEffect::BeforeBoot as u32)),
+            (1164, vec![0; 4]),
+            (1168, le::<8>(paging.key_written)),
+            (1176, le::<8>(paging.boot_time)),
+            (1184, le::<4>(table.entries)),
+            (1188, le::<4>(table.used)),
+            (
+                1192,
+                table.counters().into_iter().flat_map(le::<8>).collect(),
+            ),
+            (1256, le::<4>(HostRoutine::HostStub as u32)),
+            (1260, vec![0; 4]),
+            (1264, le::<4>(HostRoutine::NotExported as u32)),
+            (1268, vec![0; 4]),
+            (1272, le::<8>(status.module_records)),
+        ];
+        crate::wire::assert_layout(
+            &out,
+            rows.iter()
+                .map(|(offset, bytes)| (*offset, bytes.as_slice())),
+        );
+        assert_eq!(
+            (paging.configured, paging.override_set, paging.in_effect),
+            (Some(1), true, PagingInEffect::BeforeBoot),
+            "the flags and state the rows above expect"
+        );
+        assert_eq!(
+            (status.user_walk, status.process_key),
+            (HostRoutine::HostStub, HostRoutine::NotExported)
+        );
+    }
+
+    #[test]
+    fn reserved_status_bytes_are_not_looked_at() {
+        let status = sample_status();
+        let mut out = [0_u8; STATUS_RESPONSE_SIZE];
+        status.encode(&mut out);
+        for range in [
+            1124..1128,
+            1150..1152,
+            1158..1160,
+            1164..1168,
+            1260..1264,
+            1268..1272,
+        ] {
+            out[range].fill(0xFF);
+        }
+        assert_eq!(StatusResponse::decode(&out), Ok(status));
     }
 
     #[test]

@@ -46,10 +46,60 @@
 //! [`MAX_MODULE_PATH`] units keep their last [`MAX_MODULE_PATH`] units (the
 //! file name survives) with [`ModuleFlags::PATH_TRUNCATED`]; an image the
 //! kernel gave no name has an empty path.
+//!
+//! # Example
+//!
+//! An image load of `C:\app.exe` (10 UTF-16 units, so 20 bytes of path
+//! and 4 of padding: 80 bytes in all) at `0x7FF6_1230_0000`, `0x5_0000`
+//! bytes, into process 4312, written by thread 77 on processor 1 into
+//! shard 1 as its record 9, byte for byte:
+//!
+//! ```
+//! use kstack_abi::{
+//!     ModuleEvent, ModuleFlags, ModuleHeader,
+//!     module_record::{decode_module_record, encode_module_record},
+//! };
+//!
+//! let bytes: [u8; 80] = [
+//!     0x50, 0x00, 0x80, 0x01, 0x0A, 0x00, 0x00, 0x00, // size 80, module record, image load, 10 path units, no flags
+//!     0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // sequence 9
+//!     0x0F, 0x1E, 0x2D, 0x3C, 0x4F, 0x5A, 0xDB, 0x01, // timestamp 0x01DB_5A4F_3C2D_1E0F
+//!     0xD8, 0x10, 0x00, 0x00, 0x4D, 0x00, 0x00, 0x00, // process 4312, thread 77
+//!     0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x05, 0x00, // processor 1, shard 1, reserved 0, image size 0x5_0000
+//!     0x00, 0x00, 0x30, 0x12, 0xF6, 0x7F, 0x00, 0x00, // image base 0x7FF6_1230_0000
+//!     0x44, 0x33, 0x22, 0x11, 0x40, 0x5A, 0xDB, 0x01, // process key 0x01DB_5A40_1122_3344
+//!     0x43, 0x00, 0x3A, 0x00, 0x5C, 0x00, 0x61, 0x00, // "C:\a"
+//!     0x70, 0x00, 0x70, 0x00, 0x2E, 0x00, 0x65, 0x00, // "pp.e"
+//!     0x78, 0x00, 0x65, 0x00, 0x00, 0x00, 0x00, 0x00, // "xe", padding
+//! ];
+//! let (record, size) = decode_module_record(&bytes).unwrap();
+//! let header = ModuleHeader {
+//!     sequence: 9,
+//!     timestamp: 0x01DB_5A4F_3C2D_1E0F,
+//!     process_id: 4312,
+//!     thread_id: 77,
+//!     processor: 1,
+//!     shard: 1,
+//!     event: ModuleEvent::ImageLoad,
+//!     flags: ModuleFlags::NONE,
+//!     image_base: 0x7FF6_1230_0000,
+//!     image_size: 0x5_0000,
+//!     process_key: 0x01DB_5A40_1122_3344,
+//! };
+//! assert_eq!((record.header, size), (header, 80));
+//! let path: Vec<u16> = record.path_units().collect();
+//! assert_eq!(String::from_utf16(&path).unwrap(), r"C:\app.exe");
+//!
+//! // And the driver's side writes exactly these bytes.
+//! let mut written = [0xAA_u8; 80];
+//! assert_eq!(encode_module_record(&header, &path, &mut written), Ok(80));
+//! assert_eq!(written, bytes);
+//! ```
 
 use crate::{
-    DecodeError, MAX_RECORD_SIZE, MAX_SHARDS,
-    wire::{Reader, Writer},
+    MAX_RECORD_SIZE, MAX_SHARDS,
+    error::DecodeError,
+    wire::{Reader, Writer, wire_enum, wire_flags},
 };
 
 /// Byte 2 of a module record. Trace records have their source there
@@ -61,10 +111,10 @@ pub const MODULE_HEADER_SIZE: usize = 56;
 /// fit in the largest trace record.
 pub const MAX_MODULE_PATH: usize = (MAX_RECORD_SIZE - MODULE_HEADER_SIZE) / 2;
 
+wire_enum! {
 /// What a module record reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ModuleEvent {
+pub enum ModuleEvent: u8 {
     /// An image was mapped: from its timestamp on, `image_base` to
     /// `image_base + image_size` in the process is this image, replacing
     /// whatever was reported there before (Windows reports no unloads).
@@ -73,51 +123,15 @@ pub enum ModuleEvent {
     /// id is another process.
     ProcessExit = 2,
 }
-
-impl ModuleEvent {
-    /// The event with this wire value.
-    #[must_use]
-    pub const fn from_wire(value: u8) -> Option<Self> {
-        match value {
-            1 => Some(Self::ImageLoad),
-            2 => Some(Self::ProcessExit),
-            _ => None,
-        }
-    }
 }
 
+wire_flags! {
 /// Module record flag bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ModuleFlags(u16);
-
-impl ModuleFlags {
-    /// No flag.
-    pub const NONE: Self = Self(0);
+pub struct ModuleFlags(u16) {
     /// The path was longer than [`MAX_MODULE_PATH`] units: the record keeps
     /// its end.
-    pub const PATH_TRUNCATED: Self = Self(1);
-
-    /// The flags with these bits, or `None` when one is undefined.
-    #[must_use]
-    pub const fn from_bits(bits: u16) -> Option<Self> {
-        if bits & !Self::PATH_TRUNCATED.0 == 0 {
-            Some(Self(bits))
-        } else {
-            None
-        }
-    }
-
-    /// The wire bits.
-    #[must_use]
-    pub const fn bits(self) -> u16 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set.
-    #[must_use]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
+    const PATH_TRUNCATED = 1;
+}
 }
 
 /// Everything in a module record but its path.

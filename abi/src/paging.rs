@@ -35,16 +35,18 @@
 //! It fails closed: a write time or boot time that cannot be read means not
 //! in effect ([`PagingInEffect::Unknown`]).
 
+use crate::wire::wire_enum;
+
 /// The `REG_DWORD` under the service's `Parameters` key that, when 1, makes
 /// the driver take a `DisablePagingExecutive` of 1 as in effect even when
 /// the registry's write times cannot show it. Set it only after rebooting
 /// with the value set.
 pub const ASSUME_IN_EFFECT_VALUE: &str = "AssumePagingExecutiveInEffect";
 
+wire_enum! {
 /// Whether `DisablePagingExecutive` is in effect, and what showed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum PagingInEffect {
+pub enum PagingInEffect: u32 {
     /// The value is not 1 (or absent): not in effect.
     NotConfigured = 0,
     /// The value is 1, but the key was written at or after this boot: not
@@ -60,23 +62,9 @@ pub enum PagingInEffect {
     /// `Parameters\AssumePagingExecutiveInEffect` is 1: taken as in effect.
     AssumedByOverride = 4,
 }
+}
 
 impl PagingInEffect {
-    /// Every state, in wire order.
-    pub const ALL: [Self; 5] = [
-        Self::NotConfigured,
-        Self::WrittenSinceBoot,
-        Self::Unknown,
-        Self::BeforeBoot,
-        Self::AssumedByOverride,
-    ];
-
-    /// The state with wire value `value`.
-    #[must_use]
-    pub fn from_wire(value: u32) -> Option<Self> {
-        Self::ALL.into_iter().find(|state| *state as u32 == value)
-    }
-
     /// Whether the value is taken as in effect.
     #[must_use]
     pub const fn in_effect(self) -> bool {

@@ -36,7 +36,8 @@
 //! records: `(shard, sequence)` names a record, and each shard's numbers
 //! have gaps only where that shard dropped or cleared records. A record
 //! returned to a capture-now caller without being kept (flag
-//! [`RecordFlags::NOT_IN_RING`]) has sequence 0 and shard 0. Processor numbers fit 16
+//! [`RecordFlags::NOT_IN_RING`]) has sequence 0 and shard 0, whichever
+//! processor it ran on. Processor numbers fit 16
 //! bits (Windows supports at most 2048 logical processors); a larger one
 //! would be written as 65535.
 //!
@@ -64,10 +65,11 @@
 //! user frames, [`UserPart::Off`]).
 
 use crate::{
-    DecodeError, Source, SourceFacts,
+    Source, SourceFacts,
+    error::DecodeError,
     module_record::{ModuleRecord, decode_module_record, is_module_record},
     user_part::UserPart,
-    wire::{Reader, Writer},
+    wire::{Reader, Writer, wire_flags},
 };
 
 /// Bytes before the frame part.
@@ -120,19 +122,17 @@ const fn kept_fact_words(words: &[u64; FACT_WORDS]) -> usize {
     kept
 }
 
+wire_flags! {
 /// Record flag bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RecordFlags(u16);
-
-impl RecordFlags {
-    /// No flag.
-    pub const NONE: Self = Self(0);
+pub struct RecordFlags(u16) {
     /// The kernel walk filled every frame asked for: the kernel stack may go
     /// deeper.
-    pub const TRUNCATED: Self = Self(1);
+    const TRUNCATED = 1;
     /// A capture-now record returned to its caller but not kept in the ring
-    /// (the on-demand source was disabled); its sequence is 0.
-    pub const NOT_IN_RING: Self = Self(2);
+    /// (the on-demand source was disabled, or the process filter left the
+    /// caller out, see [`crate::Ioctl::CaptureNow`]); its sequence and its
+    /// shard are 0.
+    const NOT_IN_RING = 2;
     /// The record's stack is the stack table's entry for its `match_id`
     /// (the stack id). Without frames the record is shorter (ABI 10: see
     /// the layout above). With frames, the record carries the entry's frames:
@@ -147,62 +147,39 @@ impl RecordFlags {
     /// The guarantee (ABI 7): for every record without frames that a read
     /// returns to a reader (a file object), an earlier record returned to
     /// the same reader, the latest flagged one with that `match_id` and
-    /// frames, carried its stack. A read writes the table's frames into
-    /// the first flagged record of a stack that this reader has not
-    /// received since the entry was written, so a clear, an overflow, an
-    /// eviction or a new reader never leave a record unresolved. (Records
-    /// lost on the way to the reader, such as a read whose output buffer
-    /// the I/O manager could not copy back, may take such frames with
-    /// them.) Capture-now answers always carry their frames.
-    pub const STACK_BY_ID: Self = Self(4);
+    /// frames, carried its stack. (Records lost on the way to the reader,
+    /// such as a read whose output buffer the I/O manager could not copy
+    /// back, may take such frames with them.)
+    ///
+    /// Which flagged records carry frames: the driver remembers, per table
+    /// entry, whether the frames went out in the current *run*, the reads
+    /// of one reader back to back. A read writes the entry's frames into
+    /// the first flagged record of that entry it returns in the run, and
+    /// returns the entry's later records of the run without them. A run
+    /// ends when a read comes from another reader than the previous read,
+    /// or when the previous read's reader closes its handle; an entry
+    /// rewritten with another stack (an eviction) goes out again within a
+    /// run. So a reader reading alone gets each stack's frames once per
+    /// entry; two readers taking turns each get the frames again in the
+    /// first read after the other's. Clears, overflows and records left
+    /// for a later read do not end a run.
+    ///
+    /// Capture-now replies never have this flag and always carry their
+    /// frames ([`crate::Ioctl::CaptureNow`]).
+    const STACK_BY_ID = 4;
     /// The process is a 32-bit (WoW64) process on 64-bit Windows. The
     /// driver asks only when it is about to walk the user stack, so the flag
     /// can be set only on records whose user part is captured, truncated,
     /// faulted, reentered or `guard_full`.
-    pub const WOW64: Self = Self(8);
-    /// Every defined bit.
-    const KNOWN: u16 =
-        Self::TRUNCATED.0 | Self::NOT_IN_RING.0 | Self::STACK_BY_ID.0 | Self::WOW64.0;
-
-    /// These flags and `other`'s.
-    #[must_use]
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-
-    /// These flags without `other`'s.
-    #[must_use]
-    pub const fn without(self, other: Self) -> Self {
-        Self(self.0 & !other.0)
-    }
-
-    /// The flags with these bits, if all are defined.
-    #[must_use]
-    pub const fn from_bits(bits: u16) -> Option<Self> {
-        if bits & !Self::KNOWN == 0 {
-            Some(Self(bits))
-        } else {
-            None
-        }
-    }
-
-    /// The wire bits.
-    #[must_use]
-    pub const fn bits(self) -> u16 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set.
-    #[must_use]
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
+    const WOW64 = 8;
+}
 }
 
 /// Everything in a record but its frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// Sequence number within its shard, per driver load (0: not kept).
+    /// Sequence number within its shard, per driver load, from 1; 0 in a
+    /// record no shard kept ([`RecordFlags::NOT_IN_RING`]).
     pub sequence: u64,
     /// System time of the capture, 100 ns units since 1601-01-01 UTC.
     pub timestamp: u64,
@@ -212,8 +189,9 @@ pub struct RecordHeader {
     pub thread_id: u32,
     /// The processor the capture ran on.
     pub processor: u16,
-    /// The ring shard that kept it (or would have: see
-    /// [`RecordFlags::NOT_IN_RING`]).
+    /// The ring shard that kept it (for a capture-now reply whose ring copy
+    /// was dropped, the shard that dropped it); 0 in a record no shard
+    /// kept ([`RecordFlags::NOT_IN_RING`]).
     pub shard: u16,
     /// The IRQL at capture.
     pub irql: u8,

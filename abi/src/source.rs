@@ -1,12 +1,12 @@
 //! Where a stack comes from: the capture sources, sets of them, and the
 //! facts each source records about its event.
 
-use crate::DecodeError;
+use crate::{error::DecodeError, wire::wire_enum};
 
+wire_enum! {
 /// A kernel callback (or request) that captures stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Source {
+pub enum Source: u8 {
     /// Process create/exit (`PsSetCreateProcessNotifyRoutineEx`).
     Process = 1,
     /// Thread create/exit (`PsSetCreateThreadNotifyRoutine`).
@@ -22,36 +22,11 @@ pub enum Source {
     /// The capture-now request: the stack of the calling request.
     OnDemand = 7,
 }
+}
 
+// `Source::ALL` is every source in wire order; per-source arrays have
+// `Source::COUNT` entries, indexed by `Source::index`.
 impl Source {
-    /// Every source, in wire order.
-    pub const ALL: [Self; 7] = [
-        Self::Process,
-        Self::Thread,
-        Self::ImageLoad,
-        Self::Registry,
-        Self::ObjectHandle,
-        Self::Timer,
-        Self::OnDemand,
-    ];
-    /// How many sources exist; per-source arrays have this length.
-    pub const COUNT: usize = Self::ALL.len();
-
-    /// The source with this wire value.
-    #[must_use]
-    pub const fn from_wire(value: u8) -> Option<Self> {
-        match value {
-            1 => Some(Self::Process),
-            2 => Some(Self::Thread),
-            3 => Some(Self::ImageLoad),
-            4 => Some(Self::Registry),
-            5 => Some(Self::ObjectHandle),
-            6 => Some(Self::Timer),
-            7 => Some(Self::OnDemand),
-            _ => None,
-        }
-    }
-
     /// Position in per-source arrays (0-based).
     #[must_use]
     pub const fn index(self) -> usize {

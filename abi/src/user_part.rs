@@ -7,11 +7,13 @@
 //! and says whether the driver can walk user stacks at all
 //! ([`crate::StatusResponse::user_walk`]).
 
+use crate::wire::wire_enum;
+
+wire_enum! {
 /// What happened to a record's user part. Its frames, if any, are the last
 /// `user_frame_count` of the record's stack (see [`crate::RecordHeader`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum UserPart {
+pub enum UserPart: u8 {
     /// Not asked for: the source's `user_frames` setting is 0 (see
     /// [`crate::CaptureConfig::user_frames`]). Every record of a driver
     /// before ABI 8 reads as this.
@@ -51,35 +53,9 @@ pub enum UserPart {
     /// it can take more than a callback has left (ABI 11).
     NoStack = 10,
 }
+}
 
 impl UserPart {
-    /// How many outcomes there are.
-    pub const COUNT: usize = 11;
-    /// Every outcome, in wire order.
-    pub const ALL: [Self; Self::COUNT] = [
-        Self::Off,
-        Self::Captured,
-        Self::Truncated,
-        Self::Faulted,
-        Self::Reentered,
-        Self::Irql,
-        Self::SystemThread,
-        Self::Attached,
-        Self::Unavailable,
-        Self::GuardFull,
-        Self::NoStack,
-    ];
-
-    /// The outcome with this wire value.
-    #[must_use]
-    pub const fn from_wire(value: u8) -> Option<Self> {
-        if (value as usize) < Self::COUNT {
-            Some(Self::ALL[value as usize])
-        } else {
-            None
-        }
-    }
-
     /// Its position in [`UserPart::ALL`] and in the status counters.
     #[must_use]
     pub const fn index(self) -> usize {

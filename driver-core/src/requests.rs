@@ -1305,4 +1305,378 @@ mod tests {
             prop_assert_eq!(core.table.references(), 0, "no entry held once the ring is empty");
         }
     }
+
+    /// What the ABI's docs promise a client, pinned where the driver
+    /// decides it: each test fails if the driver's behaviour moves away from
+    /// the sentence of `kstack_abi` it names.
+    mod contract {
+        use kstack_abi::{
+            RecordHeader, StackTableStatus,
+            messages::CONFIGURE_REQUEST_SIZE,
+            ntstatus::{STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_5},
+        };
+
+        use super::*;
+
+        /// A capture-now by `platform`'s thread: its status and the record
+        /// it returned.
+        fn capture_now(
+            core: &DriverCore<'_>,
+            platform: &FakePlatform,
+        ) -> (NtStatus, Option<(RecordHeader, usize)>) {
+            let input = encode_capture_now_request(7);
+            let mut out = [0_u8; MAX_RECORD_SIZE];
+            let admitted =
+                DriverCore::admit(Ioctl::CaptureNow.code(), input.len(), out.len()).unwrap();
+            let caller = Caller::default();
+            let (result, written) = core.serve(
+                admitted,
+                &input,
+                &mut out,
+                platform,
+                &TimerLog::default(),
+                caller,
+            );
+            let record = (written > 0).then(|| {
+                let (view, size) = decode_record(&out[..written]).unwrap();
+                assert_eq!(size, written);
+                (view.header, view.frame_count())
+            });
+            (result, record)
+        }
+
+        /// A read by `reader`: each record's flags and frame count.
+        fn read_as(core: &DriverCore<'_>, reader: u64) -> Vec<(RecordFlags, usize)> {
+            let mut out = vec![0_u8; 64 * 1024];
+            let admitted = DriverCore::admit(Ioctl::Read.code(), 0, out.len()).unwrap();
+            let caller = Caller {
+                reader,
+                pool_allocations: 0,
+            };
+            let (result, written) = core.serve(
+                admitted,
+                &[],
+                &mut out,
+                &FakePlatform::default(),
+                &TimerLog::default(),
+                caller,
+            );
+            assert_eq!(result, STATUS_SUCCESS);
+            let (header, records) = ReadHeader::decode(&out[..written]).unwrap();
+            assert!(!header.more_pending);
+            records
+                .map(|entry| {
+                    let record = entry.unwrap().trace().unwrap();
+                    (record.header.flags, record.frame_count())
+                })
+                .collect()
+        }
+
+        /// A core on a one-shard ring of 8 records, with a stack table of
+        /// `entries` (0: off), every source registered.
+        fn core_with_table(entries: usize) -> DriverCore<'static> {
+            crate::capture::tests::tabled_core(
+                ring_of_records(8, 1),
+                entries,
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            )
+        }
+
+        fn on_demand(processes: ProcessFilter, enabled: bool) -> CaptureConfig {
+            CaptureConfig {
+                sources: if enabled {
+                    SourceSet::EMPTY.with(Source::OnDemand)
+                } else {
+                    SourceSet::EMPTY
+                },
+                processes,
+                ..CaptureConfig::default()
+            }
+        }
+
+        /// `RecordHeader::shard`, `RecordFlags::NOT_IN_RING`: a capture-now
+        /// no shard keeps has shard 0 and sequence 0, whichever processor
+        /// it ran on; one kept has its shard's.
+        #[test]
+        fn a_capture_now_not_kept_has_shard_0_and_sequence_0() {
+            let core = registered_core(
+                ring_of_records(8, 2),
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            let timer = TimerLog::default();
+            let platform = FakePlatform::default();
+            platform.processor.set(1);
+            let excluded = ProcessFilter::new(&[], &[4]).unwrap();
+            for config in [
+                on_demand(ProcessFilter::ALL, false),
+                on_demand(excluded, true),
+            ] {
+                assert_eq!(configure(&core, &config, &timer), STATUS_SUCCESS);
+                let (result, record) = capture_now(&core, &platform);
+                let (header, _) = record.unwrap();
+                assert_eq!(result, STATUS_SUCCESS);
+                assert!(header.flags.contains(RecordFlags::NOT_IN_RING));
+                assert_eq!((header.shard, header.sequence, header.processor), (0, 0, 1));
+            }
+            assert!(core.ring.is_empty());
+            configure(&core, &on_demand(ProcessFilter::ALL, true), &timer);
+            let (header, _) = capture_now(&core, &platform).1.unwrap();
+            assert!(!header.flags.contains(RecordFlags::NOT_IN_RING));
+            assert_eq!((header.shard, header.sequence), (1, 1), "kept by shard 1");
+        }
+
+        /// `Ioctl::CaptureNow`: a kept capture-now whose shard is full is
+        /// still answered, with the shard and the sequence number it spent.
+        #[test]
+        fn a_capture_now_dropped_from_a_full_shard_names_what_it_spent() {
+            let core = registered_core(
+                ring_of_records(1, 2),
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            configure(
+                &core,
+                &on_demand(ProcessFilter::ALL, true),
+                &TimerLog::default(),
+            );
+            let platform = FakePlatform::default();
+            let kept = capture_now(&core, &platform).1.unwrap().0;
+            let (result, dropped) = capture_now(&core, &platform);
+            let dropped = dropped.unwrap().0;
+            assert_eq!(result, STATUS_SUCCESS);
+            assert_eq!((kept.shard, kept.sequence), (1, 1));
+            assert_eq!((dropped.shard, dropped.sequence), (1, 2));
+            assert!(!dropped.flags.contains(RecordFlags::NOT_IN_RING));
+            let now = status(&core);
+            assert_eq!((now.dropped, now.ring_used), (1, 1));
+        }
+
+        /// `SourceStatus::not_kept`: on-demand disabled and the caller
+        /// excluded is `not_kept`, not `filtered`; enabled and excluded is
+        /// `filtered`. `Ioctl::CaptureNow`: the walk's checks come first,
+        /// and move `skipped_stack` of a disabled source too.
+        #[test]
+        fn a_capture_now_counts_disabled_before_filtered_and_the_stack_check_before_both() {
+            let core = core_with_table(0);
+            let timer = TimerLog::default();
+            let platform = FakePlatform::default();
+            let excluded = ProcessFilter::new(&[], &[4]).unwrap();
+            let counted = |core: &DriverCore<'_>| {
+                let now = status(core).sources[Source::OnDemand.index()];
+                (now.not_kept, now.filtered, now.skipped_stack, now.captured)
+            };
+            configure(&core, &on_demand(excluded, false), &timer);
+            assert_eq!(capture_now(&core, &platform).0, STATUS_SUCCESS);
+            assert_eq!(counted(&core), (1, 0, 0, 0), "disabled wins over excluded");
+            configure(&core, &on_demand(excluded, true), &timer);
+            capture_now(&core, &platform);
+            assert_eq!(counted(&core), (1, 1, 0, 0));
+
+            platform
+                .remaining_stack
+                .set(crate::capture::MIN_REMAINING_STACK - 8);
+            for enabled in [false, true] {
+                configure(&core, &on_demand(excluded, enabled), &timer);
+                assert_eq!(
+                    capture_now(&core, &platform),
+                    (KSTACK_STATUS_STACK_TOO_LOW, None)
+                );
+            }
+            assert_eq!(
+                counted(&core),
+                (1, 1, 2, 0),
+                "too little stack, whether disabled or excluded"
+            );
+        }
+
+        /// `Ioctl::CaptureNow`, `RecordFlags::STACK_BY_ID`: the reply always
+        /// carries its frames and never names its stack, even when the
+        /// ring's copy does.
+        #[test]
+        fn a_capture_now_reply_carries_its_frames_while_its_ring_copy_names_them() {
+            let core = core_with_table(8);
+            configure(
+                &core,
+                &on_demand(ProcessFilter::ALL, true),
+                &TimerLog::default(),
+            );
+            let platform = FakePlatform::default();
+            for _ in 0..3 {
+                let (header, frames) = capture_now(&core, &platform).1.unwrap();
+                assert_eq!(frames, 5);
+                assert!(!header.flags.contains(RecordFlags::STACK_BY_ID));
+                assert_eq!(header.os_hash, 0xABCD, "the walk's hash, not a slot");
+            }
+            let table = status(&core).stack_table;
+            assert_eq!((table.inserts, table.hits), (1, 2));
+            let by_id = RecordFlags::STACK_BY_ID;
+            assert_eq!(read_as(&core, 1), [(by_id, 5), (by_id, 0), (by_id, 0)]);
+        }
+
+        /// `RecordFlags::STACK_BY_ID`: a reader's run of reads gets each
+        /// entry's frames once; a read by another reader, or the last
+        /// reader's close, ends the run; a clear or another reader's close
+        /// does not.
+        #[test]
+        fn readers_taking_turns_each_get_the_frames_again_after_the_other() {
+            let core = core_with_table(8);
+            let timer = TimerLog::default();
+            enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+            let platform = FakePlatform::default();
+            let event = || {
+                core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+            };
+            let frames_read = |reader| -> Vec<usize> {
+                read_as(&core, reader)
+                    .into_iter()
+                    .map(|(flags, frames)| {
+                        assert!(flags.contains(RecordFlags::STACK_BY_ID));
+                        frames
+                    })
+                    .collect()
+            };
+            let (a, b) = (0xA000, 0xB000);
+            event();
+            event();
+            assert_eq!(frames_read(a), [5, 0], "the first of the run carries them");
+            event();
+            assert_eq!(frames_read(a), [0], "the same run");
+            event();
+            assert_eq!(frames_read(b), [5], "another reader");
+            event();
+            assert_eq!(frames_read(a), [5], "a's new run, after b's read");
+            core.reader_closed(b);
+            event();
+            assert_eq!(frames_read(a), [0], "b was not the last reader");
+            assert_eq!(
+                request(&core, Ioctl::Clear.code(), &[], &mut [], &timer).0,
+                STATUS_SUCCESS
+            );
+            event();
+            assert_eq!(frames_read(a), [0], "a clear ends no run");
+            core.reader_closed(a);
+            event();
+            assert_eq!(frames_read(a), [5], "a closed: its address is a new reader");
+            assert_eq!(status(&core).stack_table.sent, 4);
+        }
+
+        /// `StackTableStatus`: with the table off nothing is looked up, an
+        /// empty walk included, and no record names its stack.
+        #[test]
+        fn with_the_table_off_its_counters_stay_zero() {
+            let core = core_with_table(0);
+            let timer = TimerLog::default();
+            enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+            for depth in [5, 5, 0] {
+                let platform = FakePlatform {
+                    stack_depth: depth,
+                    ..FakePlatform::default()
+                };
+                core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+            }
+            let records = read_as(&core, 1);
+            assert_eq!(records.len(), 3);
+            assert!(
+                records
+                    .iter()
+                    .all(|(flags, _)| !flags.contains(RecordFlags::STACK_BY_ID))
+            );
+            assert_eq!(status(&core).stack_table, StackTableStatus::default());
+        }
+
+        /// `Ioctl::Configure`: an accepted configuration leaves the ring's
+        /// records and the counters as they are.
+        #[test]
+        fn a_configure_request_keeps_the_ring_and_the_counters() {
+            let core = core_with_table(0);
+            let timer = TimerLog::default();
+            enable(&core, SourceSet::EMPTY.with(Source::Registry), &timer);
+            let platform = FakePlatform::default();
+            for _ in 0..2 {
+                core.capture(&platform, SourceFacts::Registry { notify_class: 1 });
+            }
+            let before = status(&core);
+            assert_eq!(
+                configure(&core, &CaptureConfig::default(), &timer),
+                STATUS_SUCCESS
+            );
+            let after = status(&core);
+            assert_eq!(after.config, CaptureConfig::default());
+            assert_eq!(
+                (after.ring_used, after.sources, after.sequences_spent),
+                (2, before.sources, before.sequences_spent)
+            );
+            assert_eq!(read_as(&core, 1).len(), 2);
+        }
+
+        /// `CaptureConfig`: reserved configuration bytes are accepted
+        /// whatever they hold, and status reports them as zeros.
+        #[test]
+        fn reserved_configuration_bytes_are_ignored_and_reported_as_zeros() {
+            let core = core_with_table(0);
+            let timer = TimerLog::default();
+            let wanted = on_demand(ProcessFilter::new(&[8], &[]).unwrap(), true);
+            let mut input = encode_configure_request(&wanted);
+            assert_eq!(input.len(), CONFIGURE_REQUEST_SIZE);
+            // Configuration bytes 14-15, 30-31 and 103, after the prefix.
+            for offset in [22, 23, 38, 39, 111] {
+                input[offset] = 0xFF;
+            }
+            let result = request(&core, Ioctl::Configure.code(), &input, &mut [], &timer);
+            assert_eq!(result, (STATUS_SUCCESS, 0));
+            assert_eq!(status(&core).config, wanted);
+            let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
+            request(&core, Ioctl::Status.code(), &[], &mut out, &timer);
+            assert_eq!(
+                [
+                    out[32 + 14],
+                    out[32 + 15],
+                    out[32 + 30],
+                    out[32 + 31],
+                    out[32 + 103]
+                ],
+                [0; 5]
+            );
+        }
+
+        /// `CaptureConfig`, `Ioctl::Configure`: of two bad fields the
+        /// lowest-numbered names the status; the fields before the
+        /// driver's own checks.
+        #[test]
+        fn a_configure_request_fails_with_its_first_failing_check() {
+            let mut registrations = all_registered();
+            registrations[Source::Registry.index()] = SourceRegistration {
+                status: STATUS_NOT_SUPPORTED,
+            };
+            let core = registered_core(
+                ring_of_records(8, 1),
+                PagingExecutive::NOT_SET,
+                registrations,
+            );
+            let timer = TimerLog::default();
+            let unavailable_and_timer = CaptureConfig {
+                sources: SourceSet::EMPTY.with(Source::Registry).with(Source::Timer),
+                ..CaptureConfig::default()
+            };
+            let mut input = encode_configure_request(&unavailable_and_timer);
+            // Frames to capture 0 (field 3), an include list of 9 (field 5).
+            input[8 + 6] = 0;
+            input[8 + 12] = 9;
+            let configure_bytes =
+                |input: &[u8]| request(&core, Ioctl::Configure.code(), input, &mut [], &timer).0;
+            assert_eq!(configure_bytes(&input), STATUS_INVALID_PARAMETER_3);
+            input[8 + 6] = 16;
+            assert_eq!(configure_bytes(&input), STATUS_INVALID_PARAMETER_5);
+            input[8] |= 1;
+            assert_eq!(configure_bytes(&input), STATUS_INVALID_PARAMETER_1);
+            assert_eq!(
+                configure(&core, &unavailable_and_timer, &timer),
+                STATUS_NOT_SUPPORTED,
+                "an unavailable source before the paging policy"
+            );
+            assert_eq!(status(&core).config, CaptureConfig::default());
+        }
+    }
 }
