@@ -8,10 +8,10 @@ use std::{
 
 use clap::{Args, ValueEnum};
 use kstack_client::{
+    capture::stack_table::{StackTable, counted},
     error::ClientError,
-    export::{chrome_trace, pprof, speedscope},
-    stack_table::{StackTable, counted},
-    symbolizer::Symbolizer,
+    naming::symbolizer::Symbolizer,
+    output::export::{chrome_trace, pprof, speedscope},
 };
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use kstack_client::{error::ClientError, flamegraph};
+use kstack_client::{error::ClientError, output::flamegraph};
 
 use super::{
     input::{AnalysisInput, stack_table},

@@ -8,7 +8,8 @@ use std::{
 
 use clap::Args;
 use kstack_client::{
-    error::ClientError, symbolizer::Symbolizer, trace::TraceRecord, transport::Transport,
+    capture::trace::TraceRecord, device::transport::Transport, error::ClientError,
+    naming::symbolizer::Symbolizer,
 };
 use tempfile::NamedTempFile;
 

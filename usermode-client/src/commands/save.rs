@@ -5,7 +5,10 @@ use std::{io, path::PathBuf};
 
 use clap::Args;
 use kstack_client::{
-    capture_file::CaptureWriter, error::ClientError, process_modules, session, stack_table,
+    capture::{file::CaptureWriter, stack_table},
+    device::session,
+    error::ClientError,
+    naming::process_modules,
 };
 
 use super::{

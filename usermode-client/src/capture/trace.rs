@@ -10,7 +10,7 @@ use kstack_abi::{
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
-use crate::symbolizer::Symbolizer;
+use crate::naming::symbolizer::Symbolizer;
 
 /// Version of the JSON line schema (README, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 2;
@@ -382,7 +382,7 @@ pub fn facts_json(facts: &SourceFacts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{modules::ModuleMap, symbolizer::tests::with_dispatch};
+    use crate::naming::{modules::ModuleMap, symbolizer::tests::with_dispatch};
 
     fn no_modules() -> Symbolizer {
         Symbolizer::new(ModuleMap::default())
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn frames_inside_modules_are_named() {
-        let modules = Symbolizer::new(ModuleMap::new([crate::modules::Module {
+        let modules = Symbolizer::new(ModuleMap::new([crate::naming::modules::Module {
             base: 0xFFFF_F800_1230_0000,
             size: 0x10_0000,
             name: "kstack.sys".to_owned(),
@@ -471,7 +471,7 @@ mod tests {
         let (symbolizer, _) = with_dispatch();
         let mut record = sample();
         record.frames = [
-            crate::symbolizer::tests::DISPATCH + 0x4F,
+            crate::naming::symbolizer::tests::DISPATCH + 0x4F,
             0xFFFF_F800_0000_1000,
             0x42,
         ]
@@ -577,8 +577,8 @@ mod tests {
     #[test]
     fn user_frames_are_named_after_their_own_process_modules() {
         let record = with_user_part(RecordFlags::NONE, [0x7FF6_1234_0010, 0x7FFE_0000_2000]);
-        let mut processes = crate::process_modules::ProcessModules::default();
-        let module = |base, name: &str| crate::modules::Module {
+        let mut processes = crate::naming::process_modules::ProcessModules::default();
+        let module = |base, name: &str| crate::naming::modules::Module {
             base,
             size: 0x1_0000,
             name: name.to_owned(),
