@@ -4,17 +4,20 @@
 //! the Wine tests' bad-input storm reuses the device.
 //!
 //! The rooms, each depending only on those listed before it:
-//! - [`error`]: everything that can go wrong, each with its exit code;
+//! - [`clock`]: the records' clock (Windows system time) as text and
+//!   Unix time;
 //! - [`naming`]: kernel and user-mode module lists, PDB symbols, and the
 //!   symbolizer that names every frame;
 //! - [`capture`]: trace records with their stacks put back together, saved
 //!   capture files, and records grouped by stack;
+//! - [`error`]: everything that can go wrong, each with its exit code;
 //! - [`device`]: the transport to the driver, the Windows device handle,
 //!   and the conversations (status, read, configure) over it;
 //! - [`output`]: reports, flamegraph SVGs, and exports for other tools;
 //! - [`live_top`]: the model and drawing of `kstack top --live`.
 
 pub mod capture;
+pub mod clock;
 pub mod device;
 pub mod error;
 pub mod live_top;

@@ -9,7 +9,7 @@ use std::{
 use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
-use crate::{capture::trace::system_time_text, naming::symbolizer::Symbolizer};
+use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
 
 /// When a stack was seen: its record's time, shard and sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

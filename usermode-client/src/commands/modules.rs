@@ -9,7 +9,8 @@ use std::{
 use clap::Args;
 use kstack_abi::{ModuleEvent, ModuleFlags};
 use kstack_client::{
-    capture::{stack_table::counted, trace::system_time_text},
+    capture::stack_table::counted,
+    clock::system_time_text,
     error::ClientError,
     naming::{
         modules::{Module, ModuleMap},

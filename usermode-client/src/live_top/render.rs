@@ -81,9 +81,9 @@ mod tests {
     use super::*;
     use crate::{
         device::session::tests::sample_status,
-        live_top::{
+        live_top::model::{
             Filter, SortKey,
-            model::tests::{LEAF, ROOT, ondemand, timer, view},
+            tests::{LEAF, ROOT, ondemand, timer, view},
         },
         naming::modules::tests::sample_map,
     };

@@ -278,7 +278,7 @@ impl ProcessModules {
 #[cfg(windows)]
 #[must_use]
 pub fn list_running() -> ProcessModules {
-    let listed_at = crate::capture::trace::system_time_now();
+    let listed_at = crate::clock::system_time_now();
     let mut listed = toolhelp::list();
     listed.set_listed_at(listed_at);
     listed

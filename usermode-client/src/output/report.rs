@@ -10,7 +10,7 @@ use kstack_abi::{
 };
 use serde_json::{Value, json};
 
-use crate::capture::{stack_table::counted, trace::system_time_text};
+use crate::{capture::stack_table::counted, clock::system_time_text};
 
 /// The `kstack status` report.
 #[must_use]

@@ -3,10 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{
-    capture::trace::{TraceRecord, system_time_text},
-    naming::symbolizer::Symbolizer,
-};
+use crate::{capture::trace::TraceRecord, clock::system_time_text, naming::symbolizer::Symbolizer};
 
 /// 100 ns system-time units per microsecond, the trace format's unit.
 const TICKS_PER_MICROSECOND: f64 = 10.0;

@@ -12,10 +12,8 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 
 use crate::{
-    capture::{
-        stack_table::{StackSummary, StackTable},
-        trace::system_time_unix_nanos,
-    },
+    capture::stack_table::{StackSummary, StackTable},
+    clock::system_time_unix_nanos,
     naming::{
         modules::Module,
         symbolizer::{ResolvedFrame, Symbolizer},
