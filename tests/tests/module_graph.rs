@@ -271,25 +271,20 @@ fn read_file(code: &str, module: &ModulePath) -> (Vec<ModulePath>, Vec<Written>)
                 at += 2;
                 continue;
             }
-            "use" => {
-                at += 1;
-                for segments in use_tree(&tokens, &mut at) {
-                    written.push(Written {
-                        within: within(&inline),
-                        segments,
-                        in_use: true,
-                    });
-                }
-                continue;
-            }
-            "crate" | "super" | "self"
-                if next == Some("::") && at.checked_sub(1).is_none_or(|b| tokens[b] != "::") =>
+            "use" | "crate" | "super" | "self"
+                if token == "use"
+                    || (next == Some("::")
+                        && at
+                            .checked_sub(1)
+                            .is_none_or(|before| tokens[before] != "::")) =>
             {
+                let in_use = token == "use";
+                at += usize::from(in_use);
                 for segments in use_tree(&tokens, &mut at) {
                     written.push(Written {
                         within: within(&inline),
                         segments,
-                        in_use: false,
+                        in_use,
                     });
                 }
                 continue;
