@@ -1,7 +1,8 @@
 //! Talking to the driver: the one request the client needs from the
 //! operating system ([`transport`]), the Windows device that answers it
-//! ([`Device`]), the conversations built on it ([`session`]), and, for
-//! tests, the driver's replies built for scripted transports.
+//! (`Device`, Windows only), the conversations built on it
+//! ([`session`]), and, for tests, the driver's replies built for scripted
+//! transports.
 
 pub mod session;
 #[cfg(feature = "test-support")]
