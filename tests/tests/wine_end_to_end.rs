@@ -661,9 +661,9 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     // The Windows client wrote it; the Linux build of the same library
     // reads it.
     let bytes = std::fs::read(&capture).map_err(|error| format!("reading the capture: {error}"))?;
-    let view = kstack_client::capture_file::CaptureView::parse(&bytes)
+    let view = kstack_client::capture::file::CaptureView::parse(&bytes)
         .map_err(|error| format!("parsing the capture on Linux: {error}"))?;
-    let mut table = kstack_client::stack_table::StackTable::default();
+    let mut table = kstack_client::capture::stack_table::StackTable::default();
     for record in view.records() {
         let record = record.map_err(|error| format!("a record of the capture: {error}"))?;
         ensure(record.source() == kstack_abi::Source::Timer, || {
@@ -690,7 +690,7 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
             .is_some_and(|(module, _)| module.name == "kstack.sys"),
         || format!("the saved module list lacks kstack.sys: {:?}", view.modules),
     )?;
-    let symbolizer = kstack_client::symbolizer::Symbolizer::new(view.modules.clone());
+    let symbolizer = kstack_client::naming::symbolizer::Symbolizer::new(view.modules.clone());
     let mut linux_folded = table.folded(&symbolizer).join("\n");
     linux_folded.push('\n');
     let wine_folded = wine.client_ok(&["folded", "--input", "e2e.kstack"])?;
@@ -970,7 +970,7 @@ fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult
 /// object-handle events, whose object is the driver's current process or
 /// thread, so their target is the record's own process.
 fn expected_facts_json(facts: &SourceFacts, record: &Value) -> Value {
-    let mut expected = kstack_client::trace::facts_json(facts);
+    let mut expected = kstack_client::capture::trace::facts_json(facts);
     if matches!(facts, SourceFacts::ObjectHandle { .. }) {
         expected["target_process_id"] = record["process_id"].clone();
     }

@@ -12,11 +12,15 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput};
 use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 use kstack_client::{
-    capture_file::{CaptureView, CaptureWriter},
-    modules::{Module, ModuleMap},
-    stack_table::StackTable,
-    symbolizer::Symbolizer,
-    trace::TraceRecord,
+    capture::{
+        file::{CaptureView, CaptureWriter},
+        stack_table::StackTable,
+        trace::TraceRecord,
+    },
+    naming::{
+        modules::{Module, ModuleMap},
+        symbolizer::Symbolizer,
+    },
 };
 
 /// Records in the benchmarked capture: about 65 MiB, a minute of a busy

@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput};
 use kstack_abi::{RecordFlags, SourceFacts, ntstatus::STATUS_SUCCESS};
-use kstack_client::{
+use kstack_client::device::{
     session::Reader,
     test_support::{read_reply, record_bytes},
     transport::{Reply, Transport},

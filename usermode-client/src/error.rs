@@ -14,7 +14,7 @@ use kstack_abi::{
     },
 };
 
-use crate::capture_file::CaptureError;
+use crate::capture::file::CaptureError;
 
 /// Win32 `ERROR_FILE_NOT_FOUND` / `ERROR_PATH_NOT_FOUND`: no such device.
 const ERROR_FILE_NOT_FOUND: u32 = 2;

@@ -1,25 +1,25 @@
-//! The kstack client as a library: the Windows transport, the conversations
-//! with the driver, decoded records and reports. The `kstack` binary is the
-//! command line over it; the Wine tests' bad-input storm reuses the transport.
+//! The kstack client as a library: the conversations with the driver,
+//! decoded records, how frames are named, and what is made of them. The
+//! `kstack` binary is the command line over it (`main.rs`, `commands/`);
+//! the Wine tests' bad-input storm reuses the device.
+//!
+//! The rooms, each depending only on those listed before it:
+//! - [`clock`]: the records' clock (Windows system time) as text and
+//!   Unix time;
+//! - [`naming`]: kernel and user-mode module lists, PDB symbols, and the
+//!   symbolizer that names every frame;
+//! - [`capture`]: trace records with their stacks put back together, saved
+//!   capture files, and records grouped by stack;
+//! - [`error`]: everything that can go wrong, each with its exit code;
+//! - [`device`]: the transport to the driver, the Windows device handle,
+//!   and the conversations (status, read, configure) over it;
+//! - [`output`]: reports, flamegraph SVGs, and exports for other tools;
+//! - [`live_top`]: the model and drawing of `kstack top --live`.
 
-pub mod capture_file;
-#[cfg(windows)]
+pub mod capture;
+pub mod clock;
 pub mod device;
 pub mod error;
-pub mod export;
-pub mod flamegraph;
 pub mod live_top;
-pub mod modules;
-#[cfg(windows)]
-pub mod pdb_symbols;
-pub mod process_modules;
-pub mod report;
-pub mod session;
-pub mod stack_table;
-pub mod symbol_path;
-pub mod symbolizer;
-pub mod system_modules;
-#[cfg(feature = "test-support")]
-pub mod test_support;
-pub mod trace;
-pub mod transport;
+pub mod naming;
+pub mod output;

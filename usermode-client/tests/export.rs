@@ -17,7 +17,7 @@ use std::{
 };
 
 use common::{check_golden, kstack, scratch_dir, stdout_of, write_capture};
-use kstack_client::{capture_file::CaptureWriter, modules::ModuleMap};
+use kstack_client::{capture::file::CaptureWriter, naming::modules::ModuleMap};
 use serde_json::Value;
 
 /// The speedscope release whose schema the speedscope export is checked

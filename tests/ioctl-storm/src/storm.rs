@@ -8,7 +8,7 @@ use kstack_abi::{
     messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
     ntstatus::NtStatus,
 };
-use kstack_client::{device::Device, session, transport::Transport};
+use kstack_client::device::{Device, session, transport::Transport};
 use kstack_driver_core::{
     Caller, DriverCore, Platform, ShardedRing, SourceControl, SourceRegistration, StackTable,
     UserThread, UserWalkFailure, Word,

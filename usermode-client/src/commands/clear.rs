@@ -1,6 +1,6 @@
 //! `kstack clear`: discards every record in the ring.
 
-use kstack_client::{error::ClientError, session};
+use kstack_client::{device::session, error::ClientError};
 
 use super::live::open_device;
 

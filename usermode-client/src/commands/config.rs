@@ -3,10 +3,9 @@
 use clap::Args;
 use kstack_abi::{CaptureConfig, MAX_FRAMES, MAX_PROCESS_IDS, ProcessFilter, Source, SourceSet};
 use kstack_client::{
+    device::{session, transport::Transport},
     error::ClientError,
-    report::{processes_text, user_frames_text},
-    session,
-    transport::Transport,
+    output::report::{processes_text, user_frames_text},
 };
 
 use super::live::open_device;

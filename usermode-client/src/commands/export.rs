@@ -1,23 +1,20 @@
 //! `kstack export`: the records in another tool's format, written to a
 //! file.
 
-use std::{
-    io::{self, Write},
-    path::PathBuf,
-};
+use std::io::{self, Write};
 
 use clap::{Args, ValueEnum};
 use kstack_client::{
+    capture::stack_table::{StackTable, counted},
     error::ClientError,
-    export::{chrome_trace, pprof, speedscope},
-    stack_table::{StackTable, counted},
-    symbolizer::Symbolizer,
+    naming::symbolizer::Symbolizer,
+    output::export::{chrome_trace, pprof, speedscope},
 };
 use serde_json::Value;
 
 use super::{
     input::{AnalysisInput, stack_table, trace_records},
-    output::write_file,
+    output::OutputArgs,
     symbols::SymbolsArg,
 };
 
@@ -33,37 +30,31 @@ pub enum ExportFormat {
 }
 
 #[derive(Args)]
+#[command(mut_arg("output", |arg| arg.required(true).help("The file to write")))]
 pub struct ExportArgs {
     /// The format to write.
     #[arg(long, value_enum)]
     format: ExportFormat,
     #[command(flatten)]
     input: AnalysisInput,
-    /// The file to write.
-    #[arg(long, short, value_name = "FILE")]
-    output: PathBuf,
-    /// Replace the output file if it exists.
-    #[arg(long)]
-    force: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(flatten)]
     symbols: SymbolsArg,
 }
 
 pub fn run(args: &ExportArgs) -> Result<(), ClientError> {
-    let path = &args.output;
     let summary = match args.format {
         ExportFormat::Pprof => {
             let (table, symbolizer) = stacks(args)?;
-            write_file(path, args.force, |out| {
-                pprof::write(&table, &symbolizer, out)
-            })?;
+            args.output
+                .write(|out| pprof::write(&table, &symbolizer, out))?;
             table.summary()
         }
         ExportFormat::Speedscope => {
             let (table, symbolizer) = stacks(args)?;
-            write_file(path, args.force, |out| {
-                write_json(out, &speedscope::document(&table, &symbolizer))
-            })?;
+            args.output
+                .write(|out| write_json(out, &speedscope::document(&table, &symbolizer)))?;
             table.summary()
         }
         ExportFormat::ChromeTrace => {
@@ -71,13 +62,12 @@ pub fn run(args: &ExportArgs) -> Result<(), ClientError> {
             if records.is_empty() {
                 return Err(NO_RECORDS);
             }
-            write_file(path, args.force, |out| {
-                write_json(out, &chrome_trace::document(&records, &symbolizer))
-            })?;
+            args.output
+                .write(|out| write_json(out, &chrome_trace::document(&records, &symbolizer)))?;
             counted(records.len() as u64, "record")
         }
     };
-    eprintln!("kstack export: {summary} written to {}", path.display());
+    eprintln!("kstack export: {summary} written to {}", args.output);
     Ok(())
 }
 

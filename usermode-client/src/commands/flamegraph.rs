@@ -1,26 +1,21 @@
 //! `kstack flamegraph`: a flamegraph SVG of the stacks.
 
-use std::path::PathBuf;
-
 use clap::Args;
-use kstack_client::{error::ClientError, flamegraph};
+use kstack_client::{error::ClientError, output::flamegraph};
 
 use super::{
     input::{AnalysisInput, stack_table},
-    output::write_file,
+    output::OutputArgs,
     symbols::SymbolsArg,
 };
 
 #[derive(Args)]
+#[command(mut_arg("output", |arg| arg.required(true).help("The SVG file to write")))]
 pub struct FlamegraphArgs {
     #[command(flatten)]
     input: AnalysisInput,
-    /// The SVG file to write.
-    #[arg(long, short, value_name = "FILE")]
-    output: PathBuf,
-    /// Replace the output file if it exists.
-    #[arg(long)]
-    force: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// The title drawn above the graph.
     #[arg(long, default_value = "kstack: kernel stacks")]
     title: String,
@@ -35,12 +30,9 @@ pub fn run(args: &FlamegraphArgs) -> Result<(), ClientError> {
     }
     let folded = table.folded(&symbolizer);
     let subtitle = table.summary();
-    write_file(&args.output, args.force, |out| {
+    args.output.write(|out| {
         flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), out)
     })?;
-    eprintln!(
-        "kstack flamegraph: {subtitle} drawn to {}",
-        args.output.display()
-    );
+    eprintln!("kstack flamegraph: {subtitle} drawn to {}", args.output);
     Ok(())
 }

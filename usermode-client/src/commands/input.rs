@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use kstack_client::{
-    capture_file::{CaptureError, CaptureView},
+    capture::{
+        file::{CaptureError, CaptureView},
+        stack_table::StackTable,
+        trace::TraceRecord,
+    },
+    device::session,
     error::ClientError,
-    session,
-    stack_table::StackTable,
-    symbolizer::Symbolizer,
-    trace::TraceRecord,
+    naming::symbolizer::Symbolizer,
 };
 
 use super::{

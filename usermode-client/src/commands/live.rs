@@ -13,11 +13,15 @@ use clap::Args;
 #[cfg(windows)]
 use kstack_client::device;
 use kstack_client::{
+    device::{
+        session::{self, Follow, FollowSummary},
+        transport::Transport,
+    },
     error::ClientError,
-    modules::{Module, ModuleMap},
-    session::{self, Follow, FollowSummary},
-    system_modules,
-    transport::Transport,
+    naming::{
+        modules::{Module, ModuleMap},
+        system_modules,
+    },
 };
 
 #[derive(Args)]
@@ -131,7 +135,7 @@ impl Transport for NoDevice {
         _code: u32,
         _input: &[u8],
         _output: &mut [u8],
-    ) -> kstack_client::transport::Reply {
+    ) -> kstack_client::device::transport::Reply {
         match *self {}
     }
 }

@@ -9,11 +9,13 @@ use std::{
 use clap::Args;
 use kstack_abi::{ModuleEvent, ModuleFlags};
 use kstack_client::{
+    capture::stack_table::counted,
+    clock::system_time_text,
     error::ClientError,
-    modules::{Module, ModuleMap},
-    process_modules::{self, ModuleChange, ProcessModules},
-    stack_table::counted,
-    trace::system_time_text,
+    naming::{
+        modules::{Module, ModuleMap},
+        process_modules::{self, ModuleChange, ProcessModules},
+    },
 };
 use serde_json::json;
 
@@ -199,7 +201,7 @@ fn change_json(change: &ModuleChange) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use kstack_client::process_modules::Unreadable;
+    use kstack_client::naming::process_modules::Unreadable;
 
     use super::*;
 

@@ -2,13 +2,15 @@
 //! files that are never half-written nor replaced without --force.
 
 use std::{
+    fmt,
     io::{self, Write},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use clap::Args;
 use kstack_client::{
-    error::ClientError, symbolizer::Symbolizer, trace::TraceRecord, transport::Transport,
+    capture::trace::TraceRecord, device::transport::Transport, error::ClientError,
+    naming::symbolizer::Symbolizer,
 };
 use tempfile::NamedTempFile;
 
@@ -19,6 +21,54 @@ pub struct JsonArg {
     /// JSON instead of text (README, "JSON output").
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--force`, for every command that writes a file.
+#[derive(Args)]
+pub struct ForceArg {
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Where a command's whole output goes: the file `--output` names, else
+/// standard output. A command with nothing to print makes the file
+/// required and says what it is:
+/// `#[command(mut_arg("output", |arg| arg.required(true).help("...")))]`.
+#[derive(Args)]
+pub struct OutputArgs {
+    /// Write to this file instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    force: ForceArg,
+}
+
+impl OutputArgs {
+    /// Writes the whole output with `write`: to the file (see
+    /// [`write_file`]) or to standard output, where a closed pipe (`| head`)
+    /// ends it, not in an error.
+    pub fn write(
+        &self,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<(), ClientError> {
+        if let Some(path) = &self.output {
+            return write_file(path, self.force.force, |out| write(out));
+        }
+        let mut out = io::stdout().lock();
+        let _ = write(&mut out).and_then(|()| out.flush());
+        Ok(())
+    }
+}
+
+/// Where the output went, for the closing message.
+impl fmt::Display for OutputArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.output {
+            Some(path) => path.display().fmt(f),
+            None => f.write_str("standard output"),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -92,7 +142,7 @@ pub fn discard(path: &Path) {
 /// without `force`. It is written to a temporary file beside `path` and
 /// renamed to `path` once complete, so a failed write leaves `path` as it
 /// was and no half-written file behind.
-pub fn write_file(
+fn write_file(
     path: &Path,
     force: bool,
     write: impl FnOnce(&mut io::BufWriter<NamedTempFile>) -> io::Result<()>,

@@ -5,8 +5,8 @@ use std::{path::PathBuf, sync::atomic::AtomicBool};
 
 use clap::Args;
 use kstack_client::{
+    device::session::{self, Follow},
     error::ClientError,
-    session::{self, Follow},
 };
 
 use super::{

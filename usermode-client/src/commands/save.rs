@@ -5,21 +5,23 @@ use std::{io, path::PathBuf};
 
 use clap::Args;
 use kstack_client::{
-    capture_file::CaptureWriter, error::ClientError, process_modules, session, stack_table,
+    capture::{file::CaptureWriter, stack_table},
+    device::session,
+    error::ClientError,
+    naming::process_modules,
 };
 
 use super::{
     live::{FollowArgs, follow_summary_text, live_modules, open_device, stop_flag},
-    output::{create_output, discard},
+    output::{ForceArg, create_output, discard},
 };
 
 #[derive(Args)]
 pub struct SaveArgs {
     /// The capture file to write.
     file: PathBuf,
-    /// Replace the file if it exists.
-    #[arg(long)]
-    force: bool,
+    #[command(flatten)]
+    force: ForceArg,
     /// Follow for this long (or until Ctrl-C) instead of draining once.
     #[command(flatten)]
     follow: FollowArgs,
@@ -32,7 +34,7 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
     let path = args.file.as_path();
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
     let mut writer =
-        CaptureWriter::with_processes(create_output(path, args.force)?, &modules, &processes)
+        CaptureWriter::with_processes(create_output(path, args.force.force)?, &modules, &processes)
             .map_err(writing)
             .inspect_err(|_| discard(path))?;
     let followed = session::follow(

@@ -1,6 +1,6 @@
 //! `kstack selftest`: the driver captures the stack of this very request.
 
-use kstack_client::{error::ClientError, session};
+use kstack_client::{device::session, error::ClientError};
 
 use super::{
     live::open_device,

@@ -1,7 +1,7 @@
 //! `kstack status`: driver and ABI version, paging policy, sources,
 //! counters, ring fill.
 
-use kstack_client::{error::ClientError, report, session};
+use kstack_client::{device::session, error::ClientError, output::report};
 
 use super::{live::open_device, output::JsonArg};
 

@@ -3,10 +3,11 @@
 
 use clap::Args;
 #[cfg(windows)]
-use kstack_client::pdb_symbols;
+use kstack_client::naming::pdb_symbols;
 use kstack_client::{
-    error::ClientError, modules::ModuleMap, process_modules, symbol_path, symbolizer::Symbolizer,
-    transport::Transport,
+    device::transport::Transport,
+    error::ClientError,
+    naming::{modules::ModuleMap, process_modules, symbol_path, symbolizer::Symbolizer},
 };
 
 use super::live::live_modules;

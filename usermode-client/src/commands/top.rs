@@ -4,9 +4,9 @@
 use clap::Args;
 use kstack_abi::SourceSet;
 use kstack_client::{
+    capture::stack_table::{self, TopLimits},
     error::ClientError,
     live_top::Filter,
-    stack_table::{self, TopLimits},
 };
 
 use super::{

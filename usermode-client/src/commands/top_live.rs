@@ -10,12 +10,14 @@ use std::{
 
 use kstack_abi::StatusResponse;
 use kstack_client::{
+    capture::stack_table::{self, Origin, StackTable, TopLimits},
+    device::{
+        session::{self, Batch, Reader},
+        transport::Transport,
+    },
     error::ClientError,
     live_top::{self, DriverCounters, Filter, LiveTop, SortKey},
-    session::{self, Batch, Reader},
-    stack_table::{self, Origin, StackTable, TopLimits},
-    symbolizer::Symbolizer,
-    transport::Transport,
+    naming::symbolizer::Symbolizer,
 };
 use ratatui::{
     DefaultTerminal,
@@ -286,7 +288,7 @@ mod tests {
         Altitude, CaptureConfig, DriverImage, Ioctl, PagingExecutive, RecordFlags, Source,
         SourceFacts, SourceStatus, messages::STATUS_RESPONSE_SIZE, ntstatus::STATUS_SUCCESS,
     };
-    use kstack_client::{test_support, transport::Reply};
+    use kstack_client::device::{test_support, transport::Reply};
 
     use super::*;
 

@@ -2,7 +2,10 @@
 //! summarizes.
 
 use clap::Args;
-use kstack_client::{error::ClientError, session, transport::Transport};
+use kstack_client::{
+    device::{session, transport::Transport},
+    error::ClientError,
+};
 
 use super::{
     live::{FollowArgs, follow_summary_text, open_device, stop_flag},

@@ -11,7 +11,7 @@ use ratatui::{
 };
 
 use super::model::LiveTop;
-use crate::{stack_table::TopLimits, symbolizer::Symbolizer};
+use crate::{capture::stack_table::TopLimits, naming::symbolizer::Symbolizer};
 
 /// The keys, as the title line lists them.
 const KEYS: &str = "r/c/s sort, f source, space pause, q quit";
@@ -80,12 +80,12 @@ mod tests {
 
     use super::*;
     use crate::{
-        live_top::{
+        device::session::tests::sample_status,
+        live_top::model::{
             Filter, SortKey,
-            model::tests::{LEAF, ROOT, ondemand, timer, view},
+            tests::{LEAF, ROOT, ondemand, timer, view},
         },
-        modules::tests::sample_map,
-        session::tests::sample_status,
+        naming::modules::tests::sample_map,
     };
 
     /// The screen's lines, trailing spaces cut.

@@ -12,10 +12,11 @@ use kstack_abi::{
     stack_id,
 };
 use kstack_client::{
-    capture_file::CaptureWriter,
-    modules::{Module, ModuleMap},
-    process_modules::{ModuleChange, ProcessModules},
-    trace::TraceRecord,
+    capture::{file::CaptureWriter, trace::TraceRecord},
+    naming::{
+        modules::{Module, ModuleMap},
+        process_modules::{ModuleChange, ProcessModules},
+    },
 };
 
 const NT: u64 = 0xFFFF_F806_2A00_0000;

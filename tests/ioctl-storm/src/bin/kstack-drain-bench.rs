@@ -29,13 +29,15 @@ struct Timed<'a, T> {
 }
 
 #[cfg(windows)]
-impl<T: kstack_client::transport::Transport> kstack_client::transport::Transport for Timed<'_, T> {
+impl<T: kstack_client::device::transport::Transport> kstack_client::device::transport::Transport
+    for Timed<'_, T>
+{
     fn control(
         &mut self,
         code: u32,
         input: &[u8],
         output: &mut [u8],
-    ) -> kstack_client::transport::Reply {
+    ) -> kstack_client::device::transport::Reply {
         let started = std::time::Instant::now();
         let reply = self.inner.control(code, input, output);
         self.spent += started.elapsed();
@@ -48,8 +50,8 @@ fn bench() -> Result<(), String> {
     use std::time::Instant;
 
     use kstack_abi::{CaptureConfig, Source, SourceSet};
-    use kstack_client::{
-        device::Device,
+    use kstack_client::device::{
+        Device,
         session::{self, Reader},
     };
 
@@ -149,8 +151,8 @@ fn bench() -> Result<(), String> {
 /// Reads until nothing is pending; returns the records, reads and frames.
 #[cfg(windows)]
 fn drain(
-    reader: &mut kstack_client::session::Reader,
-    device: &mut impl kstack_client::transport::Transport,
+    reader: &mut kstack_client::device::session::Reader,
+    device: &mut impl kstack_client::device::transport::Transport,
 ) -> Result<(u64, u64, u64), String> {
     let (mut drained, mut reads, mut frames) = (0_u64, 0_u64, 0_u64);
     loop {

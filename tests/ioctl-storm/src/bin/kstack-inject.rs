@@ -13,7 +13,7 @@ use std::process::ExitCode;
 #[cfg(windows)]
 fn main() -> ExitCode {
     use kstack_abi::{Source, SourceFacts, ioctl::INJECT_CODE, messages::encode_inject_request};
-    use kstack_client::transport::Transport;
+    use kstack_client::device::transport::Transport;
 
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [mode, target] = args.as_slice()
@@ -65,7 +65,7 @@ fn fault_probe(target: &str) -> ExitCode {
         ioctl::FAULT_PROBE_CODE,
         messages::{FAULT_PROBE_REPLY_SIZE, FaultProbe, encode_fault_probe_request},
     };
-    use kstack_client::transport::Transport;
+    use kstack_client::device::transport::Transport;
 
     let target = match target {
         "mapped" => FaultProbe::Mapped,

@@ -31,9 +31,11 @@ fn check() -> Result<(), String> {
 
     use kstack_abi::{Ioctl, ntstatus::STATUS_DEVICE_BUSY};
     use kstack_client::{
-        device::Device,
+        device::{
+            Device,
+            session::{self, Reader},
+        },
         error::ClientError,
-        session::{self, Reader},
     };
 
     let args: Vec<u64> = std::env::args()

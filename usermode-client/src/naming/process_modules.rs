@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use kstack_abi::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 
-use crate::modules::{Module, ModuleMap};
+use crate::naming::modules::{Module, ModuleMap};
 
 /// One module record as the client keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -278,7 +278,7 @@ impl ProcessModules {
 #[cfg(windows)]
 #[must_use]
 pub fn list_running() -> ProcessModules {
-    let listed_at = crate::trace::system_time_now();
+    let listed_at = crate::clock::system_time_now();
     let mut listed = toolhelp::list();
     listed.set_listed_at(listed_at);
     listed
@@ -303,7 +303,7 @@ mod toolhelp {
     };
 
     use super::{ProcessModules, Unreadable};
-    use crate::modules::Module;
+    use crate::naming::modules::Module;
 
     /// A snapshot handle, closed when dropped.
     struct Snapshot(HANDLE);

@@ -10,7 +10,7 @@ use kstack_abi::{
 };
 use serde_json::{Value, json};
 
-use crate::{stack_table::counted, trace::system_time_text};
+use crate::{capture::stack_table::counted, clock::system_time_text};
 
 /// The `kstack status` report.
 #[must_use]
@@ -437,7 +437,7 @@ fn paging_executive(paging: PagingExecutive) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::tests::sample_status;
+    use crate::device::session::tests::sample_status;
 
     #[test]
     fn user_frame_settings_read_as_the_common_count_then_the_others() {

@@ -9,7 +9,7 @@ use std::{
 use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
-use crate::{symbolizer::Symbolizer, trace::system_time_text};
+use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
 
 /// When a stack was seen: its record's time, shard and sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -387,10 +387,11 @@ mod tests {
 
     use super::*;
     use crate::{
-        capture_file::tests::record,
-        modules::{ModuleMap, tests::sample_map},
-        symbolizer::tests::{DISPATCH, TableSource, with_dispatch},
-        trace::TraceRecord,
+        capture::{file::tests::record, trace::TraceRecord},
+        naming::{
+            modules::{ModuleMap, tests::sample_map},
+            symbolizer::tests::{DISPATCH, TableSource, with_dispatch},
+        },
     };
 
     fn modules_only() -> Symbolizer {
@@ -428,8 +429,8 @@ mod tests {
 
     #[test]
     fn user_frames_are_named_after_the_earliest_records_process() {
-        let mut processes = crate::process_modules::ProcessModules::default();
-        let module = |name: &str| crate::modules::Module {
+        let mut processes = crate::naming::process_modules::ProcessModules::default();
+        let module = |name: &str| crate::naming::modules::Module {
             base: 0x7FF6_0000_0000,
             size: 0x1000,
             name: name.to_owned(),
@@ -544,7 +545,7 @@ mod tests {
 
     #[test]
     fn separators_in_module_names_do_not_break_folded_lines() {
-        let modules = ModuleMap::new([crate::modules::Module {
+        let modules = ModuleMap::new([crate::naming::modules::Module {
             base: 0x1000,
             size: 0x1000,
             name: "odd;name here.sys".to_owned(),

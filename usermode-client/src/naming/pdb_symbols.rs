@@ -29,7 +29,7 @@ use windows_sys::Win32::{
     },
 };
 
-use crate::{
+use crate::naming::{
     modules::Module,
     symbol_path,
     symbolizer::{Function, FunctionSource},

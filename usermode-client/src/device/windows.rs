@@ -14,8 +14,8 @@ use windows_sys::Win32::{
 };
 
 use crate::{
+    device::transport::{Reply, Transport},
     error::ClientError,
-    transport::{Reply, Transport},
 };
 
 /// An open handle to the kstack device.

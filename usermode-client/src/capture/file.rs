@@ -41,9 +41,11 @@ use kstack_abi::{
 };
 
 use crate::{
-    modules::{Module, ModuleMap},
-    process_modules::{ModuleChange, ProcessModules},
-    trace::{StackMemory, TraceRecord},
+    capture::trace::{StackMemory, TraceRecord},
+    naming::{
+        modules::{Module, ModuleMap},
+        process_modules::{ModuleChange, ProcessModules},
+    },
 };
 
 /// The first bytes of every capture file.
@@ -466,7 +468,7 @@ pub(crate) mod tests {
     use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 
     use super::*;
-    use crate::modules::tests::sample_map;
+    use crate::naming::modules::tests::sample_map;
 
     pub fn record(sequence: u64, facts: SourceFacts, frames: &[u64]) -> TraceRecord {
         TraceRecord {

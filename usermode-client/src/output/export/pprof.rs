@@ -12,10 +12,12 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 
 use crate::{
-    modules::Module,
-    stack_table::{StackSummary, StackTable},
-    symbolizer::{ResolvedFrame, Symbolizer},
-    trace::system_time_unix_nanos,
+    capture::stack_table::{StackSummary, StackTable},
+    clock::system_time_unix_nanos,
+    naming::{
+        modules::Module,
+        symbolizer::{ResolvedFrame, Symbolizer},
+    },
 };
 
 /// The messages of profile.proto (package perftools.profiles, in
@@ -355,10 +357,11 @@ mod tests {
 
     use super::*;
     use crate::{
-        capture_file::tests::record,
-        modules::tests::sample_map,
-        symbolizer::tests::{DISPATCH, with_dispatch},
-        trace::TraceRecord,
+        capture::{file::tests::record, trace::TraceRecord},
+        naming::{
+            modules::tests::sample_map,
+            symbolizer::tests::{DISPATCH, with_dispatch},
+        },
     };
 
     const NT_FRAME: u64 = 0xFFFF_F800_0000_0020;
@@ -395,7 +398,7 @@ mod tests {
     #[test]
     fn a_user_address_named_after_two_processes_modules_is_two_locations() {
         const USER: u64 = 0x7FF6_0000_0010;
-        let mut processes = crate::process_modules::ProcessModules::default();
+        let mut processes = crate::naming::process_modules::ProcessModules::default();
         for (process_id, name) in [(100, "app.exe"), (200, "other.exe")] {
             processes.add(
                 process_id,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use kstack_abi::Source;
 use serde_json::{Value, json};
 
-use crate::{stack_table::StackTable, symbolizer::Symbolizer};
+use crate::{capture::stack_table::StackTable, naming::symbolizer::Symbolizer};
 
 /// The schema URL speedscope files declare.
 pub const SCHEMA_URL: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -82,7 +82,7 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture_file::tests::record, modules::tests::sample_map};
+    use crate::{capture::file::tests::record, naming::modules::tests::sample_map};
 
     const LEAF: u64 = 0xFFFF_F801_2340_0010;
     const ROOT: u64 = 0xFFFF_F800_0000_0020;

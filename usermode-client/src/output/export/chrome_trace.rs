@@ -3,10 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{
-    symbolizer::Symbolizer,
-    trace::{TraceRecord, system_time_text},
-};
+use crate::{capture::trace::TraceRecord, clock::system_time_text, naming::symbolizer::Symbolizer};
 
 /// 100 ns system-time units per microsecond, the trace format's unit.
 const TICKS_PER_MICROSECOND: f64 = 10.0;
@@ -68,7 +65,7 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture_file::tests::record, modules::tests::sample_map};
+    use crate::{capture::file::tests::record, naming::modules::tests::sample_map};
 
     #[test]
     fn records_become_instant_events_in_time_order() {

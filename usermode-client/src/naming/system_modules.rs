@@ -8,7 +8,7 @@
 //! Wine returns a short, made-up list, so the client always adds kstack.sys
 //! as the driver itself reports it (see `ModuleMap::with_authoritative`).
 
-use crate::modules::Module;
+use crate::naming::modules::Module;
 
 /// `RTL_PROCESS_MODULES.Modules` starts here (x64: a ULONG count, padded).
 const MODULES_OFFSET: usize = 8;

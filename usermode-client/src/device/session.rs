@@ -15,10 +15,10 @@ use std::{
 };
 
 use crate::{
+    capture::trace::{StackMemory, TraceRecord},
+    device::transport::Transport,
     error::ClientError,
-    process_modules::ModuleChange,
-    trace::{StackMemory, TraceRecord},
-    transport::Transport,
+    naming::process_modules::ModuleChange,
 };
 
 /// Asks for the driver's status. A driver of another ABI version is
@@ -349,7 +349,7 @@ pub(crate) mod tests {
     };
 
     use super::*;
-    use crate::transport::Reply;
+    use crate::device::transport::Reply;
 
     /// Answers every request with fixed bytes and a status.
     pub struct Scripted {
@@ -512,7 +512,7 @@ pub(crate) mod tests {
 
     /// A record of [`FRAMES`]'s stack with these flags, holding `frames`.
     fn record_bytes_as(sequence: u64, flags: RecordFlags, frames: &[u64]) -> Vec<u8> {
-        crate::test_support::record_bytes(
+        crate::device::test_support::record_bytes(
             sequence,
             SourceFacts::OnDemand { tag: 3 },
             flags,
@@ -530,7 +530,7 @@ pub(crate) mod tests {
     }
 
     fn reply_of(payload: &[u8], declared: u32, more_pending: bool) -> Vec<u8> {
-        crate::test_support::read_reply(payload, declared, more_pending, 2)
+        crate::device::test_support::read_reply(payload, declared, more_pending, 2)
     }
 
     #[test]

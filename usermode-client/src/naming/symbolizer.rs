@@ -8,7 +8,7 @@ use std::{cell::RefCell, collections::HashMap};
 
 use kstack_abi::RecordHeader;
 
-use crate::{
+use crate::naming::{
     modules::{Module, ModuleMap},
     process_modules::{ModuleChange, ProcessModules},
 };
@@ -251,7 +251,7 @@ pub(crate) mod tests {
     use std::rc::Rc;
 
     use super::*;
-    use crate::modules::tests::sample_map;
+    use crate::naming::modules::tests::sample_map;
 
     /// Functions by start address, counting the questions asked.
     pub struct TableSource {

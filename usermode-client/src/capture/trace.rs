@@ -8,9 +8,8 @@ use kstack_abi::{
     source::{HandleOperation, Lifecycle, ObjectKind},
 };
 use serde_json::{Value, json};
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
-use crate::symbolizer::Symbolizer;
+use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
 
 /// Version of the JSON line schema (README, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 2;
@@ -76,39 +75,6 @@ impl StackMemory {
         }
         Ok(TraceRecord { header, frames })
     }
-}
-
-/// 100 ns intervals between 1601-01-01 and 1970-01-01.
-const UNIX_EPOCH_AS_FILETIME: u64 = 116_444_736_000_000_000;
-
-/// A Windows system time (100 ns units since 1601) as RFC 3339 UTC, or
-/// `None` when the driver had no clock (0) or the value is out of range.
-#[must_use]
-pub fn system_time_text(filetime: u64) -> Option<String> {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(system_time_unix_nanos(filetime)?))
-        .ok()?
-        .format(&Rfc3339)
-        .ok()
-}
-
-/// The system time now, in the record clock's units (100 ns since 1601;
-/// 0 if the clock is before 1970).
-#[must_use]
-pub fn system_time_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .and_then(|since| u64::try_from(since.as_nanos() / 100).ok())
-        .map_or(0, |ticks| ticks + UNIX_EPOCH_AS_FILETIME)
-}
-
-/// A Windows system time as nanoseconds since 1970-01-01 UTC, or `None`
-/// when the driver had no clock (0) or the time is before 1970.
-#[must_use]
-pub fn system_time_unix_nanos(filetime: u64) -> Option<u64> {
-    filetime
-        .checked_sub(UNIX_EPOCH_AS_FILETIME)?
-        .checked_mul(100)
 }
 
 impl TraceRecord {
@@ -382,7 +348,10 @@ pub fn facts_json(facts: &SourceFacts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{modules::ModuleMap, symbolizer::tests::with_dispatch};
+    use crate::{
+        clock::UNIX_EPOCH_AS_FILETIME,
+        naming::{modules::ModuleMap, symbolizer::tests::with_dispatch},
+    };
 
     fn no_modules() -> Symbolizer {
         Symbolizer::new(ModuleMap::default())
@@ -410,28 +379,6 @@ mod tests {
     }
 
     #[test]
-    fn system_time_converts_to_utc() {
-        assert_eq!(
-            system_time_text(UNIX_EPOCH_AS_FILETIME).as_deref(),
-            Some("1970-01-01T00:00:00Z")
-        );
-        assert_eq!(
-            system_time_text(sample().header.timestamp).as_deref(),
-            Some("2025-11-22T08:00:01Z")
-        );
-        assert_eq!(
-            system_time_text(0),
-            None,
-            "before 1970: treated as no clock"
-        );
-        assert_eq!(
-            system_time_unix_nanos(UNIX_EPOCH_AS_FILETIME + 7),
-            Some(700)
-        );
-        assert_eq!(system_time_unix_nanos(0), None);
-    }
-
-    #[test]
     fn text_has_header_and_numbered_frames() {
         let text = sample().to_text(&no_modules(), false);
         assert_eq!(
@@ -443,7 +390,7 @@ mod tests {
 
     #[test]
     fn frames_inside_modules_are_named() {
-        let modules = Symbolizer::new(ModuleMap::new([crate::modules::Module {
+        let modules = Symbolizer::new(ModuleMap::new([crate::naming::modules::Module {
             base: 0xFFFF_F800_1230_0000,
             size: 0x10_0000,
             name: "kstack.sys".to_owned(),
@@ -471,7 +418,7 @@ mod tests {
         let (symbolizer, _) = with_dispatch();
         let mut record = sample();
         record.frames = [
-            crate::symbolizer::tests::DISPATCH + 0x4F,
+            crate::naming::symbolizer::tests::DISPATCH + 0x4F,
             0xFFFF_F800_0000_1000,
             0x42,
         ]
@@ -577,8 +524,8 @@ mod tests {
     #[test]
     fn user_frames_are_named_after_their_own_process_modules() {
         let record = with_user_part(RecordFlags::NONE, [0x7FF6_1234_0010, 0x7FFE_0000_2000]);
-        let mut processes = crate::process_modules::ProcessModules::default();
-        let module = |base, name: &str| crate::modules::Module {
+        let mut processes = crate::naming::process_modules::ProcessModules::default();
+        let module = |base, name: &str| crate::naming::modules::Module {
             base,
             size: 0x1_0000,
             name: name.to_owned(),

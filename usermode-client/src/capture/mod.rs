@@ -1,0 +1,9 @@
+//! Records as the client holds them: each trace record with its frames
+//! (the stacks the driver sends once and then names by id are put back
+//! together here), saved capture files for offline analysis, and the
+//! records grouped by stack that `top`, folded stacks and flamegraphs
+//! are drawn from.
+
+pub mod file;
+pub mod stack_table;
+pub mod trace;

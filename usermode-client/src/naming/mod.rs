@@ -1,0 +1,14 @@
+//! How frames are named for people: the kernel's module list
+//! ([`system_modules`]) and user-mode modules per process over time
+//! ([`process_modules`]), both as [`modules`] maps; on Windows, function
+//! names from PDB symbols (`pdb_symbols`, looked for along the
+//! [`symbol_path`]); and the [`symbolizer`] that every output names
+//! frames through.
+
+pub mod modules;
+#[cfg(windows)]
+pub mod pdb_symbols;
+pub mod process_modules;
+pub mod symbol_path;
+pub mod symbolizer;
+pub mod system_modules;
