@@ -12,7 +12,7 @@ use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
 use crate::symbolizer::Symbolizer;
 
-/// Version of the JSON line schema (README, "JSON output").
+/// Version of the JSON line schema (docs/client.md, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 /// One trace record: the protocol's header, and its frames owned.
