@@ -263,10 +263,10 @@ enum Windows {
     Ten1903,
 }
 
-/// The oldest Windows kstack supports (README, inf/kstack.inx): Windows 10
+/// The oldest Windows kstack supports (docs/project-state.md, inf/kstack.inx): Windows 10
 /// version 1903, x64. The imports alone would load on Windows 7.
 const MINIMUM_WINDOWS: Windows = Windows::Ten1903;
-/// How README and kstack.inx name it.
+/// How docs/project-state.md and kstack.inx name it.
 const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
 
 /// Every routine kstack.sys imports statically from ntoskrnl.exe, with the
@@ -418,7 +418,7 @@ fn every_import_exists_on_the_minimum_windows() {
         .parent()
         .expect("the workspace")
         .to_path_buf();
-    for document in ["README.md", "inf/kstack.inx"] {
+    for document in ["docs/project-state.md", "inf/kstack.inx"] {
         let text = fs::read_to_string(workspace.join(document)).expect("the document reads");
         assert!(
             text.contains(MINIMUM_WINDOWS_TEXT),

@@ -22,7 +22,7 @@ const ERROR_PATH_NOT_FOUND: u32 = 3;
 /// Win32 `ERROR_ACCESS_DENIED`.
 const ERROR_ACCESS_DENIED: u32 = 5;
 
-/// Documented process exit codes (README, "Exit codes").
+/// Documented process exit codes (docs/client.md, "Exit codes").
 pub mod exit_code {
     /// Command-line usage error (clap's code).
     pub const USAGE: u8 = 2;

@@ -4,7 +4,7 @@
 //! packages, rustup targets, the WDK-shaped tree, the patched wdk-build), so
 //! each works on a fresh Debian 12 machine that only has rustup and cargo.
 //! On Windows, build the driver with the real WDK through cargo-make instead
-//! (see README.md).
+//! (see docs/windows-build.md).
 
 #[cfg(target_os = "linux")]
 mod host_setup;
@@ -44,7 +44,7 @@ commands:
 #[cfg(not(target_os = "linux"))]
 fn main() {
     eprintln!(
-        "xtask: `cargo xtask` drives the Linux build; on Windows build with the WDK through `cargo make` (README.md)"
+        "xtask: `cargo xtask` drives the Linux build; on Windows build with the WDK through `cargo make` (docs/windows-build.md)"
     );
     std::process::exit(1);
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
 
-/// Version of the JSON line schema (README, "JSON output").
+/// Version of the JSON line schema (docs/client.md, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 /// One trace record: the protocol's header, and its frames owned.

@@ -18,7 +18,7 @@ use super::symbols::SymbolsArg;
 
 #[derive(Args)]
 pub struct JsonArg {
-    /// JSON instead of text (README, "JSON output").
+    /// JSON instead of text (docs/client.md, "JSON output").
     #[arg(long)]
     pub json: bool,
 }

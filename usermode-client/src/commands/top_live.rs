@@ -126,7 +126,7 @@ enum Action {
     Quit,
 }
 
-/// The view's keys (README, `top --live`).
+/// The view's keys (docs/client.md, "Live view").
 fn action(key: &KeyEvent) -> Option<Action> {
     // Windows reports releases too; one press is one action.
     if key.kind != KeyEventKind::Press {
