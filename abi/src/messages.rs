@@ -470,13 +470,13 @@ impl StackTableStatus {
 
 /// The status response.
 ///
-/// Layout ([`STATUS_RESPONSE_SIZE`], 1280 bytes, little-endian). Reserved
+/// Layout ([`STATUS_RESPONSE_SIZE`], 1336 bytes, little-endian). Reserved
 /// bytes are written as zeros and not looked at when decoded.
 ///
 /// | offset | size | field |
 /// |-------:|-----:|-------|
 /// | 0    | 4   | `abi_version` (at this offset in every ABI version) |
-/// | 4    | 4   | `size`: 1280 (idem) |
+/// | 4    | 4   | `size`: 1336 (idem) |
 /// | 8    | 2×3 | `driver_version`: major, minor, patch |
 /// | 14   | 2   | flags: bit 0 the `DisablePagingExecutive` value exists, bit 1 `AssumePagingExecutiveInEffect` is set; other bits refused |
 /// | 16   | 4   | the `DisablePagingExecutive` value (0 when absent) |
@@ -487,29 +487,29 @@ impl StackTableStatus {
 /// | 136  | 8   | `dropped` |
 /// | 144  | 8   | `cleared` |
 /// | 152  | 8   | `sequences_spent` |
-/// | 160  | 136×7 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
-/// | 1112 | 8   | `driver_image.base` |
-/// | 1120 | 4   | `driver_image.size` |
-/// | 1124 | 4   | reserved |
-/// | 1128 | 4   | `ring_shards` |
-/// | 1132 | 4   | `ring_used_bytes` |
-/// | 1136 | 8   | `read` |
-/// | 1144 | 4+2 | `object_altitude`: whole, fraction |
-/// | 1150 | 2   | reserved |
-/// | 1152 | 4+2 | `registry_altitude`: whole, fraction |
-/// | 1158 | 2   | reserved |
-/// | 1160 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
-/// | 1164 | 4   | reserved |
-/// | 1168 | 8   | the `Memory Management` key's last write time |
-/// | 1176 | 8   | the boot time compared against |
-/// | 1184 | 4   | `stack_table.entries` |
-/// | 1188 | 4   | `stack_table.used` |
-/// | 1192 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
-/// | 1256 | 4   | `user_walk` ([`HostRoutine`]) |
-/// | 1260 | 4   | reserved |
-/// | 1264 | 4   | `process_key` ([`HostRoutine`]) |
-/// | 1268 | 4   | reserved |
-/// | 1272 | 8   | `module_records` |
+/// | 160  | 144×7 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
+/// | 1168 | 8   | `driver_image.base` |
+/// | 1176 | 4   | `driver_image.size` |
+/// | 1180 | 4   | reserved |
+/// | 1184 | 4   | `ring_shards` |
+/// | 1188 | 4   | `ring_used_bytes` |
+/// | 1192 | 8   | `read` |
+/// | 1200 | 4+2 | `object_altitude`: whole, fraction |
+/// | 1206 | 2   | reserved |
+/// | 1208 | 4+2 | `registry_altitude`: whole, fraction |
+/// | 1214 | 2   | reserved |
+/// | 1216 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
+/// | 1220 | 4   | reserved |
+/// | 1224 | 8   | the `Memory Management` key's last write time |
+/// | 1232 | 8   | the boot time compared against |
+/// | 1240 | 4   | `stack_table.entries` |
+/// | 1244 | 4   | `stack_table.used` |
+/// | 1248 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
+/// | 1312 | 4   | `user_walk` ([`HostRoutine`]) |
+/// | 1316 | 4   | reserved |
+/// | 1320 | 4   | `process_key` ([`HostRoutine`]) |
+/// | 1324 | 4   | reserved |
+/// | 1328 | 8   | `module_records` |
 ///
 /// A status request whose output buffer holds at least the 8-byte prefix
 /// but not the whole response gets the prefix only, with
@@ -979,7 +979,7 @@ mod tests {
         // Each row of `StatusResponse`'s table: offset, then its bytes.
         let rows: [(usize, Vec<u8>); 37] = [
             (0, le::<4>(ABI_VERSION)),
-            (4, le::<4>(1280_u32)),
+            (4, le::<4>(1336_u32)),
             (8, [le::<2>(0_u16), le::<2>(1_u16), le::<2>(0_u16)].concat()),
             (14, le::<2>(3_u16)),
             (16, le::<4>(1_u32)),
@@ -991,33 +991,33 @@ mod tests {
             (144, le::<8>(status.cleared)),
             (152, le::<8>(status.sequences_spent)),
             (160, sources),
-            (1112, le::<8>(status.driver_image.base)),
-            (1120, le::<4>(status.driver_image.size)),
-            (1124, vec![0; 4]),
-            (1128, le::<4>(status.ring_shards)),
-            (1132, le::<4>(status.ring_used_bytes)),
-            (1136, le::<8>(status.read)),
-            (1144, le::<4>(status.object_altitude.whole)),
-            (1148, le::<2>(status.object_altitude.fraction)),
-            (1150, vec![0; 2]),
-            (1152, le::<4>(status.registry_altitude.whole)),
-            (1156, le::<2>(status.registry_altitude.fraction)),
-            (1158, vec![0; 2]),
-            (1160, le::<4>(PagingInEffect::BeforeBoot as u32)),
-            (1164, vec![0; 4]),
-            (1168, le::<8>(paging.key_written)),
-            (1176, le::<8>(paging.boot_time)),
-            (1184, le::<4>(table.entries)),
-            (1188, le::<4>(table.used)),
+            (1168, le::<8>(status.driver_image.base)),
+            (1176, le::<4>(status.driver_image.size)),
+            (1180, vec![0; 4]),
+            (1184, le::<4>(status.ring_shards)),
+            (1188, le::<4>(status.ring_used_bytes)),
+            (1192, le::<8>(status.read)),
+            (1200, le::<4>(status.object_altitude.whole)),
+            (1204, le::<2>(status.object_altitude.fraction)),
+            (1206, vec![0; 2]),
+            (1208, le::<4>(status.registry_altitude.whole)),
+            (1212, le::<2>(status.registry_altitude.fraction)),
+            (1214, vec![0; 2]),
+            (1216, le::<4>(PagingInEffect::BeforeBoot as u32)),
+            (1220, vec![0; 4]),
+            (1224, le::<8>(paging.key_written)),
+            (1232, le::<8>(paging.boot_time)),
+            (1240, le::<4>(table.entries)),
+            (1244, le::<4>(table.used)),
             (
-                1192,
+                1248,
                 table.counters().into_iter().flat_map(le::<8>).collect(),
             ),
-            (1256, le::<4>(HostRoutine::HostStub as u32)),
-            (1260, vec![0; 4]),
-            (1264, le::<4>(HostRoutine::NotExported as u32)),
-            (1268, vec![0; 4]),
-            (1272, le::<8>(status.module_records)),
+            (1312, le::<4>(HostRoutine::HostStub as u32)),
+            (1316, vec![0; 4]),
+            (1320, le::<4>(HostRoutine::NotExported as u32)),
+            (1324, vec![0; 4]),
+            (1328, le::<8>(status.module_records)),
         ];
         crate::wire::assert_layout(
             &out,
@@ -1041,12 +1041,12 @@ mod tests {
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         status.encode(&mut out);
         for range in [
-            1124..1128,
-            1150..1152,
-            1158..1160,
-            1164..1168,
-            1260..1264,
-            1268..1272,
+            1180..1184,
+            1206..1208,
+            1214..1216,
+            1220..1224,
+            1316..1320,
+            1324..1328,
         ] {
             out[range].fill(0xFF);
         }

@@ -1476,7 +1476,7 @@ mod tests {
 
             platform
                 .remaining_stack
-                .set(crate::capture::MIN_REMAINING_STACK - 8);
+                .set(crate::kernel_stack::MIN_REMAINING_STACK - 8);
             for enabled in [false, true] {
                 configure(&core, &on_demand(excluded, enabled), &timer);
                 assert_eq!(

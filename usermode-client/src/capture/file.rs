@@ -666,7 +666,7 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 10"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 11"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(

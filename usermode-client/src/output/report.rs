@@ -160,20 +160,16 @@ pub fn user_frames_text(config: &CaptureConfig) -> String {
             count.to_string()
         }
     };
-    let head = if common == 0 {
-        "no user frames".to_owned()
-    } else {
-        format!("user frames up to {common}")
-    };
     let others: Vec<String> = Source::ALL
         .into_iter()
         .filter(|&source| config.user_frames(source) != common)
         .map(|source| format!("{}: {}", source.name(), words(config.user_frames(source))))
         .collect();
-    if others.is_empty() {
-        head
-    } else {
-        format!("{head} ({})", others.join(", "))
+    match (common, others.is_empty()) {
+        (0, true) => "no user frames".to_owned(),
+        (0, false) => format!("user frames only for {}", others.join(", ")),
+        (_, true) => format!("user frames up to {common}"),
+        (_, false) => format!("user frames up to {common} ({})", others.join(", ")),
     }
 }
 
@@ -444,9 +440,9 @@ mod tests {
         let mut config = CaptureConfig::default();
         assert_eq!(
             user_frames_text(&config),
-            "user frames up to 30 (timer: none)"
+            "user frames only for registry: 30, ondemand: 30"
         );
-        config.user_frames[Source::Registry.index()] = 20;
+        config.user_frames = [30, 30, 30, 20, 30, 0, 30];
         assert_eq!(
             user_frames_text(&config),
             "user frames up to 30 (registry: 20, timer: none)"
@@ -454,7 +450,7 @@ mod tests {
         config.user_frames = [0; Source::COUNT];
         assert_eq!(user_frames_text(&config), "no user frames");
         config.user_frames[Source::OnDemand.index()] = 62;
-        assert_eq!(user_frames_text(&config), "no user frames (ondemand: 62)");
+        assert_eq!(user_frames_text(&config), "user frames only for ondemand: 62");
     }
 
     #[test]
@@ -493,7 +489,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "keep up to 32, user frames up to 30 (timer: none), processes 4, 8 only (and never 0)"
+                "keep up to 32, user frames only for registry: 30, ondemand: 30, processes 4, 8 only (and never 0)"
             ),
             "{text}"
         );
