@@ -145,7 +145,7 @@ fn cases() -> [(&'static str, Case); 21] {
             filters_and_sampling_count_every_event,
         ),
         (
-            "user frames: unavailable under Wine (its RtlWalkFrameChain is a stub, never called); every record says so, the outcomes add up",
+            "user frames: unavailable under Wine (its RtlWalkFrameChain is a stub, never called); every record of a source that asks for them says so, the others say off, the outcomes add up",
             user_frames_unavailable_under_wine,
         ),
         (
@@ -1004,8 +1004,10 @@ fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
 }
 
 /// Under Wine the driver finds `RtlWalkFrameChain` exported as a stub and
-/// never calls it: status says why; every source's records (all but the
-/// timer, whose user frames are off) say their user part is unavailable;
+/// never calls it: status says why; the records of every source that asks
+/// for user frames (registry and on-demand by default, the image source
+/// opted in) say their user part is unavailable, the others' (the timer,
+/// and the process, thread and object sources, off by default) say off;
 /// per source, the outcomes add up to the records made; and the host keeps
 /// serving every source and request (the injection build fires the
 /// callbacks Wine never fires).
@@ -1041,7 +1043,7 @@ fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
             "--timer-period",
             "5",
             "--user-frames",
-            "registry=12",
+            "registry=12,image=5",
         ])?;
         for facts in injected_events() {
             ensure(inject(wine, &facts)?.status.success(), || {
@@ -1053,15 +1055,34 @@ fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
         wine.client_ok(&["config", "--disable", "all"])?;
         let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
         let after = status(wine)?;
+        let sources = after["sources"]
+            .as_array()
+            .ok_or("status without sources")?;
+        // The part a source's records say: off where its setting asks for
+        // no user frames, else unavailable.
+        let expected_part = |name: &str| {
+            let walks = sources
+                .iter()
+                .find(|source| source["name"] == name)
+                .and_then(|source| source["user_frames"].as_u64())
+                .unwrap_or(0)
+                > 0;
+            if walks { "unavailable" } else { "off" }
+        };
+        let walking: BTreeSet<&str> = sources
+            .iter()
+            .filter_map(|source| source["name"].as_str())
+            .filter(|&name| expected_part(name) == "unavailable")
+            .collect();
+        ensure(
+            walking == BTreeSet::from(["image", "ondemand", "registry"]),
+            || format!("registry and on-demand by default, image opted in: {walking:?}"),
+        )?;
         let mut seen = BTreeSet::new();
         for record in &records {
             let source = record["source"].as_str().unwrap_or_default();
             seen.insert(source);
-            let expected = if source == "timer" {
-                "off"
-            } else {
-                "unavailable"
-            };
+            let expected = expected_part(source);
             ensure(
                 record["user_part"] == expected
                     && record["user_frames"] == serde_json::json!([])
@@ -1072,21 +1093,14 @@ fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
         ensure(seen.len() == 7, || {
             format!("records of every source expected, got {seen:?}")
         })?;
-        for source in after["sources"]
-            .as_array()
-            .ok_or("status without sources")?
-        {
+        for source in sources {
             let parts = source["user_parts"]
                 .as_object()
                 .ok_or_else(|| format!("no user_parts: {source}"))?;
             let counted: u64 = parts.values().filter_map(Value::as_u64).sum();
             let made =
                 source["captured"].as_u64().unwrap_or(0) + source["not_kept"].as_u64().unwrap_or(0);
-            let expected_part = if source["name"] == "timer" {
-                "off"
-            } else {
-                "unavailable"
-            };
+            let expected_part = expected_part(source["name"].as_str().unwrap_or_default());
             ensure(
                 counted == made && parts[expected_part].as_u64() == Some(made),
                 || format!("every record's user part counted, all {expected_part}: {source}"),
