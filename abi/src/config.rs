@@ -2,14 +2,14 @@
 //! many of their events are kept, and how much stack each record keeps.
 //! Validated here, once, for both sides.
 
+pub use crate::{
+    error::ConfigError,
+    limits::{MAX_FRAMES_TO_SKIP, MAX_PROCESS_IDS, TIMER_PERIOD_MS_RANGE},
+};
 use crate::{
-    MAX_FRAMES, Source, SourceSet,
     error::DecodeError,
-    ntstatus::{
-        NtStatus, STATUS_INVALID_PARAMETER_1, STATUS_INVALID_PARAMETER_2,
-        STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4, STATUS_INVALID_PARAMETER_5,
-        STATUS_INVALID_PARAMETER_6, STATUS_INVALID_PARAMETER_7,
-    },
+    limits::MAX_FRAMES,
+    source::{Source, SourceSet},
     wire::{Reader, Writer},
 };
 
@@ -53,14 +53,6 @@ pub const fn default_user_frames(source: Source) -> u8 {
 }
 /// Default timer period: 10 ms, about 100 samples a second per enabled timer.
 pub const DEFAULT_TIMER_PERIOD_MS: u32 = 10;
-/// Timer period bounds, in milliseconds.
-pub const TIMER_PERIOD_MS_RANGE: core::ops::RangeInclusive<u32> = 1..=10_000;
-/// The most frames that may be skipped. With [`MAX_FRAMES`] this keeps
-/// every walk's total under 128 frames.
-pub const MAX_FRAMES_TO_SKIP: u16 = 64;
-
-/// The most process ids each list of a [`ProcessFilter`] holds.
-pub const MAX_PROCESS_IDS: usize = 8;
 
 /// Encoded size of a [`CaptureConfig`].
 pub const CAPTURE_CONFIG_SIZE: usize = 104;
@@ -278,106 +270,6 @@ impl Default for CaptureConfig {
             sample_every: [1; Source::COUNT],
             timer_period_ms: DEFAULT_TIMER_PERIOD_MS,
             user_frames: Source::ALL.map(default_user_frames),
-        }
-    }
-}
-
-/// Why a configuration was refused. Each maps to its own NTSTATUS.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfigError {
-    /// `sources` has bits that name no source.
-    UnknownSources {
-        /// The offending bits.
-        bits: u32,
-    },
-    /// `frames_to_skip` is above [`MAX_FRAMES_TO_SKIP`].
-    FramesToSkip {
-        /// The value given.
-        value: u16,
-    },
-    /// `frames_to_capture` is 0 or above [`MAX_FRAMES`].
-    FramesToCapture {
-        /// The value given.
-        value: u16,
-    },
-    /// `timer_period_ms` is outside [`TIMER_PERIOD_MS_RANGE`].
-    TimerPeriod {
-        /// The value given.
-        value: u32,
-    },
-    /// A process list is longer than [`MAX_PROCESS_IDS`], or an id is in
-    /// both.
-    Processes,
-    /// A source's `sample_every` is 0, or the on-demand source's is not 1.
-    SampleEvery {
-        /// The source.
-        source: Source,
-        /// The value given.
-        value: u16,
-    },
-    /// A source's `user_frames` is above [`MAX_FRAMES`], or the timer's is
-    /// not 0.
-    UserFrames {
-        /// The source.
-        source: Source,
-        /// The value given.
-        value: u8,
-    },
-}
-
-impl ConfigError {
-    /// The status the driver completes the request with.
-    #[must_use]
-    pub const fn ntstatus(self) -> NtStatus {
-        match self {
-            Self::UnknownSources { .. } => STATUS_INVALID_PARAMETER_1,
-            Self::FramesToSkip { .. } => STATUS_INVALID_PARAMETER_2,
-            Self::FramesToCapture { .. } => STATUS_INVALID_PARAMETER_3,
-            Self::TimerPeriod { .. } => STATUS_INVALID_PARAMETER_4,
-            Self::Processes => STATUS_INVALID_PARAMETER_5,
-            Self::SampleEvery { .. } => STATUS_INVALID_PARAMETER_6,
-            Self::UserFrames { .. } => STATUS_INVALID_PARAMETER_7,
-        }
-    }
-}
-
-impl core::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match *self {
-            Self::UnknownSources { bits } => write!(f, "source bits {bits:#x} name no source"),
-            Self::FramesToSkip { value } => {
-                write!(
-                    f,
-                    "frames to skip is {value}; the most is {MAX_FRAMES_TO_SKIP}"
-                )
-            }
-            Self::FramesToCapture { value } => {
-                write!(
-                    f,
-                    "frames to capture is {value}; it must be 1 to {MAX_FRAMES}"
-                )
-            }
-            Self::TimerPeriod { value } => write!(
-                f,
-                "timer period is {value} ms; it must be {} to {} ms",
-                TIMER_PERIOD_MS_RANGE.start(),
-                TIMER_PERIOD_MS_RANGE.end()
-            ),
-            Self::Processes => write!(
-                f,
-                "a process list holds more than {MAX_PROCESS_IDS} ids, or an id is both included and \
-                 excluded"
-            ),
-            Self::SampleEvery { source, value } => write!(
-                f,
-                "{} keeps one event in {value}; it must be 1 to 65535 (1 for ondemand)",
-                source.name()
-            ),
-            Self::UserFrames { source, value } => write!(
-                f,
-                "{} walks {value} user frames; it must be 0 to {MAX_FRAMES} (0 for timer)",
-                source.name()
-            ),
         }
     }
 }

@@ -1,12 +1,15 @@
-//! The one error of decoding: what a request or a reply broke, and the
-//! status the driver completes a refused request with.
+//! The ABI's errors: what a request or a reply broke when decoded, and
+//! why a configuration was refused, each with the status the driver
+//! completes a refused request with.
 
 use crate::{
-    config::ConfigError,
+    limits::{MAX_FRAMES, MAX_FRAMES_TO_SKIP, MAX_PROCESS_IDS, MAX_SHARDS, TIMER_PERIOD_MS_RANGE},
     ntstatus::{
-        NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER, STATUS_REVISION_MISMATCH,
+        NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1,
+        STATUS_INVALID_PARAMETER_2, STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4,
+        STATUS_INVALID_PARAMETER_5, STATUS_INVALID_PARAMETER_6, STATUS_INVALID_PARAMETER_7,
+        STATUS_REVISION_MISMATCH,
     },
-    record::{MAX_FRAMES, MAX_SHARDS},
     source::Source,
 };
 
@@ -215,6 +218,106 @@ impl core::fmt::Display for DecodeError {
             Self::InvalidModuleRecord => write!(
                 f,
                 "a module record's size, path, padding, shard or image contradicts its layout"
+            ),
+        }
+    }
+}
+
+/// Why a configuration was refused. Each maps to its own NTSTATUS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `sources` has bits that name no source.
+    UnknownSources {
+        /// The offending bits.
+        bits: u32,
+    },
+    /// `frames_to_skip` is above [`MAX_FRAMES_TO_SKIP`].
+    FramesToSkip {
+        /// The value given.
+        value: u16,
+    },
+    /// `frames_to_capture` is 0 or above [`MAX_FRAMES`].
+    FramesToCapture {
+        /// The value given.
+        value: u16,
+    },
+    /// `timer_period_ms` is outside [`TIMER_PERIOD_MS_RANGE`].
+    TimerPeriod {
+        /// The value given.
+        value: u32,
+    },
+    /// A process list is longer than [`MAX_PROCESS_IDS`], or an id is in
+    /// both.
+    Processes,
+    /// A source's `sample_every` is 0, or the on-demand source's is not 1.
+    SampleEvery {
+        /// The source.
+        source: Source,
+        /// The value given.
+        value: u16,
+    },
+    /// A source's `user_frames` is above [`MAX_FRAMES`], or the timer's is
+    /// not 0.
+    UserFrames {
+        /// The source.
+        source: Source,
+        /// The value given.
+        value: u8,
+    },
+}
+
+impl ConfigError {
+    /// The status the driver completes the request with.
+    #[must_use]
+    pub const fn ntstatus(self) -> NtStatus {
+        match self {
+            Self::UnknownSources { .. } => STATUS_INVALID_PARAMETER_1,
+            Self::FramesToSkip { .. } => STATUS_INVALID_PARAMETER_2,
+            Self::FramesToCapture { .. } => STATUS_INVALID_PARAMETER_3,
+            Self::TimerPeriod { .. } => STATUS_INVALID_PARAMETER_4,
+            Self::Processes => STATUS_INVALID_PARAMETER_5,
+            Self::SampleEvery { .. } => STATUS_INVALID_PARAMETER_6,
+            Self::UserFrames { .. } => STATUS_INVALID_PARAMETER_7,
+        }
+    }
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::UnknownSources { bits } => write!(f, "source bits {bits:#x} name no source"),
+            Self::FramesToSkip { value } => {
+                write!(
+                    f,
+                    "frames to skip is {value}; the most is {MAX_FRAMES_TO_SKIP}"
+                )
+            }
+            Self::FramesToCapture { value } => {
+                write!(
+                    f,
+                    "frames to capture is {value}; it must be 1 to {MAX_FRAMES}"
+                )
+            }
+            Self::TimerPeriod { value } => write!(
+                f,
+                "timer period is {value} ms; it must be {} to {} ms",
+                TIMER_PERIOD_MS_RANGE.start(),
+                TIMER_PERIOD_MS_RANGE.end()
+            ),
+            Self::Processes => write!(
+                f,
+                "a process list holds more than {MAX_PROCESS_IDS} ids, or an id is both included and \
+                 excluded"
+            ),
+            Self::SampleEvery { source, value } => write!(
+                f,
+                "{} keeps one event in {value}; it must be 1 to 65535 (1 for ondemand)",
+                source.name()
+            ),
+            Self::UserFrames { source, value } => write!(
+                f,
+                "{} walks {value} user frames; it must be 0 to {MAX_FRAMES} (0 for timer)",
+                source.name()
             ),
         }
     }

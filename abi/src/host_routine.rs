@@ -12,7 +12,7 @@ pub const USER_WALK_ROUTINE: &str = "RtlWalkFrameChain";
 /// `process_key`).
 pub const PROCESS_KEY_ROUTINE: &str = "PsGetProcessCreateTimeQuadPart";
 
-use crate::wire::wire_enum;
+use crate::wire_types::wire_enum;
 
 wire_enum! {
 /// Whether the driver can call a routine, decided once at load. Wire: a

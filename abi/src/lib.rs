@@ -23,14 +23,17 @@ pub mod config;
 mod error;
 pub mod host_routine;
 pub mod ioctl;
+mod limits;
 pub mod messages;
 pub mod module_record;
 pub mod ntstatus;
 pub mod paging;
 pub mod record;
 pub mod source;
+pub mod source_facts;
 pub mod user_part;
 mod wire;
+mod wire_types;
 
 pub use altitude::Altitude;
 pub use config::{CaptureConfig, ConfigError, MAX_PROCESS_IDS, ProcessFilter};
@@ -46,7 +49,8 @@ pub use record::{
     record_flags, record_os_hash, record_size, record_size_field, record_timestamp,
     set_record_os_hash, stack_id,
 };
-pub use source::{Source, SourceFacts, SourceSet};
+pub use source::{Source, SourceSet};
+pub use source_facts::SourceFacts;
 pub use user_part::UserPart;
 
 /// The protocol version. Bump it whenever any layout, code or meaning in

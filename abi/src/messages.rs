@@ -8,7 +8,8 @@ use crate::{
     config::CAPTURE_CONFIG_SIZE,
     error::DecodeError,
     ntstatus::NtStatus,
-    wire::{Reader, Writer, wire_enum},
+    wire::{Reader, Writer},
+    wire_types::wire_enum,
 };
 
 /// `abi_version` and `size`: the prefix of requests and of the status response.
@@ -1093,7 +1094,7 @@ mod tests {
     #[test]
     fn inject_requests_round_trip_and_refuse_damage() {
         let facts = SourceFacts::Thread {
-            event: crate::source::Lifecycle::Create,
+            event: crate::source_facts::Lifecycle::Create,
             process_id: 1234,
             thread_id: 99,
         };

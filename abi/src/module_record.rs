@@ -99,7 +99,8 @@
 use crate::{
     MAX_RECORD_SIZE, MAX_SHARDS,
     error::DecodeError,
-    wire::{Reader, Writer, wire_enum, wire_flags},
+    wire::{Reader, Writer},
+    wire_types::{wire_enum, wire_flags},
 };
 
 /// Byte 2 of a module record. Trace records have their source there

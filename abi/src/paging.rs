@@ -35,7 +35,7 @@
 //! It fails closed: a write time or boot time that cannot be read means not
 //! in effect ([`PagingInEffect::Unknown`]).
 
-use crate::wire::wire_enum;
+use crate::wire_types::wire_enum;
 
 /// The `REG_DWORD` under the service's `Parameters` key that, when 1, makes
 /// the driver take a `DisablePagingExecutive` of 1 as in effect even when

@@ -64,26 +64,22 @@
 //! below 63 and their `shard` a u16 below 64, so bytes 5 and 35 are 0 (no
 //! user frames, [`UserPart::Off`]).
 
+pub use crate::limits::{MAX_FRAMES, MAX_SHARDS};
 use crate::{
     Source, SourceFacts,
     error::DecodeError,
     module_record::{ModuleRecord, decode_module_record, is_module_record},
     user_part::UserPart,
-    wire::{Reader, Writer, wire_flags},
+    wire::{Reader, Writer},
+    wire_types::wire_flags,
 };
 
 /// Bytes before the frame part.
 pub const RECORD_HEADER_SIZE: usize = 64;
 /// Bytes of `match_id` before the addresses.
 const MATCH_ID_SIZE: usize = 8;
-/// The most frames one record holds, kernel and user part together. Kept
-/// under 63, the limit on FramesToSkip + FramesToCapture that older Windows
-/// releases document for `RtlCaptureStackBackTrace`.
-pub const MAX_FRAMES: u16 = 62;
 /// The size of a record with `MAX_FRAMES` frames.
 pub const MAX_RECORD_SIZE: usize = record_size(MAX_FRAMES);
-/// The most ring shards a driver keeps (one per processor up to this many).
-pub const MAX_SHARDS: u16 = 64;
 /// Offset of `flags` in a record.
 const FLAGS_OFFSET: usize = 6;
 /// Offset of `os_hash` in a record.
@@ -551,7 +547,7 @@ mod tests {
         module_record::{
             MAX_MODULE_PATH, ModuleEvent, ModuleFlags, ModuleHeader, encode_module_record,
         },
-        source::{HandleOperation, Lifecycle, ObjectKind},
+        source_facts::{HandleOperation, Lifecycle, ObjectKind},
     };
 
     fn sample_header(facts: SourceFacts, frames: &[u64]) -> RecordHeader {

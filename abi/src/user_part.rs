@@ -7,7 +7,7 @@
 //! and says whether the driver can walk user stacks at all
 //! ([`crate::StatusResponse::user_walk`]).
 
-use crate::wire::wire_enum;
+use crate::wire_types::wire_enum;
 
 wire_enum! {
 /// What happened to a record's user part. Its frames, if any, are the last

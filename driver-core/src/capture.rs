@@ -797,7 +797,7 @@ pub(crate) mod tests {
     use kstack_abi::{
         DecodeError, Entry, Records,
         ntstatus::{STATUS_NOT_SUPPORTED, STATUS_SUCCESS},
-        source::Lifecycle,
+        source_facts::Lifecycle,
     };
 
     use super::*;

@@ -732,7 +732,7 @@ mod tests {
         enable(&core, SourceSet::EMPTY.with(Source::Thread), &timer);
         let platform = FakePlatform::default();
         let facts = SourceFacts::Thread {
-            event: kstack_abi::source::Lifecycle::Create,
+            event: kstack_abi::source_facts::Lifecycle::Create,
             process_id: 4,
             thread_id: 8,
         };
@@ -848,12 +848,12 @@ mod tests {
     fn facts_of(source: Source) -> SourceFacts {
         match source {
             Source::Process => SourceFacts::Process {
-                event: kstack_abi::source::Lifecycle::Create,
+                event: kstack_abi::source_facts::Lifecycle::Create,
                 process_id: 30,
                 parent_process_id: 4,
             },
             Source::Thread => SourceFacts::Thread {
-                event: kstack_abi::source::Lifecycle::Exit,
+                event: kstack_abi::source_facts::Lifecycle::Exit,
                 process_id: 30,
                 thread_id: 31,
             },
@@ -864,8 +864,8 @@ mod tests {
             },
             Source::Registry => SourceFacts::Registry { notify_class: 1 },
             Source::ObjectHandle => SourceFacts::ObjectHandle {
-                operation: kstack_abi::source::HandleOperation::Create,
-                object: kstack_abi::source::ObjectKind::Process,
+                operation: kstack_abi::source_facts::HandleOperation::Create,
+                object: kstack_abi::source_facts::ObjectKind::Process,
                 desired_access: 0x1000,
                 target_process_id: 30,
             },

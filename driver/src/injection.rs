@@ -28,7 +28,7 @@ use kstack_abi::{
         KSTACK_STATUS_INJECTION_ONLY, NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_NOT_SUPPORTED,
         STATUS_SUCCESS,
     },
-    source::{HandleOperation, Lifecycle, ObjectKind},
+    source_facts::{HandleOperation, Lifecycle, ObjectKind},
 };
 use wdk_sys::{
     HANDLE, IMAGE_INFO, OB_OPERATION_HANDLE_CREATE, OB_OPERATION_HANDLE_DUPLICATE,
@@ -105,9 +105,8 @@ fn serve_fault_probe(request: &DeviceControl) -> (NtStatus, usize) {
     // read of the unmapped user address raises an access violation, which
     // the scope catches. The same path as the user walk's: its own stack,
     // then the scope.
-    let result = unsafe {
-        fault_scope::guarded_walk_on_own_stack(probe::READ_FIRST_WORD, address, 0, 0)
-    };
+    let result =
+        unsafe { fault_scope::guarded_walk_on_own_stack(probe::READ_FIRST_WORD, address, 0, 0) };
     let reply = match result {
         Ok(value) => u64::from(value),
         Err(UserWalkFailure::Faulted) => FAULTED,

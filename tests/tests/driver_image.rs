@@ -859,8 +859,7 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
     // this one: the callout, the fault scope's thunk (whose 40 bytes and
     // return address the PDB does not list, driver/src/fault_scope.rs),
     // then RtlWalkFrameChain's own frames.
-    let walk = largest("DriverCore::walk<")
-        + largest("walk_stack").max(largest("walk_user_stack"));
+    let walk = largest("DriverCore::walk<") + largest("walk_stack").max(largest("walk_user_stack"));
     let user_walk_own_stack = largest("stack_expansion::run_call") + FAULT_SCOPE_THUNK_FRAME;
     assert!(
         user_walk_own_stack > FAULT_SCOPE_THUNK_FRAME && user_walk_own_stack <= USER_WALK_OWN_BOUND,

@@ -1019,7 +1019,10 @@ fn client_json_keys() -> BTreeSet<String> {
         RecordHeader, Source, SourceFacts, SourceStatus, StackTableStatus, StatusResponse,
         UserPart,
     };
-    use kstack_client::{modules::ModuleMap, symbolizer::Symbolizer, trace::TraceRecord};
+    use kstack_client::{
+        capture::trace::TraceRecord,
+        naming::{modules::ModuleMap, symbolizer::Symbolizer},
+    };
 
     let status = StatusResponse {
         driver_version: KSTACK_VERSION,
@@ -1062,7 +1065,10 @@ fn client_json_keys() -> BTreeSet<String> {
         frames: [0x1000_u64].into(),
     };
     let mut keys = BTreeSet::new();
-    json_keys(&kstack_client::report::status_json(&status), &mut keys);
+    json_keys(
+        &kstack_client::output::report::status_json(&status),
+        &mut keys,
+    );
     json_keys(
         &record.to_json(&Symbolizer::new(ModuleMap::default())),
         &mut keys,

@@ -22,7 +22,7 @@ use std::{
 use kstack_abi::{
     SourceFacts,
     messages::FaultProbe,
-    source::{HandleOperation, Lifecycle, ObjectKind},
+    source_facts::{HandleOperation, Lifecycle, ObjectKind},
 };
 use kstack_tests::wine_host::{INJECTION_DRIVER_DIR, WineHost, WineResult};
 use object::read::pe::{ImageNtHeaders, ImageOptionalHeader, PeFile64};

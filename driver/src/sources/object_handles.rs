@@ -11,7 +11,7 @@ use core::{
 use kstack_abi::{
     SourceFacts,
     altitude::{ALTITUDE_CHARS, Altitude, register_at_free_altitude},
-    source::{HandleOperation, ObjectKind},
+    source_facts::{HandleOperation, ObjectKind},
 };
 use wdk_sys::{
     _OB_PREOP_CALLBACK_STATUS::OB_PREOP_SUCCESS,

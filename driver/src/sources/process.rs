@@ -7,7 +7,7 @@
 //! routine (it returns `STATUS_ACCESS_DENIED` otherwise); wdk-build links
 //! with /INTEGRITYCHECK and `tests/tests/driver_image.rs` checks it.
 
-use kstack_abi::{SourceFacts, source::Lifecycle};
+use kstack_abi::{SourceFacts, source_facts::Lifecycle};
 use kstack_driver_core::ModuleFacts;
 use wdk_sys::{
     HANDLE, NTSTATUS, PEPROCESS, PPS_CREATE_NOTIFY_INFO, ntddk::PsSetCreateProcessNotifyRoutineEx,

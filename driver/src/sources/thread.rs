@@ -1,6 +1,6 @@
 //! Thread create and exit (`PsSetCreateThreadNotifyRoutine`).
 
-use kstack_abi::{SourceFacts, source::Lifecycle};
+use kstack_abi::{SourceFacts, source_facts::Lifecycle};
 use wdk_sys::{
     BOOLEAN, HANDLE, NTSTATUS,
     ntddk::{PsRemoveCreateThreadNotifyRoutine, PsSetCreateThreadNotifyRoutine},

@@ -5,7 +5,7 @@ use std::{collections::HashMap, fmt::Write as _, sync::Arc};
 
 use kstack_abi::{
     DecodeError, RecordFlags, RecordHeader, RecordView, Source, SourceFacts, UserPart,
-    source::{HandleOperation, Lifecycle, ObjectKind},
+    source_facts::{HandleOperation, Lifecycle, ObjectKind},
 };
 use serde_json::{Value, json};
 

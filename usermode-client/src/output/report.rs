@@ -450,7 +450,10 @@ mod tests {
         config.user_frames = [0; Source::COUNT];
         assert_eq!(user_frames_text(&config), "no user frames");
         config.user_frames[Source::OnDemand.index()] = 62;
-        assert_eq!(user_frames_text(&config), "user frames only for ondemand: 62");
+        assert_eq!(
+            user_frames_text(&config),
+            "user frames only for ondemand: 62"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::{
 
 use kstack_abi::{
     ModuleEvent, ModuleFlags, ModuleHeader, RecordFlags, RecordHeader, SourceFacts,
-    source::{HandleOperation, Lifecycle, ObjectKind},
+    source_facts::{HandleOperation, Lifecycle, ObjectKind},
     stack_id,
 };
 use kstack_client::{
