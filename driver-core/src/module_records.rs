@@ -15,11 +15,7 @@ use kstack_abi::{
     module_record::{MAX_MODULE_PATH, encode_module_record, module_record_size},
 };
 
-use crate::{
-    capture::{DriverCore, Platform},
-    ring::Full,
-    sharded_ring::Counted,
-};
+use crate::{capture::DriverCore, platform::Platform, ring::Full, sharded_ring::Counted};
 
 /// What a callback knows of one image load or process exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,8 +13,9 @@ use kstack_abi::{
 };
 
 use crate::{
-    capture::{DriverCore, NoWalk, Platform, Routine, Stack},
+    capture::{DriverCore, NoWalk, Stack},
     paging_policy,
+    platform::{Platform, Routine},
     sharded_ring::{Shard, Uncaptured},
     sync::Ordering,
 };
