@@ -95,6 +95,20 @@ pub enum Ioctl {
     /// The reader is the file object the read comes on (one per handle):
     /// which records come with their stack table frames depends on the
     /// reads before it, see [`crate::RecordFlags::STACK_BY_ID`].
+    ///
+    /// A read is delivered when the driver completes it: its records have
+    /// left the ring and the stacks it carried count as sent to this
+    /// reader. If the caller then does not get them (the I/O manager cannot
+    /// copy the reply back into the caller's buffer, which another thread
+    /// freed or protected meanwhile, and the request fails with that
+    /// status; or the reply does not decode), the records are lost, and a
+    /// later read on the same handle may name by id a stack whose frames
+    /// went with them. So after any failed read a reader stops: it closes
+    /// its handle and opens a new one, a new reader, which gets every
+    /// stack's frames again. kstack's client does so (its `Reader` refuses
+    /// to read again after a failure, and every command ends on a read
+    /// error); the records lost show as a gap in their shard's sequence
+    /// numbers.
     Read,
     /// Discard every record in the ring: per shard, every record written
     /// when the clear reaches it, at most one record per 8-byte word of the

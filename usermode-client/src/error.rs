@@ -114,6 +114,9 @@ pub enum ClientError {
         /// What was to be done with them: `draw`, `export`.
         to: &'static str,
     },
+    /// A read on this reader failed earlier: the stacks that read carried
+    /// count as sent to it, so it reads no more (a new handle does).
+    ReaderFailed,
     /// A file is not a capture this client can read.
     Capture {
         /// The file.
@@ -137,7 +140,9 @@ impl ClientError {
             Self::Refused { .. } => exit_code::REQUEST_REFUSED,
             Self::AbiMismatch { .. } => exit_code::ABI_MISMATCH,
             Self::InvalidConfig(_) => exit_code::USAGE,
-            Self::Malformed { .. } | Self::CountMismatch { .. } => exit_code::MALFORMED_REPLY,
+            Self::Malformed { .. } | Self::CountMismatch { .. } | Self::ReaderFailed => {
+                exit_code::MALFORMED_REPLY
+            }
             Self::File { .. } | Self::Exists { .. } | Self::Capture { .. } => exit_code::FILE,
             Self::NoRecords { .. } => exit_code::NO_RECORDS,
         }
@@ -232,6 +237,11 @@ impl fmt::Display for ClientError {
                 f,
                 "no records to {to}: enable a source (kstack config --enable timer), capture for a while \
                  (--duration 5), or {to} a saved capture (--input FILE)"
+            ),
+            Self::ReaderFailed => write!(
+                f,
+                "an earlier read on this handle failed, so stacks it carried may be missing from \
+                 later reads; run the command again (a new handle gets every stack again)"
             ),
         }
     }

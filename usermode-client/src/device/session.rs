@@ -114,6 +114,10 @@ pub struct Reader {
     stacks: StackMemory,
     /// A recycled batch's record memory, for the next read to fill.
     spare: Vec<TraceRecord>,
+    /// A read failed: the stacks it carried count as sent to this reader
+    /// though they never arrived, so it reads no more (see
+    /// `kstack_abi::Ioctl::Read`).
+    failed: bool,
 }
 
 /// What one read returned.
@@ -135,18 +139,31 @@ impl Default for Reader {
             buffer: vec![0; 64 << 10],
             stacks: StackMemory::default(),
             spare: Vec::new(),
+            failed: false,
         }
     }
 }
 
 impl Reader {
     /// Reads once: whole records only, every one checked, each with its
-    /// frames.
+    /// frames. After a failed read the reader refuses to read again: a new
+    /// handle and a new reader go on (`kstack_abi::Ioctl::Read`).
     ///
     /// # Errors
     /// The driver's refusal, or a malformed reply (a record that does not
-    /// decode, a count that disagrees with the records).
+    /// decode, a count that disagrees with the records);
+    /// [`ClientError::ReaderFailed`] once a read has failed.
     pub fn read(&mut self, transport: &mut impl Transport) -> Result<Batch, ClientError> {
+        if self.failed {
+            return Err(ClientError::ReaderFailed);
+        }
+        let batch = self.read_once(transport);
+        self.failed = batch.is_err();
+        batch
+    }
+
+    /// One read, as [`Reader::read`] describes it.
+    fn read_once(&mut self, transport: &mut impl Transport) -> Result<Batch, ClientError> {
         let reply = transport.control(Ioctl::Read.code(), &[], &mut self.buffer);
         if reply.status == STATUS_BUFFER_TOO_SMALL {
             self.grow();
@@ -651,6 +668,42 @@ pub(crate) mod tests {
                 request: Ioctl::Read,
                 status: STATUS_DEVICE_BUSY
             })
+        );
+    }
+
+    /// A read the caller never got (here: the copy back into its buffer
+    /// failed: the I/O manager completes the request with
+    /// `STATUS_ACCESS_VIOLATION`, 0xC0000005) may have carried stacks the
+    /// driver now counts as sent to this reader: the reader refuses to
+    /// read again, without asking the driver, and says why.
+    #[test]
+    fn after_a_failed_read_the_reader_reads_no_more() {
+        let mut lost = Scripted {
+            status: 0xC000_0005_u32.cast_signed(),
+            bytes: vec![],
+            requests: vec![],
+        };
+        let mut reader = Reader::default();
+        assert!(matches!(
+            reader.read(&mut lost),
+            Err(ClientError::Refused { .. })
+        ));
+        let mut good = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: read_reply(&[1], 1, false),
+            requests: vec![],
+        };
+        assert_eq!(reader.read(&mut good), Err(ClientError::ReaderFailed));
+        assert!(good.requests.is_empty(), "no request after the failure");
+        assert!(
+            ClientError::ReaderFailed
+                .to_string()
+                .contains("run the command again")
+        );
+        let mut fresh = Reader::default();
+        assert_eq!(
+            fresh.read(&mut good).map(|batch| batch.records.len()),
+            Ok(1)
         );
     }
 
