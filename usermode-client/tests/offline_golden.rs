@@ -208,3 +208,23 @@ fn symbols_off_windows_are_refused_and_the_environment_ignored() {
     assert!(with_environment.status.success());
     assert_eq!(String::from_utf8(with_environment.stdout).unwrap(), plain);
 }
+
+/// The README's offline example is the start of the golden output it
+/// names, line for line (up to its `...`), so it cannot drift from what the
+/// client prints.
+#[test]
+fn the_readme_example_is_the_golden_output() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let golden =
+        std::fs::read_to_string(root.join("usermode-client/tests/golden/top-limited.txt")).unwrap();
+    let example: Vec<&str> = readme
+        .lines()
+        .skip_while(|line| !line.starts_with("$ target/debug/kstack top --limit 2 --frames 2"))
+        .skip(1)
+        .take_while(|line| *line != "...")
+        .collect();
+    assert!(example.len() >= 3, "the README's example was not found");
+    let start: Vec<&str> = golden.lines().take(example.len()).collect();
+    assert_eq!(example, start);
+}
