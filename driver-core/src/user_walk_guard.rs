@@ -129,7 +129,7 @@ pub fn window_start(thread_id: u32) -> usize {
     (mixed >> 22) as usize % SLOTS
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
