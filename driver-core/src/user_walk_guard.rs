@@ -134,13 +134,17 @@ mod tests {
     use super::*;
 
     /// `count` thread ids (multiples of 4, as Windows makes them) whose
-    /// window starts at `start`.
+    /// window starts at `start`, from the first million ids (about a
+    /// thousand start at each slot): bounded, so a broken `window_start`
+    /// fails the test instead of searching for ever.
     fn threads_starting_at(start: usize, count: usize) -> Vec<u32> {
-        (1..u32::MAX / 4)
+        let sharing: Vec<u32> = (1..1 << 20)
             .map(|n| n * 4)
             .filter(|&id| window_start(id) == start)
             .take(count)
-            .collect()
+            .collect();
+        assert_eq!(sharing.len(), count, "thread ids starting at {start}");
+        sharing
     }
 
     #[test]
