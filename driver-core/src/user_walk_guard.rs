@@ -129,9 +129,23 @@ pub fn window_start(thread_id: u32) -> usize {
     (mixed >> 22) as usize % SLOTS
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `count` thread ids (multiples of 4, as Windows makes them) whose
+    /// window starts at `start`, from the first million ids (about a
+    /// thousand start at each slot): bounded, so a broken `window_start`
+    /// fails the test instead of searching for ever.
+    fn threads_starting_at(start: usize, count: usize) -> Vec<u32> {
+        let sharing: Vec<u32> = (1..1 << 20)
+            .map(|n| n * 4)
+            .filter(|&id| window_start(id) == start)
+            .take(count)
+            .collect();
+        assert_eq!(sharing.len(), count, "thread ids starting at {start}");
+        sharing
+    }
 
     #[test]
     fn a_thread_walking_is_refused_a_second_walk_until_it_is_done() {
@@ -151,12 +165,7 @@ mod tests {
     fn a_full_window_refuses_and_never_mistakes_another_thread_for_this_one() {
         let guard = UserWalkGuard::new();
         // PROBES + 1 thread ids sharing one window.
-        let start = window_start(4);
-        let sharing: Vec<u32> = (1..u32::MAX / 4)
-            .map(|n| n * 4)
-            .filter(|&id| window_start(id) == start)
-            .take(PROBES + 1)
-            .collect();
+        let sharing = threads_starting_at(window_start(4), PROBES + 1);
         let marks: Vec<_> = sharing[..PROBES]
             .iter()
             .map(|&id| guard.enter(id).unwrap())
@@ -170,9 +179,35 @@ mod tests {
     }
 
     #[test]
-    fn windows_spread_thread_ids() {
+    fn windows_at_either_end_of_the_table_hold_a_whole_window() {
+        for start in [0, 1, SLOTS - 1] {
+            let guard = UserWalkGuard::new();
+            let sharing = threads_starting_at(start, PROBES + 1);
+            let marks: Vec<_> = sharing[..PROBES]
+                .iter()
+                .map(|&id| guard.enter(id).unwrap())
+                .collect();
+            // The window: PROBES slots from its start, past the last slot
+            // on to the first.
+            let window: Vec<usize> = (start..SLOTS).chain(0..start).take(PROBES).collect();
+            for (slot, &id) in window.iter().zip(&sharing) {
+                assert_eq!(guard.slots[*slot].load(Ordering::Relaxed), id + 1);
+            }
+            assert_eq!(guard.enter(sharing[PROBES]).err(), Some(Refused::Full));
+            for &id in &sharing[..PROBES] {
+                assert_eq!(guard.enter(id).err(), Some(Refused::Reentered));
+            }
+            drop(marks);
+            assert_eq!(guard.marked(), 0);
+        }
+    }
+
+    #[test]
+    fn windows_spread_thread_ids_and_start_in_the_table() {
         let starts: std::collections::BTreeSet<usize> =
             (1..=1024_u32).map(|n| window_start(n * 4)).collect();
         assert!(starts.len() > SLOTS / 2, "{} distinct starts", starts.len());
+        let last = starts.iter().copied().chain([window_start(u32::MAX)]).max();
+        assert!(last < Some(SLOTS), "a window starts at slot {last:?}");
     }
 }
