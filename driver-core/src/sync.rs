@@ -91,13 +91,6 @@ impl Wait {
                 DEADLINE_PASSED.store(true, Relaxed);
                 panic!("waited more than {WAIT_DEADLINE:?} for {}", self.what);
             }
-            // In the unit tests a host thread stands in for a processor,
-            // and the one waited for may be descheduled (a kernel section
-            // never is): give it the core, or on a busy machine the
-            // spinners starve it past the deadline. (Not in the benches,
-            // whose contended figures stay the spinning driver's.)
-            #[cfg(test)]
-            std::thread::yield_now();
         }
     }
 }
