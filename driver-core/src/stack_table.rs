@@ -482,6 +482,52 @@ impl StackTable<'_> {
     }
 }
 
+/// A stack table of kept entries and one shard's lookup counters: the
+/// tests' table, used as a [`StackTable`] through `Deref` (host tests
+/// only: the `test-support` feature).
+#[cfg(feature = "test-support")]
+pub struct TestTable {
+    table: StackTable<'static>,
+    counters: TableCounters,
+}
+
+#[cfg(feature = "test-support")]
+impl TestTable {
+    /// The OS hash every stack here is entered with.
+    pub const OS_HASH: u32 = 7;
+
+    /// A table of `entries` entries (a power of two), kept for the run.
+    #[must_use]
+    pub fn new(entries: usize) -> &'static Self {
+        let entries: &'static [StackEntry] =
+            crate::test_support::keep((0..entries).map(|_| StackEntry::new()).collect::<Vec<_>>());
+        crate::test_support::keep(Self {
+            table: StackTable::new(entries),
+            counters: TableCounters::default(),
+        })
+    }
+
+    /// Enters `frames` under `id`, counted in this table's counters.
+    pub fn enter(&self, frames: &[u64], id: u64) -> Tabled {
+        self.table.enter(frames, id, Self::OS_HASH, &self.counters)
+    }
+
+    /// The status, with this table's counters.
+    #[must_use]
+    pub fn status(&self) -> StackTableStatus {
+        self.table.status(core::iter::once(&self.counters))
+    }
+}
+
+#[cfg(feature = "test-support")]
+impl core::ops::Deref for TestTable {
+    type Target = StackTable<'static>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.table
+    }
+}
+
 /// Slot indexes fit 32 bits (the table is at most [`MAX_ENTRIES`] long,
 /// checked in [`StackTable::new`]).
 fn slot_number(slot: usize) -> u32 {
@@ -495,7 +541,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::test_support::TestTable;
 
     fn table(entries: usize) -> &'static TestTable {
         TestTable::new(entries)

@@ -19,7 +19,8 @@ use kstack_driver_core::{
     ring::Full,
     sharded_ring::{Counted, shards_over},
     stack_table::Tabled,
-    test_support::{TestTable, keep},
+    stack_table::TestTable,
+    test_support::keep,
 };
 #[cfg(loom)]
 use loom::{

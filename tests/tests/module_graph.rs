@@ -22,16 +22,6 @@ type ModulePath = Vec<String>;
 /// left out (the root declares and re-exports everything).
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// Import edges (crate root, from, to) that close a circle today and are
-/// left to their crate's owner; issue #24 names each one to be undone.
-/// An exception that no longer holds fails the test, so the list shrinks.
-const KNOWN_CYCLE_EDGES: &[(&str, &str, &str)] = &[
-    // Test code only: stack_table's unit tests use test_support's
-    // TestTable, which is built on stack_table (#24: the tests could move
-    // to test_support or tests/).
-    ("driver-core/src/lib.rs", "stack_table", "test_support"),
-];
-
 /// The workspace directory.
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -524,18 +514,9 @@ fn every_crate_is_read() {
 
 #[test]
 fn no_crate_imports_in_a_circle() {
-    let mut known: BTreeSet<(&str, &str, &str)> = KNOWN_CYCLE_EDGES.iter().copied().collect();
     let mut circles = Vec::new();
     for root in crate_roots() {
-        let mut graph = crate_graph(&root);
-        for &(crate_root, from, to) in KNOWN_CYCLE_EDGES {
-            if crate_root == root
-                && let Some(targets) = graph.get_mut(from)
-                && targets.remove(to)
-            {
-                known.remove(&(crate_root, from, to));
-            }
-        }
+        let graph = crate_graph(&root);
         if let Some(cycle) = find_cycle(&graph) {
             circles.push(format!("{root}: modules {}", cycle.join(" -> ")));
         } else if let Some(cycle) = find_cycle(&rooms(&graph)) {
@@ -546,10 +527,6 @@ fn no_crate_imports_in_a_circle() {
         circles.is_empty(),
         "imports in a circle:\n{}",
         circles.join("\n")
-    );
-    assert!(
-        known.is_empty(),
-        "known exceptions that no longer hold (remove them): {known:?}"
     );
 }
 
