@@ -1014,38 +1014,14 @@ fn json_keys(value: &serde_json::Value, keys: &mut BTreeSet<String>) {
 
 /// The keys of the client's `status --json` and `read --json` objects.
 fn client_json_keys() -> BTreeSet<String> {
-    use kstack_abi::{
-        Altitude, CaptureConfig, DriverImage, HostRoutine, PagingExecutive, RecordFlags,
-        RecordHeader, Source, SourceFacts, SourceStatus, StackTableStatus, StatusResponse,
-        UserPart,
-    };
+    use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, UserPart};
     use kstack_client::{
         capture::trace::TraceRecord,
+        device::test_support::sample_status,
         naming::{modules::ModuleMap, symbolizer::Symbolizer},
     };
 
-    let status = StatusResponse {
-        driver_version: KSTACK_VERSION,
-        paging_executive: PagingExecutive::NOT_SET,
-        ring_capacity: 8192,
-        ring_used: 0,
-        ring_used_bytes: 0,
-        ring_shards: 1,
-        outstanding_allocations: 2,
-        config: CaptureConfig::default(),
-        dropped: 0,
-        cleared: 0,
-        read: 0,
-        sequences_spent: 0,
-        sources: [SourceStatus::ZERO; Source::COUNT],
-        driver_image: DriverImage { base: 0, size: 0 },
-        object_altitude: Altitude::default(),
-        registry_altitude: Altitude::default(),
-        stack_table: StackTableStatus::default(),
-        user_walk: HostRoutine::HostStub,
-        process_key: HostRoutine::HostStub,
-        module_records: 0,
-    };
+    let status = sample_status();
     let record = TraceRecord {
         header: RecordHeader {
             sequence: 1,

@@ -355,8 +355,7 @@ pub fn follow(
 #[cfg(test)]
 pub(crate) mod tests {
     use kstack_abi::{
-        ABI_VERSION, CaptureConfig, DecodeError, DriverImage, PagingExecutive, Source,
-        SourceStatus,
+        ABI_VERSION, CaptureConfig, DecodeError,
         ntstatus::{NtStatus, STATUS_INVALID_DEVICE_REQUEST},
     };
 
@@ -366,6 +365,7 @@ pub(crate) mod tests {
     };
 
     use super::*;
+    use crate::device::test_support::sample_status;
     use crate::device::transport::Reply;
 
     /// Answers every request with fixed bytes and a status.
@@ -384,53 +384,6 @@ pub(crate) mod tests {
                 status: self.status,
                 information: written,
             }
-        }
-    }
-
-    pub fn sample_status() -> StatusResponse {
-        StatusResponse {
-            driver_version: (0, 1, 0),
-            paging_executive: PagingExecutive::NOT_SET,
-            ring_capacity: 8192,
-            ring_used: 3,
-            ring_used_bytes: 288,
-            ring_shards: 2,
-            outstanding_allocations: 2,
-            config: CaptureConfig {
-                processes: kstack_abi::ProcessFilter::new(&[4, 8], &[0]).unwrap(),
-                sample_every: Source::ALL
-                    .map(|source| if source == Source::Timer { 10 } else { 1 }),
-                ..CaptureConfig::default()
-            },
-            dropped: 0,
-            cleared: 0,
-            read: 6,
-            sequences_spent: 9,
-            sources: [SourceStatus {
-                available: true,
-                captured: 1,
-                sampled_out: 1,
-                ..SourceStatus::ZERO
-            }; Source::COUNT],
-            driver_image: DriverImage {
-                base: 0x1_4000_0000,
-                size: 0x3_0000,
-            },
-            object_altitude: kstack_abi::Altitude {
-                whole: 385_291,
-                fraction: 0,
-            },
-            registry_altitude: kstack_abi::Altitude::default(),
-            stack_table: kstack_abi::StackTableStatus {
-                entries: 4096,
-                used: 3,
-                hits: 40,
-                inserts: 3,
-                ..kstack_abi::StackTableStatus::default()
-            },
-            user_walk: kstack_abi::HostRoutine::HostStub,
-            process_key: kstack_abi::HostRoutine::HostStub,
-            module_records: 2,
         }
     }
 

@@ -2,8 +2,9 @@
 //! which only the crate's own tests turn on).
 
 use kstack_abi::{
-    MAX_RECORD_SIZE, ReadHeader, RecordFlags, RecordHeader, SourceFacts, encode_record,
-    messages::READ_HEADER_SIZE, stack_id,
+    Altitude, CaptureConfig, DriverImage, HostRoutine, MAX_RECORD_SIZE, PagingExecutive,
+    ProcessFilter, ReadHeader, RecordFlags, RecordHeader, Source, SourceFacts, SourceStatus,
+    StackTableStatus, StatusResponse, encode_record, messages::READ_HEADER_SIZE, stack_id,
 };
 
 /// One encoded record of `stack`'s stack (process 4, thread 8, shard 0,
@@ -58,4 +59,57 @@ pub fn read_reply(payload: &[u8], declared: u32, more_pending: bool, dropped: u6
     .encode(&mut bytes);
     bytes.extend(payload);
     bytes
+}
+
+/// A status with every part set (two shards, a process filter, timer
+/// sampling, a stack table in use, module records), as report and live
+/// view tests and the deliverables' JSON check read it.
+///
+/// # Panics
+/// Never: the process filter's lists are valid.
+#[must_use]
+pub fn sample_status() -> StatusResponse {
+    StatusResponse {
+        driver_version: (0, 1, 0),
+        paging_executive: PagingExecutive::NOT_SET,
+        ring_capacity: 8192,
+        ring_used: 3,
+        ring_used_bytes: 288,
+        ring_shards: 2,
+        outstanding_allocations: 2,
+        config: CaptureConfig {
+            processes: ProcessFilter::new(&[4, 8], &[0]).unwrap(),
+            sample_every: Source::ALL.map(|source| if source == Source::Timer { 10 } else { 1 }),
+            ..CaptureConfig::default()
+        },
+        dropped: 0,
+        cleared: 0,
+        read: 6,
+        sequences_spent: 9,
+        sources: [SourceStatus {
+            available: true,
+            captured: 1,
+            sampled_out: 1,
+            ..SourceStatus::ZERO
+        }; Source::COUNT],
+        driver_image: DriverImage {
+            base: 0x1_4000_0000,
+            size: 0x3_0000,
+        },
+        object_altitude: Altitude {
+            whole: 385_291,
+            fraction: 0,
+        },
+        registry_altitude: Altitude::default(),
+        stack_table: StackTableStatus {
+            entries: 4096,
+            used: 3,
+            hits: 40,
+            inserts: 3,
+            ..StackTableStatus::default()
+        },
+        user_walk: HostRoutine::HostStub,
+        process_key: HostRoutine::HostStub,
+        module_records: 2,
+    }
 }

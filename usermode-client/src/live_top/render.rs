@@ -80,7 +80,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        device::session::tests::sample_status,
+        device::test_support::sample_status,
         live_top::model::{
             Filter, SortKey,
             tests::{LEAF, ROOT, ondemand, timer, view},

@@ -433,7 +433,7 @@ fn paging_executive(paging: PagingExecutive) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::session::tests::sample_status;
+    use crate::device::test_support::sample_status;
 
     #[test]
     fn user_frame_settings_read_as_the_common_count_then_the_others() {
