@@ -1014,32 +1014,23 @@ fn json_keys(value: &serde_json::Value, keys: &mut BTreeSet<String>) {
 
 /// The keys of the client's `status --json` and `read --json` objects.
 fn client_json_keys() -> BTreeSet<String> {
-    use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, UserPart};
+    use kstack_abi::{RecordFlags, SourceFacts, decode_record};
     use kstack_client::{
         capture::trace::TraceRecord,
-        device::test_support::sample_status,
+        device::test_support::{record_bytes, sample_status},
         naming::{modules::ModuleMap, symbolizer::Symbolizer},
     };
 
     let status = sample_status();
-    let record = TraceRecord {
-        header: RecordHeader {
-            sequence: 1,
-            timestamp: 0,
-            process_id: 4,
-            thread_id: 8,
-            processor: 0,
-            shard: 0,
-            irql: 0,
-            flags: RecordFlags::NONE,
-            user_frame_count: 0,
-            user_part: UserPart::Off,
-            os_hash: 0,
-            stack_id: 0,
-            facts: SourceFacts::OnDemand { tag: 0 },
-        },
-        frames: [0x1000_u64].into(),
-    };
+    let bytes = record_bytes(
+        1,
+        SourceFacts::OnDemand { tag: 0 },
+        RecordFlags::NONE,
+        &[0x1000],
+        &[0x1000],
+    );
+    let (view, _) = decode_record(&bytes).expect("a record test_support encoded");
+    let record = TraceRecord::from(&view);
     let mut keys = BTreeSet::new();
     json_keys(
         &kstack_client::output::report::status_json(&status),
