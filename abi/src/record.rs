@@ -166,7 +166,7 @@ pub struct RecordFlags(u16) {
     /// The process is a 32-bit (WoW64) process on 64-bit Windows. The
     /// driver asks only when it is about to walk the user stack, so the flag
     /// can be set only on records whose user part is captured, truncated,
-    /// faulted, reentered or `guard_full`.
+    /// faulted, reentered, `guard_full` or `no_stack`.
     const WOW64 = 8;
 }
 }
