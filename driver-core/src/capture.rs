@@ -935,7 +935,7 @@ pub(crate) mod tests {
             ("captured", HostRoutine::Available, all, 0, thread(false, false, false), Ok(3), UserPart::Captured, 3, false),
             ("apc level", HostRoutine::Available, all, 1, thread(false, false, true), Ok(3), UserPart::Captured, 3, true),
             ("faulted", HostRoutine::Available, all, 0, thread(false, false, true), Err(UserWalkFailure::Faulted), UserPart::Faulted, 0, true),
-            ("no stack", HostRoutine::Available, all, 0, thread(false, false, false), Err(UserWalkFailure::NoStack), UserPart::NoStack, 0, false),
+            ("no stack", HostRoutine::Available, all, 0, thread(false, false, true), Err(UserWalkFailure::NoStack), UserPart::NoStack, 0, true),
             ("capped", HostRoutine::Available, all, 0, thread(false, false, false), Ok(40), UserPart::Truncated, 30, false),
             ("no room", HostRoutine::Available, deep_kernel, 0, thread(false, false, false), Ok(3), UserPart::Truncated, 0, false),
         ];
