@@ -1,0 +1,48 @@
+"""Names for addresses in kstack.sys, from its PDB: `function+0xOFFSET`.
+
+llvm-pdbutil (Debian's `llvm`, which the build already installs) lists
+every procedure symbol with its section:offset and code size; section
+numbers are the image's, so the PE section table turns them into RVAs.
+"""
+
+import re
+import subprocess
+
+PROCEDURE = re.compile(r"S_[GL]PROC32 \[size = \d+\] `(?P<name>[^`]*)`")
+PLACE = re.compile(r"addr = (?P<section>[0-9a-f]{4}):(?P<offset>\d+), code size = (?P<size>\d+)")
+
+
+class Symbols:
+    def __init__(self, pdb_path, pe):
+        sections = [section.VirtualAddress for section in pe.sections]
+        output = subprocess.run(
+            ["llvm-pdbutil", "dump", "-symbols", pdb_path], check=True, capture_output=True, text=True
+        ).stdout
+        self.procedures = []
+        name = None
+        for line in output.splitlines():
+            found = PROCEDURE.search(line)
+            if found:
+                name = found.group("name")
+                continue
+            place = PLACE.search(line)
+            if place and name is not None:
+                rva = sections[int(place.group("section"), 16) - 1] + int(place.group("offset"))
+                self.procedures.append((rva, rva + int(place.group("size")), name))
+                name = None
+        self.procedures.sort()
+        if not self.procedures:
+            raise RuntimeError(f"{pdb_path} names no procedure")
+
+    def name(self, rva):
+        for begin, end, name in self.procedures:
+            if begin <= rva < end:
+                return f"{name}+0x{rva - begin:X}"
+        return f"kstack.sys+0x{rva:X}"
+
+    def rva_of(self, wanted):
+        """The RVA of the procedure whose name is `wanted` or ends with `::wanted`."""
+        for begin, _end, name in self.procedures:
+            if name == wanted or name.endswith("::" + wanted):
+                return begin
+        raise KeyError(wanted)
