@@ -34,7 +34,7 @@ import capstone
 import pefile
 import speakeasy
 import unicorn.x86_const as registers
-from unicorn import UC_HOOK_CODE, UC_HOOK_MEM_WRITE, UcError
+from unicorn import UC_HOOK_CODE, UC_HOOK_MEM_UNMAPPED, UcError
 from unicorn.x86_const import (
     UC_X86_REG_R8,
     UC_X86_REG_R9,
@@ -50,7 +50,7 @@ STUB_BASE = 0xFFFFF80070000000
 STUB_SIZE = 16
 STUB_AREA = 0x10000
 DATA_BASE = 0xFFFFF80071000000
-DATA_AREA = 0x100000
+DATA_AREA = 0x1000000
 RETURN_SENTINEL = 0xFFFFF80072000000
 KERNEL_STACK_SIZE = 0x6000
 STACKS_BASE = 0xFFFFF80080000000
@@ -123,8 +123,9 @@ class Machine:
         self.uc.hook_add(UC_HOOK_CODE, self._on_stub, begin=STUB_BASE, end=STUB_BASE + STUB_AREA - 1)
         for address, (register, writes) in self.cr8_sites.items():
             self.uc.hook_add(UC_HOOK_CODE, self._on_cr8, begin=address, end=address)
-        self.stack_floor = None
-        self.uc.hook_add(UC_HOOK_MEM_WRITE, self._on_stack_write, begin=STACKS_BASE, end=STACKS_BASE + 0x10000000)
+        self.live_stacks = []
+        self.fault_address = None
+        self.uc.hook_add(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
 
     # --- the image -------------------------------------------------------
 
@@ -221,11 +222,15 @@ class Machine:
         self.uc.mem_unmap(address, size)
 
     def new_stack(self, size=KERNEL_STACK_SIZE):
-        """A kernel stack: (low, high), with an unmapped guard page below."""
+        """A kernel stack: (low, high), with unmapped guard pages around."""
         low = self.stacks_next + 0x1000
         self.uc.mem_map(low, size)
         self.stacks_next = low + size + 0x10000
         return low, low + size
+
+    def free_stack(self, stack):
+        low, high = stack
+        self.uc.mem_unmap(low, high - low)
 
     # --- running driver code ----------------------------------------------
 
@@ -245,14 +250,14 @@ class Machine:
                 self.write_u64(rsp + 8 + 0x20 + 8 * (index - 4), value)
         self.write_u64(rsp, RETURN_SENTINEL)
         self.uc.reg_write(UC_X86_REG_RSP, rsp)
-        self.stack_floor = low
+        self.live_stacks = [stack]
         self.stack_stack = []
         self.pending_error = None
+        self.fault_address = None
         try:
             self.uc.emu_start(target, RETURN_SENTINEL)
         except UcError as error:
-            pc = self.uc.reg_read(UC_X86_REG_RIP)
-            raise BugCheck(0x50, f"{error} at {self.kernel.name_site(pc)}") from None
+            raise self._fault(error) from None
         if self.pending_error is not None:
             raise self.pending_error
         return self.uc.reg_read(UC_X86_REG_RAX)
@@ -261,9 +266,22 @@ class Machine:
         self.pending_error = error
         self.uc.emu_stop()
 
-    def _on_stack_write(self, uc, access, address, size, value, user_data):
-        if self.stack_floor is not None and address < self.stack_floor and self.pending_error is None:
-            self._stop(BugCheck(0x7F, f"kernel stack overflow: a write {self.stack_floor - address} bytes below the stack's limit at {self.kernel.name_site(uc.reg_read(UC_X86_REG_RIP))}"))
+    def _on_unmapped(self, uc, access, address, size, value, user_data):
+        self.fault_address = address
+        return False
+
+    def _fault(self, error):
+        """The bug check for an access to memory that is not there: a
+        kernel stack overflow when it is just below the stack in use
+        (its guard page), else PAGE_FAULT_IN_NONPAGED_AREA."""
+        where = self.kernel.name_site(self.uc.reg_read(UC_X86_REG_RIP))
+        address = self.fault_address
+        if address is not None:
+            low, _ = self.live_stacks[-1]
+            if low - 0x10000 <= address < low:
+                return BugCheck(0x7F, f"kernel stack overflow: an access {low - address} bytes below the stack's limit at {where}")
+            return BugCheck(0x50, f"access to unmapped 0x{address:X} at {where} ({error})")
+        return BugCheck(0x50, f"{error} at {where}")
 
     def _on_cr8(self, uc, address, size, user_data):
         (register, length), writes = self.cr8_sites[address]
@@ -319,9 +337,9 @@ class Machine:
 
     def _start_callout(self, callout):
         rsp = self.uc.reg_read(UC_X86_REG_RSP)
-        self.stack_stack.append((rsp, self.stack_floor, callout))
+        self.stack_stack.append((rsp, callout))
         low, high = callout.stack
-        self.stack_floor = low
+        self.live_stacks.append(callout.stack)
         new = ((high - 0x40) & ~0xF) - 8
         self.write_u64(new, self.stub_for("__callout_return__"))
         for index, value in enumerate(callout.args):
@@ -330,8 +348,8 @@ class Machine:
         self.uc.reg_write(UC_X86_REG_RIP, callout.target)
 
     def _callout_returned(self):
-        rsp, floor, callout = self.stack_stack.pop()
-        self.stack_floor = floor
+        rsp, callout = self.stack_stack.pop()
+        self.live_stacks.pop()
         self.uc.reg_write(UC_X86_REG_RSP, rsp)
         self._return(callout.on_return())
 

@@ -274,8 +274,11 @@ class Kernel:
         self.caller_frames = list(caller_frames) or [KERNEL_FRAMES_BASE + 0x1234, KERNEL_FRAMES_BASE + 0x5678]
         stack = self.machine.new_stack()
         self.stacks = [stack]
-        self.stack_left = stack_left
-        result = self.machine.call(target, args, stack, stack_left)
+        try:
+            result = self.machine.call(target, args, stack, stack_left)
+        finally:
+            for used in self.stacks:
+                self.machine.free_stack(used)
         if self.irql != irql:
             self.violation(f"returned at IRQL {self.irql}, not the IRQL {irql} it was called at", target)
         return result
@@ -482,7 +485,7 @@ def ke_expand_kernel_stack_and_callout_ex(k, site, callout, parameter, size, wai
     irql = k.irql
 
     def back():
-        k.stacks.pop()
+        k.machine.free_stack(k.stacks.pop())
         if k.irql != irql:
             k.violation(f"the callout returned at IRQL {k.irql}, not {irql}", callout)
         return STATUS_SUCCESS
