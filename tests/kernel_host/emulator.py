@@ -54,6 +54,7 @@ DATA_AREA = 0x1000000
 RETURN_SENTINEL = 0xFFFFF80072000000
 KERNEL_STACK_SIZE = 0x6000
 STACKS_BASE = 0xFFFFF80080000000
+FRESH_BASE = 0xFFFFA00000000000
 ARGUMENT_REGISTERS = (UC_X86_REG_RCX, UC_X86_REG_RDX, UC_X86_REG_R8, UC_X86_REG_R9)
 UNW_FLAG_EHANDLER = 1
 EXCEPTION_EXECUTE_HANDLER = 1
@@ -118,6 +119,7 @@ class Machine:
         self.functions = self._functions()
         self.cr8_sites = self._cr8_sites()
         self.stacks_next = STACKS_BASE
+        self.fresh_next = FRESH_BASE
         self.stack_stack = []
         self.pending_error = None
         self.uc.hook_add(UC_HOOK_CODE, self._on_stub, begin=STUB_BASE, end=STUB_BASE + STUB_AREA - 1)
@@ -215,8 +217,15 @@ class Machine:
         buffer = self.read_u64(address + 8)
         return self.read(buffer, length).decode("utf-16-le")
 
-    def map(self, address, size):
-        self.uc.mem_map(address, size)
+    def map_fresh(self, size):
+        """Maps `size` bytes (page-rounded) at an address never used before,
+        with an unmapped gap after: pool blocks and I/O buffers, whose
+        unmapping on free makes any later use fault."""
+        pages = (max(size, 1) + 0xFFF) & ~0xFFF
+        address = self.fresh_next
+        self.fresh_next += pages + 0x10000
+        self.uc.mem_map(address, pages)
+        return address, pages
 
     def unmap(self, address, size):
         self.uc.mem_unmap(address, size)
@@ -291,7 +300,7 @@ class Machine:
                 self.kernel.set_irql(uc.reg_read(register_id) & 0xF, address)
             else:
                 uc.reg_write(register_id, self.kernel.irql)
-        except BugCheck as error:
+        except Exception as error:
             self._stop(error)
             return
         uc.reg_write(UC_X86_REG_RIP, address + length)
@@ -332,7 +341,7 @@ class Machine:
                 self._dispatch_exception(exception.status, caller)
             except BugCheck as error:
                 self._stop(error)
-        except BugCheck as error:
+        except Exception as error:  # a BugCheck, or the harness's own failure: stop the CPU
             self._stop(error)
 
     def _start_callout(self, callout):
@@ -353,24 +362,29 @@ class Machine:
         self.uc.reg_write(UC_X86_REG_RSP, rsp)
         self._return(callout.on_return())
 
+    def language_handler(self, function):
+        """A function's exception handler and the address of its handler
+        data (for __C_specific_handler, the scope table), or None."""
+        _, _, unwind = function
+        header = self.read(self.base + unwind, 4)
+        if not (header[0] >> 3) & UNW_FLAG_EHANDLER:
+            return None
+        handler_at = self.base + unwind + 4 + 2 * ((header[2] + 1) & ~1)
+        return self.base + self.read_u32(handler_at), handler_at + 4
+
     def _dispatch_exception(self, status, caller):
         """RtlDispatchException for the caller's frame (see the module docs)."""
         function = self.function_at(caller)
         where = self.kernel.name_site(caller)
         if function is None:
             raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, which has no unwind information: not handled")
-        _, _, unwind = function
-        header = self.read(self.base + unwind, 4)
-        flags = header[0] >> 3
-        codes = header[2]
-        if not flags & UNW_FLAG_EHANDLER:
+        handler = self.language_handler(function)
+        if handler is None:
             raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, whose frame has no exception handler: not handled")
-        handler_at = self.base + unwind + 4 + 2 * ((codes + 1) & ~1)
-        handler = self.base + self.read_u32(handler_at)
-        if self.kernel.resolve_thunk(handler) != "__C_specific_handler":
+        routine, scopes = handler
+        if self.kernel.resolve_thunk(routine) != "__C_specific_handler":
             raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, whose handler is not ntoskrnl's __C_specific_handler")
         self.kernel.dispatch_handler("__C_specific_handler", caller)
-        scopes = handler_at + 4
         rva = caller - self.base
         for index in range(self.read_u32(scopes)):
             begin, end, filter_rva, landing = struct.unpack("<IIII", self.read(scopes + 4 + 16 * index, 16))

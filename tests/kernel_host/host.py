@@ -18,7 +18,6 @@ SERVICE_KEY = r"\Registry\Machine\System\CurrentControlSet\Services\kstack"
 PAGING_KEY = r"\registry\machine\system\currentcontrolset\control\session manager\memory management"
 IRP_MJ_CREATE, IRP_MJ_CLOSE, IRP_MJ_DEVICE_CONTROL = 0, 2, 0xE
 REG_DWORD = 4
-IO_BUFFERS = 0xFFFFB00000000000
 
 
 class Bridge:
@@ -45,11 +44,11 @@ class Windows:
         self.machine = machine
         self.bridge = bridge
         self.kernel = Kernel(machine, symbols)
-        self.io_next = IO_BUFFERS
         self.driver = None
         self.processes = {}
         self.next_id = 1000
         self.loaded = False
+        self.after_reload = None
 
     # --- processes and threads -------------------------------------------
 
@@ -83,6 +82,8 @@ class Windows:
         """DriverEntry as the I/O manager calls it: its NTSTATUS."""
         kernel = self.kernel
         self.machine.reload()
+        if self.after_reload:
+            self.after_reload()
         kernel.reset_load()
         kernel.fail_at = fail_at
         kernel.failable_calls = []
@@ -141,11 +142,7 @@ class Windows:
         return string
 
     def io_buffer(self, size):
-        pages = (max(size, 1) + 0xFFF) & ~0xFFF
-        address = self.io_next
-        self.io_next += pages + 0x10000
-        self.machine.map(address, pages)
-        return address, pages
+        return self.machine.map_fresh(size)
 
     # --- requests ----------------------------------------------------------
 
@@ -160,7 +157,7 @@ class Windows:
         buffer, pages = self.io_buffer(length) if length else (0, 0)
         if input_bytes:
             m.write(buffer, input_bytes)
-        irp, _ = self.io_buffer(0xD0 + 0x48)
+        irp, irp_pages = self.io_buffer(0xD0 + 0x48)
         m.write(irp, struct.pack("<HH", 6, 0xD0 + 0x48))
         m.write_u64(irp + 0x18, buffer)
         m.write(irp + 0x40, b"\x01")  # RequestorMode: UserMode
@@ -184,6 +181,7 @@ class Windows:
         output = m.read(buffer, information) if information else b""
         if buffer:
             m.unmap(buffer, pages)
+        m.unmap(irp, irp_pages)
         return status, output
 
     def open(self, thread):

@@ -32,7 +32,6 @@ STATUS_INVALID_HANDLE = 0xC0000008
 NON_PAGED_POOL_NX = 0x200
 POOL_FLAG_NON_PAGED = 0x40
 POOL_FLAG_UNINITIALIZED = 0x2
-POOL_BASE = 0xFFFFA00000000000
 MAXIMUM_EXPANSION_SIZE = 0xF000 - 0x800
 KERNEL_FRAMES_BASE = 0xFFFFF80040000000
 USER_STACK_BASE = 0x7FF000000000
@@ -125,6 +124,7 @@ class Kernel:
         self.processors = 4
         self.processor = 0
         self.expansion_fails = False
+        self.foreign_altitudes = set()
         self.in_driver_entry = False
         self.objects = {}
         self.process_type = self.machine.data(0x100)
@@ -133,9 +133,9 @@ class Kernel:
             "PsProcessType": self._variable(self.process_type),
             "PsThreadType": self._variable(self.thread_type),
         }
-        self.pool_next = POOL_BASE
         self.system_process = Process(self, 4)
         self.current = Thread(self, self.system_process, 8, system=True)
+        self.ledgers = []
         self.reset_load()
 
     def _variable(self, value):
@@ -151,6 +151,7 @@ class Kernel:
     def reset_load(self):
         """A new load: nothing registered, nothing allocated."""
         self.ledger = Ledger()
+        self.ledgers.append(self.ledger)
         self.device = None
         self.links = {}
         self.notify = {"process": [], "thread": [], "image": []}
@@ -160,6 +161,36 @@ class Kernel:
         self.dpcs = {}
         self.stacks_in_use = []
         self.completed_irps = {}
+
+    def take_registry_altitude(self, altitude):
+        """Another driver's registry callback at `altitude`."""
+        self.foreign_altitudes.add(altitude)
+        return altitude
+
+    # --- APCs: what the thread-stacks work will use --------------------------
+
+    def queue_apc(self, thread, kernel_routine, rundown):
+        """A special kernel APC queued to `thread` (KeInsertQueueApc)."""
+        thread.apcs = getattr(thread, "apcs", []) + [(kernel_routine, rundown)]
+
+    def deliver_apcs(self, thread):
+        """The thread runs its special kernel APCs: in itself, at APC_LEVEL
+        (learn.microsoft.com/windows-hardware/drivers/kernel/types-of-apcs)."""
+        previous, irql = self.current, self.irql
+        self.current, self.irql = thread, APC
+        try:
+            for kernel_routine, _ in getattr(thread, "apcs", []):
+                kernel_routine(thread)
+        finally:
+            thread.apcs = []
+            self.current, self.irql = previous, irql
+
+    def thread_exit(self, thread):
+        """A thread that exits with APCs queued runs each one's rundown
+        routine instead (at PASSIVE_LEVEL, in the exiting thread)."""
+        for _, rundown in getattr(thread, "apcs", []):
+            rundown()
+        thread.apcs = []
 
     def data_export(self, name):
         return self.variables.get(name)
@@ -189,15 +220,17 @@ class Kernel:
             self.calls_checked += 1
             if self.irql > max_irql:
                 self.violation(f"{name} called at IRQL {self.irql}, above its maximum {max_irql} ({source})", caller)
-        self.calls.append((name, caller))
+        self.calls.append((name, caller, self.irql))
+        args = self.machine.args(function.__code__.co_argcount - 2)
+        if callable(failable):
+            failable = failable(args)
         if failable is not None:
             index = len(self.failable_calls)
             self.failable_calls.append((name, caller))
             if self.fail_at == index:
                 self.forced_failures += 1
                 return failable
-        count = function.__code__.co_argcount - 2
-        return function(self, caller, *self.machine.args(count))
+        return function(self, caller, *args)
 
     def dispatch_handler(self, name, caller):
         """A routine the kernel itself calls (the exception dispatcher's
@@ -207,7 +240,7 @@ class Kernel:
             self.calls_checked += 1
             if self.irql > max_irql:
                 self.violation(f"{name} dispatched at IRQL {self.irql} ({source})", caller)
-        self.calls.append((name, caller))
+        self.calls.append((name, caller, self.irql))
 
     def set_irql(self, irql, site):
         if irql > 15:
@@ -223,10 +256,7 @@ class Kernel:
             self.violation("pool allocation of 0 bytes (Verifier: BAD_POOL_CALLER 0x00)", site)
         if tag == 0 or tag_text(tag) in (" kdD", "None"):
             self.violation(f"pool allocation without a tag of its own ({tag_text(tag)})", site)
-        pages = (size + 0xFFF) & ~0xFFF
-        address = self.pool_next
-        self.pool_next += pages + 0x10000
-        self.machine.map(address, pages)
+        address, pages = self.machine.map_fresh(size)
         if not zero:
             self.machine.write(address, b"\xa5" * pages)
         self.ledger.pool[address] = {"size": size, "tag": tag, "type": pool_type, "site": site, "pages": pages}
@@ -634,7 +664,13 @@ def set_notify(k, site, kind, function, remove):
     return STATUS_SUCCESS
 
 
-@routine("PsSetCreateProcessNotifyRoutineEx", PASSIVE, LEARN + "ntddk/nf-ntddk-pssetcreateprocessnotifyroutineex: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine(
+    "PsSetCreateProcessNotifyRoutineEx",
+    PASSIVE,
+    LEARN + "ntddk/nf-ntddk-pssetcreateprocessnotifyroutineex: IRQL == PASSIVE_LEVEL",
+    # Registering can run out of resources; removing a registered routine cannot fail.
+    failable=lambda args: None if args[1] & 0xFF else STATUS_INSUFFICIENT_RESOURCES,
+)
 def ps_set_create_process_notify_routine_ex(k, site, function, remove):
     return set_notify(k, site, "process", function, remove & 0xFF)
 
@@ -666,8 +702,12 @@ def ps_remove_load_image_notify_routine(k, site, function):
 def cm_register_callback_ex(k, site, function, altitude, driver, context, cookie_out, reserved):
     if reserved:
         k.violation("CmRegisterCallbackEx with Reserved not NULL", site)
+    altitude_text = k.machine.read_unicode_string(altitude)
+    taken = k.foreign_altitudes | {callback["altitude"] for callback in k.registry_callbacks.values()}
+    if altitude_text in taken:
+        return 0xC01C0011  # STATUS_FLT_INSTANCE_ALTITUDE_COLLISION
     cookie = 0x1000 + len(k.ledger.registrations)
-    k.registry_callbacks[cookie] = {"function": function, "context": context, "altitude": k.machine.read_unicode_string(altitude)}
+    k.registry_callbacks[cookie] = {"function": function, "context": context, "altitude": altitude_text}
     k.ledger.register("registry callback", cookie, site)
     k.machine.write_u64(cookie_out, cookie)
     return STATUS_SUCCESS

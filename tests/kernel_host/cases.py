@@ -1,0 +1,383 @@
+"""The cases: each loads kstack.sys on a fresh modelled machine, does what
+Windows would do, checks what the driver did against the ABI docs, and
+unloads it (Verifier's unload checks: nothing left behind).
+
+A case returns its evidence (one line) or raises: an AssertionError for a
+wrong result, a BugCheck for what would stop a Windows machine.
+"""
+
+from ntoskrnl import APC, DISPATCH, PASSIVE, STATUS_SUCCESS
+
+CASES = []
+STATUS_NOT_SUPPORTED = 0xC00000BB
+
+
+def case(function):
+    CASES.append(function)
+    return function
+
+
+def status_code(w, name):
+    return w.bridge.facts["statuses"][name]
+
+
+def check(condition, text):
+    if not condition:
+        raise AssertionError(text)
+
+
+def started(w, configure=None, before_load=None):
+    """Loaded, a client handle open, and the configuration applied."""
+    if before_load:
+        before_load(w)
+    status = w.load()
+    check(status == STATUS_SUCCESS, f"DriverEntry returned 0x{status:08X}")
+    client = w.user_thread()
+    handle = w.open(client)
+    if configure is not None:
+        result = w.configure(handle, client, **configure)
+        check(result == STATUS_SUCCESS, f"configure {configure} returned 0x{result:08X}")
+    return handle, client
+
+
+def finished(w, handle, client):
+    w.close(handle, client)
+    w.unload()
+
+
+def traces(w, handle, client):
+    return [entry for entry in w.read(handle, client)["entries"] if entry["kind"] == "trace"]
+
+
+def only_trace(w, handle, client, source):
+    records = traces(w, handle, client)
+    check(len(records) == 1, f"{len(records)} records read, expected one {source} record")
+    record = records[0]
+    check(record["source"] == source, f"the record's source is {record['source']}, not {source}")
+    return record
+
+
+def kernel_names(w, record):
+    return [w.kernel.name_site(frame) for frame in record["frames"][: record["kernel_frames"]]]
+
+
+def frame_zero_is_the_capture_call(w, record, callback):
+    names = kernel_names(w, record)
+    check(names and names[0].startswith("kstack::kernel::impl$2::walk_stack+"), f"frame 0 is {names[:1]}, not the RtlCaptureStackBackTrace call in walk_stack")
+    check(any(callback in name for name in names), f"no frame in {callback}: {names}")
+    return names
+
+
+@case
+def load_and_unload(w):
+    status = w.load()
+    check(status == STATUS_SUCCESS, f"DriverEntry returned 0x{status:08X}")
+    ledger = w.kernel.ledger
+    kinds = sorted(entry["kind"] for entry in ledger.registrations)
+    expected = sorted(["registry callback", "object callbacks", "process notify", "thread notify", "image notify", "device", "symbolic link", "handle"])
+    check(kinds == expected, f"registrations {kinds}, expected {expected}")
+    check(all(block["type"] == "POOL_FLAG_NON_PAGED" for block in ledger.pool.values()), "pool not non-paged")
+    check(w.kernel.links == {r"\DosDevices\kstack": r"\Device\kstack"} or len(w.kernel.links) == 1, f"links {w.kernel.links}")
+    pool = sum(block["size"] for block in ledger.pool.values())
+    w.unload()
+    return f"DriverEntry 0x0 at PASSIVE_LEVEL; {len(kinds)} registrations; {ledger.allocations} allocations ({pool} bytes, non-paged); unload undid and freed all"
+
+
+@case
+def status_reports_the_load(w):
+    handle, client = started(w)
+    status = w.status(handle, client)
+    check(status["paging_executive"]["in_effect"] == "not_configured", f"paging executive {status['paging_executive']}")
+    check(status["process_key"] == "available", f"process key {status['process_key']}")
+    check(all(source["registration"] == 0 and source["available"] for source in status["sources"].values()), "a source reports a failed registration")
+    check(status["driver_image"]["base"] == w.machine.base, "driver_image.base is not where the image was loaded")
+    check(status["outstanding_allocations"] == len(w.kernel.ledger.pool), f"outstanding_allocations {status['outstanding_allocations']}, the kernel has {len(w.kernel.ledger.pool)} blocks")
+    finished(w, handle, client)
+    return f"every source registered; paging executive not configured; driver_image.base = the load address; outstanding_allocations {status['outstanding_allocations']} = live pool blocks"
+
+
+@case
+def process_notify(w):
+    handle, client = started(w, {"sources": ["process"]})
+    creator = w.user_thread()
+    child = w.process()
+    w.fire_process(creator, child)
+    record = only_trace(w, handle, client, "process")
+    check(record["facts"] == {"event": "create", "parent_process_id": creator.process.id, "process_id": child.id}, f"facts {record['facts']}")
+    check(record["process_id"] == creator.process.id and record["thread_id"] == creator.id, "the record is not the creating thread's")
+    check(record["user_part"] == "off", f"user part {record['user_part']} (process notify walks no user frames by default)")
+    names = frame_zero_is_the_capture_call(w, record, "process::on_process")
+    finished(w, handle, client)
+    return f"create of {child.id} in the creating thread at PASSIVE_LEVEL: one record, user part off, kernel frames {names[0]} .. {names[3]}"
+
+
+@case
+def thread_notify(w):
+    handle, client = started(w, {"sources": ["thread"]})
+    creator = w.user_thread()
+    target = w.user_thread(creator.process)
+    w.fire_thread(creator, target)
+    w.fire_thread(target, target, create=False)
+    records = traces(w, handle, client)
+    check([record["facts"]["event"] for record in records] == ["create", "exit"], f"events {[record['facts'] for record in records]}")
+    check(records[1]["thread_id"] == target.id, "the exit record is not the exiting thread's")
+    finished(w, handle, client)
+    return "create (in the creator) and exit (in the exiting thread) at PASSIVE_LEVEL: two records in order"
+
+
+@case
+def image_load_with_user_frames(w):
+    handle, client = started(w, {"sources": ["image_load"], "user_frames": {"image_load": 5}})
+    loader = w.user_thread()
+    w.fire_image(loader, base=0x7FFA_0000_0000, size=0x1F0000)
+    record = only_trace(w, handle, client, "image_load")
+    check(record["facts"]["image_base"] == 0x7FFA_0000_0000 and record["facts"]["image_size"] == 0x1F0000, f"facts {record['facts']}")
+    check(record["user_part"] in ("captured", "truncated") and record["user_frame_count"] == 5, f"user part {record['user_part']} with {record['user_frame_count']} frames, expected 5")
+    check(record["frames"][record["kernel_frames"] :] == loader.user_frames[:5], "the user frames are not the thread's")
+    finished(w, handle, client)
+    return f"opt-in user_frames image_load=5: 5 user frames walked on their own stack ({record['user_part']})"
+
+
+@case
+def registry_user_stack(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    caller = w.user_thread()
+    statuses = w.fire_registry(caller, notify_class=4)
+    check(statuses == [STATUS_SUCCESS], f"the callback returned {statuses}: it must let the operation go on")
+    record = only_trace(w, handle, client, "registry")
+    check(record["user_part"] == "captured", f"user part {record['user_part']}")
+    check(record["frames"][record["kernel_frames"] :] == caller.user_frames, "the user frames are not the thread's")
+    check(record["facts"] == {"notify_class": 4}, f"facts {record['facts']}")
+    names = frame_zero_is_the_capture_call(w, record, "registry_operations::on_registry")
+    finished(w, handle, client)
+    return f"{record['user_frame_count']} user frames through KeExpandKernelStackAndCalloutEx and the exception scope; callback returned STATUS_SUCCESS; kernel frames from {names[0]}"
+
+
+@case
+def registry_deep_user_stack(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    caller = w.user_thread(user_frames=[0x7FF7_0000_0000 + 0x20 * n for n in range(200)])
+    w.fire_registry(caller)
+    record = only_trace(w, handle, client, "registry")
+    limit = w.bridge.facts["default_user_frames"]["registry"]
+    check(record["user_frame_count"] <= limit, f"{record['user_frame_count']} user frames, above user_frames {limit}")
+    check(record["frames"][record["kernel_frames"] :] == caller.user_frames[: record["user_frame_count"]], "the user frames are not the innermost of the thread's")
+    finished(w, handle, client)
+    return f"a 200-frame user stack: {record['user_frame_count']} innermost frames kept ({record['user_part']})"
+
+
+@case
+def registry_unmapped_user_stack(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    caller = w.user_thread(user_fault=True)
+    w.fire_registry(caller)
+    record = only_trace(w, handle, client, "registry")
+    check(record["user_part"] == "faulted", f"user part {record['user_part']}, expected faulted")
+    check(w.kernel.exceptions_handled == 1, f"{w.kernel.exceptions_handled} exceptions handled")
+    status = w.status(handle, client)
+    check(status["sources"]["registry"]["user_parts"]["faulted"] == 1, "the fault is not counted")
+    finished(w, handle, client)
+    return "STATUS_ACCESS_VIOLATION raised in RtlWalkFrameChain, dispatched to kstack_guarded_walk's __C_specific_handler scope; record kept, user part faulted, counted"
+
+
+@case
+def registry_system_thread(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    w.fire_registry(w.system_thread())
+    record = only_trace(w, handle, client, "registry")
+    check(record["user_part"] == "system_thread", f"user part {record['user_part']}")
+    finished(w, handle, client)
+    return "a registry operation in a system thread: no user walk, user part system_thread"
+
+
+@case
+def registry_attached_thread(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    w.fire_registry(w.user_thread(attached=True))
+    record = only_trace(w, handle, client, "registry")
+    check(record["user_part"] == "attached", f"user part {record['user_part']}")
+    finished(w, handle, client)
+    return "a thread attached to another process: no user walk, user part attached"
+
+
+@case
+def registry_32_bit_process(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    w.fire_registry(w.user_thread(w.process(wow64=True)))
+    record = only_trace(w, handle, client, "registry")
+    check("wow64" in record["flags"], f"flags {record['flags']}, no wow64")
+    finished(w, handle, client)
+    return f"a WoW64 process: flags {record['flags']}, user part {record['user_part']}"
+
+
+@case
+def registry_no_stack_for_the_walk(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    w.kernel.expansion_fails = True
+    w.fire_registry(w.user_thread())
+    w.kernel.expansion_fails = False
+    record = only_trace(w, handle, client, "registry")
+    check(record["user_part"] == "no_stack", f"user part {record['user_part']}")
+    check("wow64" not in record["flags"], "a 64-bit thread's record says wow64")
+    status = w.status(handle, client)
+    check(status["sources"]["registry"]["user_parts"]["no_stack"] == 1, "no_stack not counted")
+    finished(w, handle, client)
+    return "KeExpandKernelStackAndCalloutEx without a stack: the callout never ran, record kept with user part no_stack, counted"
+
+
+@case
+def registry_little_kernel_stack_left(w):
+    handle, client = started(w, {"sources": ["registry"]})
+    left = w.bridge.facts["min_remaining_stack"] - 0x400
+    w.fire_registry(w.user_thread(), stack_left=left)
+    records = traces(w, handle, client)
+    status = w.status(handle, client)
+    check(not records, f"{len(records)} records from a callback with {left} bytes of stack left")
+    check(status["sources"]["registry"]["skipped_stack"] == 1, f"skipped_stack {status['sources']['registry']['skipped_stack']}")
+    finished(w, handle, client)
+    return f"{left} bytes of kernel stack left: no walk, no write below the stack's limit, counted as skipped_stack"
+
+
+@case
+def object_callbacks_at_passive_and_apc(w):
+    handle, client = started(w, {"sources": ["object_handle"]})
+    opener = w.user_thread()
+    target = w.process()
+    results = w.fire_object(opener, target, PASSIVE) + w.fire_object(opener, target, APC)
+    check(results and all(result == 0 for result in results), f"pre-operation returned {results}, not OB_PREOP_SUCCESS")
+    records = traces(w, handle, client)
+    check(len(records) == 2 and all(record["source"] == "object_handle" for record in records), f"{[record['source'] for record in records]}")
+    check(records[1]["irql"] == APC, f"the APC_LEVEL record says IRQL {records[1]['irql']}")
+    finished(w, handle, client)
+    return f"process-handle opens at PASSIVE_LEVEL and APC_LEVEL: pre returned OB_PREOP_SUCCESS, {len(records)} records, IRQL recorded"
+
+
+@case
+def timer_refused_without_paging_executive(w):
+    handle, client = started(w)
+    result = w.configure(handle, client, sources=["timer"])
+    check(result == status_code(w, "KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED"), f"configure returned 0x{result:08X}")
+    check(not any(timer["set"] for timer in w.kernel.timers.values()), "the timer was set anyway")
+    finished(w, handle, client)
+    return "DisablePagingExecutive not set: the timer source refused with KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, no timer set"
+
+
+@case
+def timer_dpc_at_dispatch(w):
+    handle, client = started(w, {"sources": ["timer"], "timer_period_ms": 5}, before_load=lambda w: w.set_paging_executive(1))
+    status = w.status(handle, client)
+    check(status["paging_executive"]["allows_elevated_walks"], f"paging executive {status['paging_executive']}")
+    check(any(timer["set"] and timer["period"] == 5 for timer in w.kernel.timers.values()), "no 5 ms periodic timer set")
+    fired = w.fire_timer(w.user_thread()) + w.fire_timer(w.system_thread())
+    records = traces(w, handle, client)
+    check(len(records) == fired == 2, f"{fired} DPCs fired, {len(records)} records")
+    check(all(record["irql"] == DISPATCH and record["user_part"] == "off" for record in records), "a timer record is not at DISPATCH_LEVEL or walked user frames")
+    finished(w, handle, client)
+    return "DisablePagingExecutive=1 since boot: 5 ms timer set; its DPC at DISPATCH_LEVEL sampled 2 stacks; unload cancelled the timer and flushed DPCs"
+
+
+@case
+def paging_key_written_after_boot(w):
+    handle, client = started(w, before_load=lambda w: w.set_paging_executive(1, written_after_boot=True))
+    status = w.status(handle, client)
+    check(status["paging_executive"]["in_effect"] != "in_effect" and not status["paging_executive"]["allows_elevated_walks"], f"{status['paging_executive']}")
+    result = w.configure(handle, client, sources=["timer"])
+    check(result == status_code(w, "KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED"), f"configure returned 0x{result:08X}")
+    finished(w, handle, client)
+    return f"DisablePagingExecutive=1 written after boot: {status['paging_executive']['in_effect']}, timer refused"
+
+
+@case
+def paging_override(w):
+    def before(w):
+        w.set_paging_executive(1, written_after_boot=True)
+        w.set_parameter("AssumePagingExecutiveInEffect", 1)
+
+    handle, client = started(w, {"sources": ["timer"]}, before_load=before)
+    status = w.status(handle, client)
+    check(status["paging_executive"]["override_set"] and status["paging_executive"]["allows_elevated_walks"], f"{status['paging_executive']}")
+    finished(w, handle, client)
+    return f"DisablePagingExecutive=1 written after boot, with the service's override: {status['paging_executive']['in_effect']}, timer accepted"
+
+
+@case
+def capture_now(w):
+    handle, client = started(w, {"sources": ["on_demand"]})
+    status, reply = w.capture_now(handle, client, tag=77)
+    check(status == STATUS_SUCCESS, f"capture-now returned 0x{status:08X}")
+    record = w.bridge.ask(op="decode_record", reply=reply.hex())
+    check(record["source"] == "on_demand" and record["facts"] == {"tag": 77}, f"{record['source']} {record['facts']}")
+    check(record["frames"][record["kernel_frames"] :] == client.user_frames[: record["user_frame_count"]] and record["user_frame_count"] > 0, "the caller's user frames are missing")
+    names = kernel_names(w, record)
+    check(any("dispatch" in name for name in names), f"no dispatch frame in {names}")
+    kept = only_trace(w, handle, client, "on_demand")
+    check(kept["facts"] == {"tag": 77}, "the ring's copy differs")
+    finished(w, handle, client)
+    return f"IRP at PASSIVE_LEVEL in the caller's thread: reply of {len(reply)} bytes, {record['kernel_frames']} kernel + {record['user_frame_count']} user frames, kept in the ring"
+
+
+@case
+def capture_now_with_little_stack(w):
+    handle, client = started(w, {"sources": ["on_demand"]})
+    left = w.bridge.facts["min_remaining_stack"] - 0x400
+    status, reply = w.capture_now(handle, client, stack_left=left)
+    check(status == status_code(w, "KSTACK_STATUS_STACK_TOO_LOW"), f"capture-now returned 0x{status:08X}")
+    check(not reply, "a reply came with the failure")
+    counters = w.status(handle, client)["sources"]["on_demand"]
+    check(counters["skipped_stack"] == 1, f"skipped_stack {counters['skipped_stack']}")
+    finished(w, handle, client)
+    return f"{left} bytes of stack left: KSTACK_STATUS_STACK_TOO_LOW, counted as skipped_stack"
+
+
+@case
+def read_is_in_time_order_and_clear_empties(w):
+    handle, client = started(w, {"sources": ["process", "thread", "registry"]})
+    actor = w.user_thread()
+    w.fire_process(actor, w.process())
+    w.fire_thread(actor, actor)
+    w.fire_registry(actor)
+    records = traces(w, handle, client)
+    stamps = [record["timestamp"] for record in records]
+    check([record["source"] for record in records] == ["process", "thread", "registry"], f"sources {[record['source'] for record in records]}")
+    check(stamps == sorted(stamps), f"timestamps out of order {stamps}")
+    check(not traces(w, handle, client), "a second read returned records again")
+    w.fire_registry(actor)
+    status, _ = w.control(handle, client, "clear")
+    check(status == STATUS_SUCCESS, f"clear returned 0x{status:08X}")
+    check(not traces(w, handle, client), "records remain after clear")
+    counters = w.status(handle, client)
+    check(counters["cleared"] == 1, f"cleared {counters['cleared']}")
+    finished(w, handle, client)
+    return "three sources read oldest first; a second read empty; clear discarded one record, counted"
+
+
+@case
+def registry_altitude_taken(w):
+    taken = {}
+
+    def before(w):
+        taken["altitude"] = w.kernel.take_registry_altitude("385290")
+
+    handle, client = started(w, before_load=before)
+    status = w.status(handle, client)
+    altitude = status["registry_altitude"]
+    check(altitude != {"whole": 385290, "fraction": 0}, f"registered at the taken altitude {altitude}")
+    check(status["sources"]["registry"]["registration"] == 0, "the registry source did not register")
+    finished(w, handle, client)
+    return f"altitude 385290 held by another driver: registered at {altitude['whole']}.{altitude['fraction']}"
+
+
+@case
+def apc_model(w):
+    """The model's special kernel APC, which the thread-stacks work will
+    use: it runs in its target thread at APC_LEVEL, and a thread that exits
+    first runs it down instead."""
+    target = w.user_thread()
+    seen = []
+    w.kernel.queue_apc(target, lambda thread: seen.append((thread.id, w.kernel.irql)), rundown=lambda: seen.append("rundown"))
+    w.kernel.deliver_apcs(target)
+    other = w.user_thread()
+    w.kernel.queue_apc(other, lambda thread: seen.append("ran"), rundown=lambda: seen.append(("rundown", other.id)))
+    w.kernel.thread_exit(other)
+    check(seen == [(target.id, APC), ("rundown", other.id)], f"{seen}")
+    return "a queued special kernel APC ran in its target thread at APC_LEVEL; one queued to a thread that exited was run down"

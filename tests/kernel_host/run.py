@@ -1,0 +1,173 @@
+"""The second kernel host: runs the real kstack.sys under speakeasy with a
+modelled ntoskrnl (see README.md here), and prints one line per case and
+the summary line CI reads:
+
+kernel host: N passed, 0 failed; C calls IRQL-checked; A allocations, F frees; R registrations, U undone; X forced failures
+
+Three parts: the cases (cases.py); the low-resources runs, where DriverEntry
+and then each request kind are rerun with each failable kernel call made to
+fail in turn (the driver must refuse the load with nothing left behind, or
+run degraded as the ABI docs say, and unload clean); and the deliberate
+defects (defects.py), each of which some case must catch, so the checks are
+shown to be live on every run.
+"""
+
+import argparse
+import sys
+import time
+import traceback
+
+from cases import CASES, STATUS_NOT_SUPPORTED, check, finished, started, traces
+from defects import DEFECTS
+from emulator import BugCheck, Machine
+from host import Bridge, Windows
+from ntoskrnl import STATUS_SUCCESS
+from symbols import Symbols
+
+REGISTRATIONS = {
+    "CmRegisterCallbackEx": "registry",
+    "ObRegisterCallbacks": "object_handle",
+    "PsSetCreateProcessNotifyRoutineEx": "process",
+    "PsSetCreateThreadNotifyRoutine": "thread",
+    "PsSetLoadImageNotifyRoutine": "image_load",
+}
+
+
+class Totals:
+    def __init__(self):
+        self.passed = self.failed = 0
+        self.checked = self.allocations = self.frees = 0
+        self.registrations = self.undone = self.forced = 0
+
+    def add(self, w):
+        kernel = w.kernel
+        self.checked += kernel.calls_checked
+        self.forced += kernel.forced_failures
+        for ledger in kernel.ledgers:
+            self.allocations += ledger.allocations
+            self.frees += ledger.frees
+            self.registrations += len(ledger.registrations)
+            self.undone += sum(1 for entry in ledger.registrations if entry["undone"] is not None)
+
+
+def run_one(name, body, machine, symbols, bridge, totals):
+    w = Windows(machine, symbols, bridge)
+    try:
+        evidence = body(w)
+    except (AssertionError, BugCheck) as error:
+        totals.failed += 1
+        print(f"FAIL {name}: {error}", flush=True)
+        return False
+    except Exception:
+        totals.failed += 1
+        print(f"FAIL {name}: the harness failed:\n{traceback.format_exc()}", flush=True)
+        return False
+    totals.passed += 1
+    totals.add(w)
+    print(f"PASS {name}: {evidence}", flush=True)
+    return True
+
+
+def driver_entry_failures(machine, symbols, bridge):
+    """One run per failable call DriverEntry makes."""
+    probe = Windows(machine, symbols, bridge)
+    check(probe.load() == STATUS_SUCCESS, "DriverEntry failed with nothing forced")
+    calls = list(probe.kernel.failable_calls)
+    probe.unload()
+    runs = []
+    for index, (routine, site) in enumerate(calls):
+        where = probe.kernel.name_site(site)
+
+        def body(w, index=index, routine=routine):
+            status = w.load(fail_at=index)
+            check(w.kernel.forced_failures == 1, "the forced failure was not reached")
+            if status != STATUS_SUCCESS:
+                return f"{routine} failed: DriverEntry refused the load with 0x{status:08X}, nothing left behind"
+            client = w.user_thread()
+            handle = w.open(client)
+            source = REGISTRATIONS.get(routine)
+            degraded = "loaded"
+            if source is not None:
+                counters = w.status(handle, client)["sources"][source]
+                check(counters["registration"] != 0, f"{source}'s registration failed but the status says 0")
+                result = w.configure(handle, client, sources=[source])
+                check(result == STATUS_NOT_SUPPORTED, f"enabling {source} returned 0x{result:08X}, not STATUS_NOT_SUPPORTED")
+                degraded = f"loaded without {source} (status registration 0x{counters['registration'] & 0xFFFFFFFF:08X}; enabling it: STATUS_NOT_SUPPORTED)"
+            finished(w, handle, client)
+            return f"{routine} failed: {degraded}; unload clean"
+
+        runs.append((f"low resources: DriverEntry, {routine} at {where} fails", body))
+    return runs
+
+
+def request_scenario(w, fail_at=None):
+    """Every request kind and a walked event, with the failure plan armed
+    only after DriverEntry."""
+    handle, client = started(w, {"sources": ["registry", "on_demand", "process"], "user_frames": {"process": 3}})
+    w.kernel.fail_at = fail_at
+    w.kernel.failable_calls = []
+    w.fire_registry(w.user_thread())
+    w.fire_process(w.user_thread(), w.process())
+    status, _ = w.capture_now(handle, client)
+    records = traces(w, handle, client)
+    counters = w.status(handle, client)
+    w.kernel.fail_at = None
+    calls = list(w.kernel.failable_calls)
+    finished(w, handle, client)
+    return status, records, counters, calls
+
+
+def request_failures(machine, symbols, bridge):
+    probe = Windows(machine, symbols, bridge)
+    *_, calls = request_scenario(probe)
+    runs = []
+    for index, (routine, site) in enumerate(calls):
+        where = probe.kernel.name_site(site)
+
+        def body(w, index=index, routine=routine):
+            status, records, _counters, _calls = request_scenario(w, fail_at=index)
+            check(w.kernel.forced_failures == 1, "the forced failure was not reached")
+            parts = sorted({record["user_part"] for record in records})
+            if routine == "KeExpandKernelStackAndCalloutEx":
+                check("no_stack" in parts, f"user parts {parts}: the walk without a stack is not no_stack")
+            return f"{routine} failed: capture-now 0x{status:08X}, {len(records)} records (user parts {', '.join(parts)}), unload clean"
+
+        runs.append((f"low resources: requests, {routine} at {where} fails", body))
+    return runs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image", required=True)
+    parser.add_argument("--pdb", required=True)
+    parser.add_argument("--test-image")
+    parser.add_argument("--test-pdb")
+    parser.add_argument("--abi-bridge", required=True)
+    options = parser.parse_args()
+    started_at = time.monotonic()
+    machine = Machine(options.image)
+    symbols = Symbols(options.pdb, machine.pe)
+    bridge = Bridge(options.abi_bridge)
+    totals = Totals()
+    for body in CASES:
+        run_one(body.__name__, body, machine, symbols, bridge, totals)
+    for name, body in driver_entry_failures(machine, symbols, bridge) + request_failures(machine, symbols, bridge):
+        run_one(name, body, machine, symbols, bridge, totals)
+    caught = 0
+    for defect in DEFECTS:
+        verdict = defect.run(machine, symbols, bridge)
+        caught += verdict.caught
+        print(f"{'CAUGHT' if verdict.caught else 'MISSED'} defect {defect.name}: {verdict.text}", flush=True)
+    print(f"deliberate defects: {caught} of {len(DEFECTS)} caught; {time.monotonic() - started_at:.1f} s")
+    print(
+        f"kernel host: {totals.passed} passed, {totals.failed} failed; {totals.checked} calls IRQL-checked; "
+        f"{totals.allocations} allocations, {totals.frees} frees; {totals.registrations} registrations, "
+        f"{totals.undone} undone; {totals.forced} forced failures",
+        flush=True,
+    )
+    balanced = totals.allocations == totals.frees and totals.registrations == totals.undone
+    return 0 if totals.failed == 0 and caught == len(DEFECTS) and balanced else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
