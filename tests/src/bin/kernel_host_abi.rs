@@ -305,103 +305,94 @@ fn configure(request: &Request) -> Result<Vec<u8>, String> {
     Ok(encode_configure_request(&config).to_vec())
 }
 
-/// Every field of the status, under its Rust name.
+/// The JSON object of `$value`'s fields, each under its Rust name: as it
+/// is, or as `field => expression of field` makes it. The pattern is
+/// exhaustive, so a field added to the ABI type stops the build here.
+macro_rules! fields_json {
+    ($value:expr, $type:ident { $($field:ident $(=> $convert:expr)?),+ $(,)? }) => {{
+        let $type { $($field),+ } = $value;
+        let mut object = Map::new();
+        $(
+            let value = fields_json!(@one $field $(, $convert)?);
+            object.insert(stringify!($field).to_owned(), json!(value));
+        )+
+        Value::Object(object)
+    }};
+    (@one $field:ident) => { $field };
+    (@one $field:ident, $convert:expr) => { $convert };
+}
+
+/// Every field of the status, under its Rust name, and `abi_version`.
 fn status_json(status: &StatusResponse) -> Value {
-    let StatusResponse {
+    let altitude = |altitude: &Altitude| fields_json!(altitude, Altitude { whole, fraction });
+    let mut value = fields_json!(status, StatusResponse {
         driver_version,
-        paging_executive,
+        paging_executive => paging_json(paging_executive),
         ring_capacity,
         ring_used,
         ring_used_bytes,
         ring_shards,
         outstanding_allocations,
-        config,
+        config => config_json(config),
         dropped,
         cleared,
         read,
         sequences_spent,
-        sources,
-        driver_image,
-        object_altitude,
-        registry_altitude,
-        stack_table,
-        user_walk,
-        process_key,
+        sources => Source::ALL
+            .into_iter()
+            .map(|source| (name_of(source), source_status_json(&sources[source.index()])))
+            .collect::<Map<_, _>>(),
+        driver_image => fields_json!(driver_image, DriverImage { base, size }),
+        object_altitude => altitude(object_altitude),
+        registry_altitude => altitude(registry_altitude),
+        stack_table => fields_json!(stack_table, StackTableStatus {
+            entries,
+            used,
+            hits,
+            inserts,
+            evictions,
+            collisions,
+            full,
+            busy,
+            empty,
+            sent,
+        }),
+        user_walk => name_of(user_walk),
+        process_key => name_of(process_key),
         module_records,
-    } = status;
-    let PagingExecutive {
+    });
+    value["abi_version"] = ABI_VERSION.into();
+    value
+}
+
+/// The paging fields, the state by name, and whether it allows walks at
+/// `DISPATCH_LEVEL`.
+fn paging_json(paging: &PagingExecutive) -> Value {
+    let mut value = fields_json!(paging, PagingExecutive {
         configured,
-        in_effect,
+        in_effect => name_of(in_effect),
         override_set,
         key_written,
         boot_time,
-    } = paging_executive;
-    let DriverImage { base, size } = driver_image;
-    let altitude = |&Altitude { whole, fraction }| json!({ "whole": whole, "fraction": fraction });
-    let by_source: Map<String, Value> = Source::ALL
-        .into_iter()
-        .map(|source| {
-            (
-                name_of(source),
-                source_status_json(&sources[source.index()]),
-            )
-        })
-        .collect();
-    json!({
-        "abi_version": ABI_VERSION,
-        "driver_version": driver_version,
-        "paging_executive": {
-            "configured": configured,
-            "in_effect": name_of(in_effect),
-            "override_set": override_set,
-            "key_written": key_written,
-            "boot_time": boot_time,
-            "allows_elevated_walks": paging_executive.allows_elevated_walks(),
-        },
-        "ring_capacity": ring_capacity,
-        "ring_used": ring_used,
-        "ring_used_bytes": ring_used_bytes,
-        "ring_shards": ring_shards,
-        "outstanding_allocations": outstanding_allocations,
-        "config": config_json(config),
-        "dropped": dropped,
-        "cleared": cleared,
-        "read": read,
-        "sequences_spent": sequences_spent,
-        "sources": by_source,
-        "driver_image": { "base": base, "size": size },
-        "object_altitude": altitude(object_altitude),
-        "registry_altitude": altitude(registry_altitude),
-        "stack_table": stack_table_json(stack_table),
-        "user_walk": name_of(user_walk),
-        "process_key": name_of(process_key),
-        "module_records": module_records,
-    })
+    });
+    value["allows_elevated_walks"] = paging.allows_elevated_walks().into();
+    value
 }
 
 fn config_json(config: &CaptureConfig) -> Value {
-    let CaptureConfig {
-        sources,
+    fields_json!(config, CaptureConfig {
+        sources => sources.iter().map(name_of).collect::<Vec<_>>(),
         frames_to_skip,
         frames_to_capture,
-        processes,
-        sample_every,
+        processes => json!({ "include": processes.include(), "exclude": processes.exclude() }),
+        sample_every => per_source(sample_every),
         timer_period_ms,
-        user_frames,
-    } = config;
-    json!({
-        "sources": sources.iter().map(name_of).collect::<Vec<_>>(),
-        "frames_to_skip": frames_to_skip,
-        "frames_to_capture": frames_to_capture,
-        "processes": { "include": processes.include(), "exclude": processes.exclude() },
-        "sample_every": per_source(sample_every),
-        "timer_period_ms": timer_period_ms,
-        "user_frames": per_source(user_frames),
+        user_frames => per_source(user_frames),
     })
 }
 
 fn source_status_json(status: &SourceStatus) -> Value {
-    let SourceStatus {
+    fields_json!(status, SourceStatus {
         registration,
         available,
         captured,
@@ -410,49 +401,10 @@ fn source_status_json(status: &SourceStatus) -> Value {
         filtered,
         not_kept,
         sampled_out,
-        user_parts,
-    } = status;
-    let user_parts: Map<String, Value> = UserPart::ALL
-        .into_iter()
-        .map(|part| (part.name().to_owned(), user_parts[part.index()].into()))
-        .collect();
-    json!({
-        "registration": registration,
-        "available": available,
-        "captured": captured,
-        "skipped_irql": skipped_irql,
-        "skipped_stack": skipped_stack,
-        "filtered": filtered,
-        "not_kept": not_kept,
-        "sampled_out": sampled_out,
-        "user_parts": user_parts,
-    })
-}
-
-fn stack_table_json(table: &StackTableStatus) -> Value {
-    let StackTableStatus {
-        entries,
-        used,
-        hits,
-        inserts,
-        evictions,
-        collisions,
-        full,
-        busy,
-        empty,
-        sent,
-    } = table;
-    json!({
-        "entries": entries,
-        "used": used,
-        "hits": hits,
-        "inserts": inserts,
-        "evictions": evictions,
-        "collisions": collisions,
-        "full": full,
-        "busy": busy,
-        "empty": empty,
-        "sent": sent,
+        user_parts => UserPart::ALL
+            .into_iter()
+            .map(|part| (part.name().to_owned(), user_parts[part.index()].into()))
+            .collect::<Map<_, Value>>(),
     })
 }
 
@@ -464,27 +416,23 @@ fn decode_read(bytes: &[u8]) -> Reply {
         .map(|entry| entry.map(|entry| entry_json(&entry)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| error.to_string())?;
-    let ReadHeader {
-        record_count,
-        payload_bytes,
-        more_pending,
-        dropped,
-    } = header;
-    if usize::try_from(record_count).ok() != Some(entries.len()) {
+    if usize::try_from(header.record_count).ok() != Some(entries.len()) {
         return Err(format!(
-            "the read header declares {record_count} records, its payload holds {}",
+            "the read header declares {} records, its payload holds {}",
+            header.record_count,
             entries.len()
         ));
     }
-    Ok(json!({
-        "header": {
-            "record_count": record_count,
-            "payload_bytes": payload_bytes,
-            "more_pending": more_pending,
-            "dropped": dropped,
-        },
-        "entries": entries,
-    }))
+    let header = fields_json!(
+        header,
+        ReadHeader {
+            record_count,
+            payload_bytes,
+            more_pending,
+            dropped,
+        }
+    );
+    Ok(json!({ "header": header, "entries": entries }))
 }
 
 /// The names of the flags set, from `table`.
@@ -514,8 +462,9 @@ fn entry_json(entry: &Entry<'_>) -> Value {
     }
 }
 
+/// A trace record: its header's fields, its source, and its frames.
 fn trace_json(record: &RecordView<'_>) -> Value {
-    let RecordHeader {
+    let mut value = fields_json!(record.header, RecordHeader {
         sequence,
         timestamp,
         process_id,
@@ -523,64 +472,39 @@ fn trace_json(record: &RecordView<'_>) -> Value {
         processor,
         shard,
         irql,
-        flags,
+        flags => flag_names(&RECORD_FLAGS, |flag| flags.contains(flag)),
         user_frame_count,
-        user_part,
+        user_part => user_part.name(),
         os_hash,
         stack_id,
-        facts,
-    } = record.header;
-    json!({
-        "kind": "trace",
-        "source": name_of(record.source()),
-        "sequence": sequence,
-        "timestamp": timestamp,
-        "process_id": process_id,
-        "thread_id": thread_id,
-        "processor": processor,
-        "shard": shard,
-        "irql": irql,
-        "flags": flag_names(&RECORD_FLAGS, |flag| flags.contains(flag)),
-        "user_frame_count": user_frame_count,
-        "user_part": user_part.name(),
-        "os_hash": os_hash,
-        "stack_id": stack_id,
-        "facts": facts_json(&facts),
-        "frames": record.frames().collect::<Vec<_>>(),
-        "frame_count": record.frame_count(),
-        "kernel_frames": record.kernel_frame_count(),
-    })
+        facts => facts_json(&facts),
+    });
+    value["kind"] = "trace".into();
+    value["source"] = name_of(record.source()).into();
+    value["frames"] = record.frames().collect::<Vec<_>>().into();
+    value["frame_count"] = record.frame_count().into();
+    value["kernel_frames"] = record.kernel_frame_count().into();
+    value
 }
 
+/// A module record: its header's fields and its path.
 fn module_json(record: &ModuleRecord<'_>) -> Value {
-    let ModuleHeader {
+    let mut value = fields_json!(record.header, ModuleHeader {
         sequence,
         timestamp,
         process_id,
         thread_id,
         processor,
         shard,
-        event,
-        flags,
+        event => name_of(event),
+        flags => flag_names(&MODULE_FLAGS, |flag| flags.contains(flag)),
         image_base,
         image_size,
         process_key,
-    } = record.header;
-    json!({
-        "kind": "module",
-        "sequence": sequence,
-        "timestamp": timestamp,
-        "process_id": process_id,
-        "thread_id": thread_id,
-        "processor": processor,
-        "shard": shard,
-        "event": name_of(event),
-        "flags": flag_names(&MODULE_FLAGS, |flag| flags.contains(flag)),
-        "image_base": image_base,
-        "image_size": image_size,
-        "process_key": process_key,
-        "path": String::from_utf16_lossy(&record.path_units().collect::<Vec<_>>()),
-    })
+    });
+    value["kind"] = "module".into();
+    value["path"] = String::from_utf16_lossy(&record.path_units().collect::<Vec<_>>()).into();
+    value
 }
 
 /// A record's facts under their Rust field names; [`parse_facts`] reads
