@@ -19,13 +19,19 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("libclang-dev", "libclang for bindgen (wdk-sys bindings)"),
     (
         "llvm",
-        "llvm-dlltool and llvm-ar for the WDK import libraries",
+        "llvm-dlltool and llvm-ar for the WDK import libraries, and llvm-pdbutil, which reads \
+         kstack.pdb for the second kernel host",
     ),
     (
         "mingw-w64",
         "DDK headers, GNU import libraries, and the linker for the client",
     ),
     ("patch", "applies the wdk-build Linux-host patch"),
+    (
+        "python3-venv",
+        "Python's venv module: the second kernel host's venv (speakeasy-emulator, \
+         target/kernel-host/venv)",
+    ),
     (
         "wine",
         "Wine 8, which hosts kstack.sys for the end-to-end tests and the demo",

@@ -11,6 +11,8 @@ mod host_setup;
 #[cfg(target_os = "linux")]
 mod inf_stamp;
 #[cfg(target_os = "linux")]
+mod kernel_host;
+#[cfg(target_os = "linux")]
 mod package;
 #[cfg(target_os = "linux")]
 mod process;
@@ -38,6 +40,8 @@ commands:
                draining the real driver under Wine (figures: docs/performance.md)
   bench drain  only the Wine drain, with the stack table off then on; ends with
                one line: events drained per second and events per MiB of ring
+  kernel-host  build, then run only the second kernel host: kstack.sys under
+               speakeasy with a modelled ntoskrnl (tests/kernel_host/)
   package-dir  print the package folder
   help         print this text";
 
@@ -93,6 +97,10 @@ fn run(args: &[String]) -> Result<()> {
             }
             wine_drain_bench(&workspace)?;
         }
+        "kernel-host" => {
+            let built = package::build(&workspace)?;
+            kernel_host_step(&workspace, &built.dir)?;
+        }
         "package-dir" => println!("{}", package::package_dir(&workspace).display()),
         "help" | "--help" | "-h" => println!("{USAGE}"),
         other => bail!("unknown command `{other}`\n\n{USAGE}"),
@@ -135,6 +143,7 @@ fn test(workspace: &Path) -> Result<()> {
         ],
     )
     .run()?;
+    kernel_host_step(workspace, &built.dir)?;
     process::step(
         "loom model check of the concurrency scenarios (ring, shards, rundown gate, read and clear, stack table)",
     );
@@ -186,6 +195,16 @@ fn test(workspace: &Path) -> Result<()> {
     )
     .run()?;
     Ok(())
+}
+
+#[cfg(target_os = "linux")]
+/// The second kernel host, on the package in `package_dir`.
+fn kernel_host_step(workspace: &Path, package_dir: &Path) -> Result<()> {
+    process::step(
+        "second kernel host: kstack.sys under speakeasy with a modelled ntoskrnl (IRQL, pool, \
+         registrations, forced failures)",
+    );
+    kernel_host::run(workspace, package_dir)
 }
 
 #[cfg(target_os = "linux")]

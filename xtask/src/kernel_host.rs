@@ -1,0 +1,107 @@
+//! The second kernel host (issue 25): the real kstack.sys under the
+//! speakeasy emulator (the `speakeasy-emulator` package) with a modelled
+//! ntoskrnl. Its Python harness (`tests/kernel_host/run.py`) builds every
+//! request and reads every reply through the `kernel-host-abi` bridge
+//! (kstack-tests), so the ABI stays written once, in kstack-abi.
+
+use std::{
+    ffi::OsStr,
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+use kstack_tests::wine_host::INJECTION_DRIVER_DIR;
+use serde_json::Value;
+
+use crate::{
+    package,
+    process::{self, Run},
+};
+
+/// The harness and its pinned requirements.
+const HARNESS_DIR: &str = "tests/kernel_host";
+/// The harness's own Python environment.
+const VENV_DIR: &str = "target/kernel-host/venv";
+/// In the venv: the requirements it was last installed from.
+const INSTALLED_REQUIREMENTS: &str = "installed-requirements.txt";
+
+/// Runs the harness on the package in `package_dir` and the test-injection
+/// build; fails when it does. Its output (the summary line CI reads) is
+/// inherited.
+pub fn run(workspace: &Path, package_dir: &Path) -> Result<()> {
+    let python = ensure_venv(workspace)?;
+    let bridge = build_bridge(workspace)?;
+    let injection = package::wine_support_dir(workspace).join(INJECTION_DRIVER_DIR);
+    let arguments = [
+        ("--image", package_dir.join("kstack.sys")),
+        ("--pdb", package_dir.join("kstack.pdb")),
+        ("--test-image", injection.join("kstack.sys")),
+        ("--test-pdb", injection.join("kstack.pdb")),
+        ("--abi-bridge", bridge),
+    ];
+    let mut harness = Run::new(python)
+        .args([workspace.join(HARNESS_DIR).join("run.py")])
+        .current_dir(workspace);
+    for (flag, path) in &arguments {
+        harness = harness.args([OsStr::new(flag), path.as_os_str()]);
+    }
+    harness.run()
+}
+
+/// The venv's Python, with the pinned requirements installed; pip runs
+/// only when the requirements differ from those last installed.
+fn ensure_venv(workspace: &Path) -> Result<PathBuf> {
+    let requirements_path = workspace.join(HARNESS_DIR).join("requirements.txt");
+    let requirements = fs::read_to_string(&requirements_path)
+        .with_context(|| format!("reading {}", requirements_path.display()))?;
+    let venv = workspace.join(VENV_DIR);
+    let python = venv.join("bin/python");
+    let stamp = venv.join(INSTALLED_REQUIREMENTS);
+    if python.is_file()
+        && fs::read_to_string(&stamp).is_ok_and(|installed| installed == requirements)
+    {
+        return Ok(python);
+    }
+    process::step(&format!(
+        "Python venv for the second kernel host in {}, with what {} pins",
+        venv.display(),
+        requirements_path.display()
+    ));
+    if !python.is_file() {
+        Run::new("python3")
+            .args(["-m", "venv"])
+            .args([&venv])
+            .run()?;
+    }
+    Run::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "-r"])
+        .args([&requirements_path])
+        .run()?;
+    fs::write(&stamp, &requirements).with_context(|| format!("writing {}", stamp.display()))?;
+    Ok(python)
+}
+
+/// Builds the ABI bridge; returns the executable's path as cargo reports
+/// it (wherever the target folder is).
+fn build_bridge(workspace: &Path) -> Result<PathBuf> {
+    process::step("building the kernel host's ABI bridge (kernel-host-abi)");
+    let messages = process::cargo(
+        workspace,
+        &[
+            "build",
+            "--locked",
+            "--package",
+            "kstack-tests",
+            "--bin",
+            "kernel-host-abi",
+            "--message-format=json-render-diagnostics",
+        ],
+    )
+    .stdout()?;
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .context("cargo reported no kernel-host-abi executable")
+}
