@@ -9,7 +9,6 @@ wrong result, a BugCheck for what would stop a Windows machine.
 from ntoskrnl import APC, DISPATCH, PASSIVE, STATUS_SUCCESS
 
 CASES = []
-STATUS_NOT_SUPPORTED = 0xC00000BB
 
 
 def case(function):

@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from emulator import BugCheck
-from ntoskrnl import APC, DISPATCH, PASSIVE, STATUS_SUCCESS, Kernel, Process, Thread
+from ntoskrnl import APC, DISPATCH, PASSIVE, STATUS_SUCCESS, Kernel, Process, Thread, tag_text
 
 SERVICE_KEY = r"\Registry\Machine\System\CurrentControlSet\Services\kstack"
 PAGING_KEY = r"\registry\machine\system\currentcontrolset\control\session manager\memory management"
@@ -118,7 +118,7 @@ class Windows:
         ledger = self.kernel.ledger
         problems = []
         for address, block in ledger.pool.items():
-            problems.append(f"{block['size']} bytes of pool (tag {block['tag']:08X}) allocated at {self.kernel.name_site(block['site'])} never freed")
+            problems.append(f"{block['size']} bytes of pool (tag '{tag_text(block['tag'])}') allocated at {self.kernel.name_site(block['site'])} never freed")
         for entry in ledger.live_registrations():
             problems.append(f"{entry['kind']} registered at {self.kernel.name_site(entry['site'])} not undone")
         for target, count in ledger.references.items():

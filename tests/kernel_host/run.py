@@ -17,10 +17,10 @@ import sys
 import time
 import traceback
 
-from cases import CASES, STATUS_NOT_SUPPORTED, check, finished, started, traces
+from cases import CASES, check, finished, started, status_code, traces
 from defects import DEFECTS
 from emulator import BugCheck, Machine
-from host import Bridge, Windows
+from host import SERVICE_KEY, Bridge, Windows
 from ntoskrnl import STATUS_SUCCESS
 from symbols import Symbols
 
@@ -91,7 +91,7 @@ def driver_entry_failures(machine, symbols, bridge):
                 counters = w.status(handle, client)["sources"][source]
                 check(counters["registration"] != 0, f"{source}'s registration failed but the status says 0")
                 result = w.configure(handle, client, sources=[source])
-                check(result == STATUS_NOT_SUPPORTED, f"enabling {source} returned 0x{result:08X}, not STATUS_NOT_SUPPORTED")
+                check(result == status_code(w, "STATUS_NOT_SUPPORTED"), f"enabling {source} returned 0x{result:08X}, not STATUS_NOT_SUPPORTED")
                 degraded = f"loaded without {source} (status registration 0x{counters['registration'] & 0xFFFFFFFF:08X}; enabling it: STATUS_NOT_SUPPORTED)"
             finished(w, handle, client)
             return f"{routine} failed: {degraded}; unload clean"
@@ -136,6 +136,34 @@ def request_failures(machine, symbols, bridge):
     return runs
 
 
+def unload_failures(machine, symbols, bridge):
+    """One run per failable call DriverUnload makes (it writes the
+    service's LastUnloadPoolAllocations): unload must still leave nothing."""
+
+    def scenario(w, fail_at=None):
+        handle, client = started(w, {"sources": ["registry", "timer"]}, before_load=lambda w: w.set_paging_executive(1))
+        w.close(handle, client)
+        w.kernel.failable_calls = []
+        w.kernel.fail_at = fail_at
+        w.unload()
+        return list(w.kernel.failable_calls)
+
+    probe = Windows(machine, symbols, bridge)
+    calls = scenario(probe)
+    check(probe.kernel.registry.get(SERVICE_KEY.lower() + r"\parameters", {}).get("lastunloadpoolallocations") is not None, "unload wrote no LastUnloadPoolAllocations")
+    runs = []
+    for index, (routine, site) in enumerate(calls):
+        where = probe.kernel.name_site(site)
+
+        def body(w, index=index, routine=routine):
+            scenario(w, fail_at=index)
+            check(w.kernel.forced_failures == 1, "the forced failure was not reached")
+            return f"{routine} failed during unload: timer cancelled, callbacks removed, pool freed all the same"
+
+        runs.append((f"low resources: DriverUnload, {routine} at {where} fails", body))
+    return runs
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", required=True)
@@ -151,7 +179,8 @@ def main():
     totals = Totals()
     for body in CASES:
         run_one(body.__name__, body, machine, symbols, bridge, totals)
-    for name, body in driver_entry_failures(machine, symbols, bridge) + request_failures(machine, symbols, bridge):
+    runs = driver_entry_failures(machine, symbols, bridge) + request_failures(machine, symbols, bridge) + unload_failures(machine, symbols, bridge)
+    for name, body in runs:
         run_one(name, body, machine, symbols, bridge, totals)
     caught = 0
     for defect in DEFECTS:

@@ -48,6 +48,7 @@ use kstack_abi::{
         FAULT_PROBE_REPLY_SIZE, FaultProbe, STATUS_RESPONSE_SIZE, encode_capture_now_request,
         encode_configure_request, encode_fault_probe_request, encode_inject_request,
     },
+    ntstatus,
     source_facts::{HandleOperation, Lifecycle, ObjectKind},
 };
 use serde_json::{Map, Value, json};
@@ -252,7 +253,18 @@ fn facts() -> Value {
         "abi_version": ABI_VERSION,
         "sources": Source::ALL.map(name_of),
         "default_user_frames": per_source(&CaptureConfig::default().user_frames),
+        "min_remaining_stack": kstack_driver_core::kernel_stack::MIN_REMAINING_STACK,
+        "statuses": {
+            "STATUS_NOT_SUPPORTED": unsigned(ntstatus::STATUS_NOT_SUPPORTED),
+            "KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED": unsigned(ntstatus::KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED),
+            "KSTACK_STATUS_STACK_TOO_LOW": unsigned(ntstatus::KSTACK_STATUS_STACK_TOO_LOW),
+        },
     })
+}
+
+/// An NTSTATUS as the 32 bits a completed IRP's `IoStatus.Status` holds.
+fn unsigned(status: ntstatus::NtStatus) -> u32 {
+    u32::from_ne_bytes(status.to_ne_bytes())
 }
 
 /// The configure request's input for the request's settings.
