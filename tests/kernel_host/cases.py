@@ -16,6 +16,12 @@ def case(function):
     return function
 
 
+def test_build_case(function):
+    """A case that needs the test-injection build of kstack.sys."""
+    function.test_build = True
+    return case(function)
+
+
 def status_code(w, name):
     return w.bridge.facts["statuses"][name]
 
@@ -380,3 +386,22 @@ def apc_model(w):
     w.kernel.thread_exit(other)
     check(seen == [(target.id, APC), ("rundown", other.id)], f"{seen}")
     return "a queued special kernel APC ran in its target thread at APC_LEVEL; one queued to a thread that exited was run down"
+
+
+@test_build_case
+def fault_probe_in_the_test_build(w):
+    """The test build's probe reads through a pointer inside the same
+    exception scope, on the same own stack, as the user walk: a real CPU
+    access to unmapped user address 8, not a raise by a modelled routine."""
+    handle, client = started(w)
+    replies = {}
+    for target in ("mapped", "unmapped"):
+        request = w.bridge.ask(op="fault_probe", target=target)
+        status, reply = w.control(handle, client, "fault_probe", request["input"], w.bridge.facts["fault_probe_reply_size"])
+        check(status == STATUS_SUCCESS, f"the {target} probe returned 0x{status:08X}")
+        replies[target] = int.from_bytes(reply, "little")
+    check(replies["mapped"] == w.bridge.facts["fault_probe_mapped_value"], f"the mapped read gave 0x{replies['mapped']:X}")
+    check(replies["unmapped"] == 0xFFFFFFFFFFFFFFFF, f"the unmapped read gave 0x{replies['unmapped']:X}, not FAULTED")
+    check(w.kernel.exceptions_handled == 1, f"{w.kernel.exceptions_handled} exceptions handled")
+    finished(w, handle, client)
+    return "the CPU's access violation at user address 8 in kstack_fault_probe (a leaf) dispatched to kstack_guarded_walk's scope: FAULTED; the mapped word read back"

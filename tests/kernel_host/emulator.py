@@ -57,6 +57,8 @@ STACKS_BASE = 0xFFFFF80080000000
 FRESH_BASE = 0xFFFFA00000000000
 ARGUMENT_REGISTERS = (UC_X86_REG_RCX, UC_X86_REG_RDX, UC_X86_REG_R8, UC_X86_REG_R9)
 UNW_FLAG_EHANDLER = 1
+STATUS_ACCESS_VIOLATION = 0xC0000005
+MM_USER_PROBE_ADDRESS = 0x7FFFFFFF0000
 EXCEPTION_EXECUTE_HANDLER = 1
 
 
@@ -263,10 +265,17 @@ class Machine:
         self.stack_stack = []
         self.pending_error = None
         self.fault_address = None
-        try:
-            self.uc.emu_start(target, RETURN_SENTINEL)
-        except UcError as error:
-            raise self._fault(error) from None
+        start = target
+        while True:
+            try:
+                self.uc.emu_start(start, RETURN_SENTINEL)
+                break
+            except UcError as error:
+                if self.pending_error is not None or self.fault_address is None or self.fault_address >= MM_USER_PROBE_ADDRESS:
+                    raise self._fault(error) from None
+                self._user_access_violation()
+                self.fault_address = None
+                start = self.uc.reg_read(UC_X86_REG_RIP)
         if self.pending_error is not None:
             raise self.pending_error
         return self.uc.reg_read(UC_X86_REG_RAX)
@@ -278,6 +287,23 @@ class Machine:
     def _on_unmapped(self, uc, access, address, size, value, user_data):
         self.fault_address = address
         return False
+
+    def _user_access_violation(self):
+        """A read or write of an unmapped user address from kernel code:
+        below DISPATCH_LEVEL Windows raises STATUS_ACCESS_VIOLATION in the
+        thread (MmAccessFault), dispatched like a raised exception; at
+        DISPATCH_LEVEL or above no fault may be taken, a bug check. The
+        faulting frame: a leaf without unwind information is its caller's
+        (the return address on top of the stack), as RtlDispatchException
+        takes it; otherwise its own."""
+        pc = self.uc.reg_read(UC_X86_REG_RIP)
+        rsp = self.uc.reg_read(UC_X86_REG_RSP)
+        if self.kernel.irql >= 2:
+            raise BugCheck(0xA, f"IRQL_NOT_LESS_OR_EQUAL: user address 0x{self.fault_address:X} touched at IRQL {self.kernel.irql} at {self.kernel.name_site(pc)}")
+        if self.function_at(pc) is None:
+            self._dispatch_exception(STATUS_ACCESS_VIOLATION, self.read_u64(rsp), rsp + 8)
+        else:
+            self._dispatch_exception(STATUS_ACCESS_VIOLATION, pc, rsp)
 
     def _fault(self, error):
         """The bug check for an access to memory that is not there: a
@@ -338,7 +364,8 @@ class Machine:
                 self._return(result)
         except Raise as exception:
             try:
-                self._dispatch_exception(exception.status, caller)
+                rsp = uc.reg_read(UC_X86_REG_RSP)
+                self._dispatch_exception(exception.status, caller, rsp + 8)
             except BugCheck as error:
                 self._stop(error)
         except Exception as error:  # a BugCheck, or the harness's own failure: stop the CPU
@@ -372,33 +399,35 @@ class Machine:
         handler_at = self.base + unwind + 4 + 2 * ((header[2] + 1) & ~1)
         return self.base + self.read_u32(handler_at), handler_at + 4
 
-    def _dispatch_exception(self, status, caller):
-        """RtlDispatchException for the caller's frame (see the module docs)."""
-        function = self.function_at(caller)
-        where = self.kernel.name_site(caller)
+    def _dispatch_exception(self, status, control_pc, frame_rsp):
+        """RtlDispatchException for one frame (see the module docs): the
+        frame of `control_pc`, whose body's RSP is `frame_rsp`. A scope of
+        its __C_specific_handler over `control_pc` gets control at its
+        landing point, on that frame, with the status in RAX."""
+        function = self.function_at(control_pc)
+        where = self.kernel.name_site(control_pc)
         if function is None:
-            raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, which has no unwind information: not handled")
+            raise BugCheck(0x1E, f"exception 0x{status:08X} at {where}, which has no unwind information: not handled")
         handler = self.language_handler(function)
         if handler is None:
-            raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, whose frame has no exception handler: not handled")
+            raise BugCheck(0x1E, f"exception 0x{status:08X} at {where}, whose frame has no exception handler: not handled")
         routine, scopes = handler
         if self.kernel.resolve_thunk(routine) != "__C_specific_handler":
-            raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, whose handler is not ntoskrnl's __C_specific_handler")
-        self.kernel.dispatch_handler("__C_specific_handler", caller)
-        rva = caller - self.base
+            raise BugCheck(0x1E, f"exception 0x{status:08X} at {where}, whose handler is not ntoskrnl's __C_specific_handler")
+        self.kernel.dispatch_handler("__C_specific_handler", control_pc)
+        rva = control_pc - self.base
         for index in range(self.read_u32(scopes)):
             begin, end, filter_rva, landing = struct.unpack("<IIII", self.read(scopes + 4 + 16 * index, 16))
             if not begin <= rva < end:
                 continue
             if filter_rva != EXCEPTION_EXECUTE_HANDLER:
                 raise BugCheck(0x1E, f"the scope over {where} has a filter function, which this model does not run")
-            rsp = self.uc.reg_read(UC_X86_REG_RSP)
-            self.uc.reg_write(UC_X86_REG_RSP, rsp + 8)
+            self.uc.reg_write(UC_X86_REG_RSP, frame_rsp)
             self.uc.reg_write(UC_X86_REG_RIP, self.base + landing)
             self.uc.reg_write(UC_X86_REG_RAX, status)
             self.kernel.exceptions_handled += 1
             return
-        raise BugCheck(0x1E, f"exception 0x{status:08X} raised to {where}, outside every scope of its handler: not handled")
+        raise BugCheck(0x1E, f"exception 0x{status:08X} at {where}, outside every scope of its handler: not handled")
 
     def unwind(self, return_address):
         """The return addresses of the stack a routine was called on, from

@@ -168,7 +168,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", required=True)
     parser.add_argument("--pdb", required=True)
-    parser.add_argument("--test-image")
+    parser.add_argument("--test-image", help="the test-injection build, for the cases that need it")
     parser.add_argument("--test-pdb")
     parser.add_argument("--abi-bridge", required=True)
     options = parser.parse_args()
@@ -177,8 +177,17 @@ def main():
     symbols = Symbols(options.pdb, machine.pe)
     bridge = Bridge(options.abi_bridge)
     totals = Totals()
+    test_build = None
     for body in CASES:
-        run_one(body.__name__, body, machine, symbols, bridge, totals)
+        if getattr(body, "test_build", False):
+            if options.test_image is None:
+                raise SystemExit(f"case {body.__name__} needs --test-image and --test-pdb")
+            if test_build is None:
+                test_machine = Machine(options.test_image)
+                test_build = (test_machine, Symbols(options.test_pdb, test_machine.pe))
+            run_one(body.__name__, body, *test_build, bridge, totals)
+        else:
+            run_one(body.__name__, body, machine, symbols, bridge, totals)
     runs = driver_entry_failures(machine, symbols, bridge) + request_failures(machine, symbols, bridge) + unload_failures(machine, symbols, bridge)
     for name, body in runs:
         run_one(name, body, machine, symbols, bridge, totals)
