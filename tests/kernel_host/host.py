@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from emulator import BugCheck
-from ntoskrnl import APC, DISPATCH, PASSIVE, STATUS_SUCCESS, Kernel, Process, Thread, tag_text
+from ntoskrnl import DISPATCH, PASSIVE, STATUS_SUCCESS, Kernel, Process, Thread, tag_text
 
 SERVICE_KEY = r"\Registry\Machine\System\CurrentControlSet\Services\kstack"
 PAGING_KEY = r"\registry\machine\system\currentcontrolset\control\session manager\memory management"

@@ -19,7 +19,6 @@ from emulator import BugCheck, Callout, Raise
 
 PASSIVE, APC, DISPATCH = 0, 1, 2
 STATUS_SUCCESS = 0
-STATUS_UNSUCCESSFUL = 0xC0000001
 STATUS_ACCESS_VIOLATION = 0xC0000005
 STATUS_INVALID_PARAMETER = 0xC000000D
 STATUS_NO_MEMORY = 0xC0000017
@@ -34,8 +33,6 @@ POOL_FLAG_NON_PAGED = 0x40
 POOL_FLAG_UNINITIALIZED = 0x2
 MAXIMUM_EXPANSION_SIZE = 0xF000 - 0x800
 KERNEL_FRAMES_BASE = 0xFFFFF80040000000
-USER_STACK_BASE = 0x7FF000000000
-MM_USER_PROBE_ADDRESS = 0x7FFFFFFF0000
 BUGCHECK_VERIFIER = 0xC4
 
 LEARN = "learn.microsoft.com/windows-hardware/drivers/ddi/"
@@ -254,7 +251,7 @@ class Kernel:
             self.violation(f"pool allocated after DriverEntry ({size} bytes, tag {tag_text(tag)}): kstack allocates only at load", site)
         if size == 0:
             self.violation("pool allocation of 0 bytes (Verifier: BAD_POOL_CALLER 0x00)", site)
-        if tag == 0 or tag_text(tag) in (" kdD", "None"):
+        if tag == 0 or tag_text(tag) == " kdD":
             self.violation(f"pool allocation without a tag of its own ({tag_text(tag)})", site)
         address, pages = self.machine.map_fresh(size)
         if not zero:
@@ -317,10 +314,6 @@ class Kernel:
 
 def tag_text(tag):
     return struct.pack("<I", tag & 0xFFFFFFFF).decode("latin-1")
-
-
-def read_status(value):
-    return value & 0xFFFFFFFF
 
 
 # --- Ex: pool -------------------------------------------------------------

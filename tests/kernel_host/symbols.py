@@ -62,10 +62,3 @@ class Symbols:
             begin, name = before[-1]
             return f"{name}+0x{rva - begin:X}"
         return f"kstack.sys+0x{rva:X}"
-
-    def rva_of(self, wanted):
-        """The RVA of the procedure whose name is `wanted` or ends with `::wanted`."""
-        for begin, _end, name in self.procedures:
-            if name == wanted or name.endswith("::" + wanted):
-                return begin
-        raise KeyError(wanted)

@@ -31,6 +31,11 @@ const INSTALLED_REQUIREMENTS: &str = "installed-requirements.txt";
 /// inherited.
 pub fn run(workspace: &Path, package_dir: &Path) -> Result<()> {
     let python = ensure_venv(workspace)?;
+    process::step("pyflakes over the kernel host's harness");
+    Run::new(&python)
+        .args(["-m", "pyflakes"])
+        .args([workspace.join(HARNESS_DIR)])
+        .run()?;
     let bridge = build_bridge(workspace)?;
     let injection = package::wine_support_dir(workspace).join(INJECTION_DRIVER_DIR);
     let arguments = [
