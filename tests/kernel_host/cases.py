@@ -51,7 +51,22 @@ def finished(w, handle, client):
 
 
 def traces(w, handle, client):
-    return [entry for entry in w.read(handle, client)["entries"] if entry["kind"] == "trace"]
+    """The trace records of one read, each with its frames: a record whose
+    stack this reader already received names it by id
+    (`RecordFlags::STACK_BY_ID`) and gets the frames received with it, as a
+    client resolves them."""
+    known = w.received_stacks.setdefault(handle, {})
+    records = []
+    for entry in w.read(handle, client)["entries"]:
+        if entry["kind"] != "trace":
+            continue
+        if entry["frames"]:
+            known[entry["stack_id"]] = (entry["frames"], entry["kernel_frames"])
+        elif "stack_by_id" in entry["flags"]:
+            check(entry["stack_id"] in known, f"record {entry['sequence']} names stack {entry['stack_id']:X}, which this reader never received")
+            entry["frames"], entry["kernel_frames"] = known[entry["stack_id"]]
+        records.append(entry)
+    return records
 
 
 def only_trace(w, handle, client, source):
@@ -144,18 +159,38 @@ def image_load_with_user_frames(w):
 
 
 @case
-def registry_user_stack(w):
+def registry_pre_and_post_with_the_user_stack(w):
     handle, client = started(w, {"sources": ["registry"]})
     caller = w.user_thread()
-    statuses = w.fire_registry(caller, notify_class=4)
-    check(statuses == [STATUS_SUCCESS], f"the callback returned {statuses}: it must let the operation go on")
-    record = only_trace(w, handle, client, "registry")
-    check(record["user_part"] == "captured", f"user part {record['user_part']}")
-    check(record["frames"][record["kernel_frames"] :] == caller.user_frames, "the user frames are not the thread's")
-    check(record["facts"] == {"notify_class": 4}, f"facts {record['facts']}")
-    names = frame_zero_is_the_capture_call(w, record, "registry_operations::on_registry")
+    # RegNtPreSetValueKey (1), then RegNtPostSetValueKey (16), in the
+    # thread that set the value, at PASSIVE_LEVEL.
+    statuses = w.fire_registry(caller, notify_class=1) + w.fire_registry(caller, notify_class=16)
+    check(statuses == [STATUS_SUCCESS, STATUS_SUCCESS], f"the callback returned {statuses}: it must let the operation go on")
+    records = traces(w, handle, client)
+    check([record["facts"] for record in records] == [{"notify_class": 1}, {"notify_class": 16}], f"facts {[record['facts'] for record in records]}")
+    for record in records:
+        check(record["user_part"] == "captured", f"user part {record['user_part']}")
+        check(record["frames"][record["kernel_frames"] :] == caller.user_frames, "the user frames are not the thread's")
+    names = frame_zero_is_the_capture_call(w, records[0], "registry_operations::on_registry")
     finished(w, handle, client)
-    return f"{record['user_frame_count']} user frames through KeExpandKernelStackAndCalloutEx and the exception scope; callback returned STATUS_SUCCESS; kernel frames from {names[0]}"
+    return f"pre and post set-value: {records[0]['user_frame_count']} user frames each through KeExpandKernelStackAndCalloutEx and the exception scope; both returned STATUS_SUCCESS; kernel frames from {names[0]}"
+
+
+@case
+def module_records_carry_the_process_key(w):
+    handle, client = started(w)
+    process = w.process()
+    loader = w.user_thread(process)
+    w.fire_image(loader, name=r"\Device\HarddiskVolume3\Windows\System32\kernel32.dll", base=0x7FFB_1000_0000, size=0xC0000)
+    w.fire_process(loader, process, create=False)
+    entries = [entry for entry in w.read(handle, client)["entries"] if entry["kind"] == "module"]
+    check([entry["event"] for entry in entries] == ["image_load", "process_exit"], f"module records {[entry['event'] for entry in entries]}")
+    load, exit_ = entries
+    check(load["path"].endswith("kernel32.dll") and load["image_base"] == 0x7FFB_1000_0000 and load["image_size"] == 0xC0000, f"load {load}")
+    check(load["process_key"] == exit_["process_key"] == process.create_time, f"process keys {load['process_key']}, {exit_['process_key']}, not the creation time {process.create_time}")
+    check(not any(w.kernel.ledger.references.values()), "a process reference is still held")
+    finished(w, handle, client)
+    return "with every source off: an image load and a process exit as module records, keyed by the process's creation time (PsLookupProcessByProcessId, dereferenced again)"
 
 
 @case

@@ -5,7 +5,7 @@ did. run.py runs them all on every run, so the checks are shown to be live;
 docs/testing.md lists them.
 """
 
-from cases import load_and_unload, registry_unmapped_user_stack, registry_user_stack, timer_dpc_at_dispatch
+from cases import load_and_unload, registry_pre_and_post_with_the_user_stack, registry_unmapped_user_stack, timer_dpc_at_dispatch
 from emulator import BugCheck
 from host import Windows
 from ntoskrnl import ROUTINES
@@ -60,7 +60,7 @@ DEFECTS = [
         "the import of KeGetCurrentProcessorNumberEx (called inside the DISPATCH_LEVEL publish section) "
         "points at KeFlushQueuedDpcs, a PASSIVE_LEVEL-only routine",
         import_instead("KeGetCurrentProcessorNumberEx", "KeFlushQueuedDpcs"),
-        registry_user_stack,
+        registry_pre_and_post_with_the_user_stack,
     ),
     Defect(
         "leaked allocation",

@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 from emulator import BugCheck
-from ntoskrnl import DISPATCH, PASSIVE, STATUS_SUCCESS, Kernel, Process, Thread, tag_text
+from ntoskrnl import DISPATCH, PASSIVE, ROUTINES, STATUS_SUCCESS, Kernel, Process, Thread, tag_text
 
 SERVICE_KEY = r"\Registry\Machine\System\CurrentControlSet\Services\kstack"
 PAGING_KEY = r"\registry\machine\system\currentcontrolset\control\session manager\memory management"
@@ -44,11 +44,15 @@ class Windows:
         self.machine = machine
         self.bridge = bridge
         self.kernel = Kernel(machine, symbols)
+        unmodelled = sorted({name for _, (_, name) in machine.imports} - set(ROUTINES) - set(self.kernel.variables))
+        if unmodelled:
+            raise SystemExit(f"kstack.sys imports {', '.join(unmodelled)}, which the modelled kernel lacks: model each in ntoskrnl.py, after its WDK contract")
         self.driver = None
         self.processes = {}
         self.next_id = 1000
         self.loaded = False
         self.after_reload = None
+        self.received_stacks = {}
 
     # --- processes and threads -------------------------------------------
 

@@ -601,6 +601,21 @@ def ps_get_current_thread(k, site):
     return k.current.object
 
 
+@routine("IoGetCurrentProcess", DISPATCH, LEARN + "wdm/nf-wdm-iogetcurrentprocess: IRQL <= DISPATCH_LEVEL")
+def io_get_current_process(k, site):
+    return k.current.process.object
+
+
+@routine("PsLookupThreadByThreadId", APC, LEARN + "ntifs/nf-ntifs-pslookupthreadbythreadid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_CID)
+def ps_lookup_thread_by_thread_id(k, site, thread_id, out):
+    for address, (kind, owner) in k.objects.items():
+        if kind == "thread" and owner.id == thread_id:
+            k.reference(address)
+            k.machine.write_u64(out, address)
+            return STATUS_SUCCESS
+    return STATUS_INVALID_CID
+
+
 @routine("PsGetProcessId", None, LEARN + "ntddk/nf-ntddk-psgetprocessid: any IRQL")
 def ps_get_process_id(k, site, process):
     kind, owner = k.objects.get(process, (None, None))

@@ -108,6 +108,7 @@ def request_scenario(w, fail_at=None):
     w.kernel.failable_calls = []
     w.fire_registry(w.user_thread())
     w.fire_process(w.user_thread(), w.process())
+    w.fire_image(w.user_thread())
     status, _ = w.capture_now(handle, client)
     records = traces(w, handle, client)
     counters = w.status(handle, client)
