@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 
-from cases import CASES, check, finished, started, status_code, traces
+from cases import CASES, check, finished, started, status_code
 from defects import DEFECTS
 from emulator import BugCheck, Machine
 from host import SERVICE_KEY, Bridge, Windows
@@ -110,12 +110,11 @@ def request_scenario(w, fail_at=None):
     w.fire_process(w.user_thread(), w.process())
     w.fire_image(w.user_thread())
     status, _ = w.capture_now(handle, client)
-    records = traces(w, handle, client)
-    counters = w.status(handle, client)
+    entries = w.read(handle, client)["entries"]
     w.kernel.fail_at = None
     calls = list(w.kernel.failable_calls)
     finished(w, handle, client)
-    return status, records, counters, calls
+    return status, entries, calls
 
 
 def request_failures(machine, symbols, bridge):
@@ -126,12 +125,19 @@ def request_failures(machine, symbols, bridge):
         where = probe.kernel.name_site(site)
 
         def body(w, index=index, routine=routine):
-            status, records, _counters, _calls = request_scenario(w, fail_at=index)
+            status, entries, _calls = request_scenario(w, fail_at=index)
             check(w.kernel.forced_failures == 1, "the forced failure was not reached")
+            records = [entry for entry in entries if entry["kind"] == "trace"]
+            keys = [entry["process_key"] for entry in entries if entry["kind"] == "module"]
             parts = sorted({record["user_part"] for record in records})
             if routine == "KeExpandKernelStackAndCalloutEx":
                 check("no_stack" in parts, f"user parts {parts}: the walk without a stack is not no_stack")
-            return f"{routine} failed: capture-now 0x{status:08X}, {len(records)} records (user parts {', '.join(parts)}), unload clean"
+            if routine == "PsLookupProcessByProcessId":
+                check(keys == [0], f"module record keys {keys}: a process that cannot be looked up has key 0")
+            return (
+                f"{routine} failed: capture-now 0x{status:08X}, {len(records)} records (user parts {', '.join(parts)}), "
+                f"module record keys {keys}, unload clean"
+            )
 
         runs.append((f"low resources: requests, {routine} at {where} fails", body))
     return runs
