@@ -367,6 +367,11 @@ def io_delete_device(k, site, device):
 
 @routine("IoCreateSymbolicLink", PASSIVE, LEARN + "wdm/nf-wdm-iocreatesymboliclink: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def io_create_symbolic_link(k, site, link, device_name):
+    # From here a user can open the device: the driver's dispatch routines
+    # and unload routine must already be set.
+    driver = k.device["driver"] if k.device else None
+    if driver is None or not k.machine.read_u64(driver + 0x70) or not k.machine.read_u64(driver + 0x68):
+        k.violation("the symbolic link is created before the driver object's MajorFunction[IRP_MJ_CREATE] and DriverUnload are set", site)
     name = k.machine.read_unicode_string(link)
     if name in k.links:
         return STATUS_OBJECT_NAME_COLLISION
