@@ -6,7 +6,7 @@ A case returns its evidence (one line) or raises: an AssertionError for a
 wrong result, a BugCheck for what would stop a Windows machine.
 """
 
-from ntoskrnl import APC, DISPATCH, PASSIVE, STATUS_SUCCESS
+from ntoskrnl import APC, DISPATCH, NON_PAGED_POOL_NX, PASSIVE, STATUS_SUCCESS
 
 CASES = []
 
@@ -191,6 +191,24 @@ def module_records_carry_the_process_key(w):
     check(not any(w.kernel.ledger.references.values()), "a process reference is still held")
     finished(w, handle, client)
     return "with every source off: an image load and a process exit as module records, keyed by the process's creation time (PsLookupProcessByProcessId, dereferenced again)"
+
+
+@case
+def older_windows_without_the_looked_up_routines(w):
+    """Windows before 2004 (no ExAllocatePool2, no precise time) with no
+    RtlWalkFrameChain or PsGetProcessCreateTimeQuadPart: the driver loads,
+    allocates through ExAllocatePoolWithTag, and says what it lacks."""
+    absent = {"ExAllocatePool2", "KeQuerySystemTimePrecise", "RtlWalkFrameChain", "PsGetProcessCreateTimeQuadPart"}
+    w.kernel.absent_routines = absent
+    handle, client = started(w, {"sources": ["registry"]})
+    check(w.kernel.ledger.pool and all(block["type"] == NON_PAGED_POOL_NX for block in w.kernel.ledger.pool.values()), "the pool is not NonPagedPoolNx from ExAllocatePoolWithTag")
+    status = w.status(handle, client)
+    check(status["user_walk"] == "not_exported" and status["process_key"] == "not_exported", f"user_walk {status['user_walk']}, process_key {status['process_key']}")
+    w.fire_registry(w.user_thread())
+    record = only_trace(w, handle, client, "registry")
+    check(record["user_part"] == "unavailable", f"user part {record['user_part']}")
+    finished(w, handle, client)
+    return "without ExAllocatePool2, KeQuerySystemTimePrecise, RtlWalkFrameChain, PsGetProcessCreateTimeQuadPart: pool from ExAllocatePoolWithTag (NonPagedPoolNx), status says not_exported, the record's user part unavailable"
 
 
 @case
@@ -408,10 +426,10 @@ def registry_altitude_taken(w):
 
 
 @case
-def apc_model(w):
-    """The model's special kernel APC, which the thread-stacks work will
-    use: it runs in its target thread at APC_LEVEL, and a thread that exits
-    first runs it down instead."""
+def model_delivers_special_kernel_apcs(w):
+    """A check of the model itself, for the thread-stacks work: a special
+    kernel APC runs in its target thread at APC_LEVEL, and a thread that
+    exits first runs it down instead."""
     target = w.user_thread()
     seen = []
     w.kernel.queue_apc(target, lambda thread: seen.append((thread.id, w.kernel.irql)), rundown=lambda: seen.append("rundown"))
@@ -420,7 +438,7 @@ def apc_model(w):
     w.kernel.queue_apc(other, lambda thread: seen.append("ran"), rundown=lambda: seen.append(("rundown", other.id)))
     w.kernel.thread_exit(other)
     check(seen == [(target.id, APC), ("rundown", other.id)], f"{seen}")
-    return "a queued special kernel APC ran in its target thread at APC_LEVEL; one queued to a thread that exited was run down"
+    return "model self-check: a queued special kernel APC ran in its target thread at APC_LEVEL; one queued to a thread that exited was run down"
 
 
 @test_build_case

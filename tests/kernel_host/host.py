@@ -131,7 +131,6 @@ class Windows:
         if self.kernel.device is not None:
             problems.append("the device object is still there")
         if problems:
-            self.kernel.violations.extend(problems)
             raise BugCheck(0xCE, f"{when}: " + "; ".join(problems))
 
     # --- memory the kernel owns -------------------------------------------

@@ -60,6 +60,7 @@ class Thread:
         self.attached = attached
         self.user_frames = list(user_frames or [])
         self.user_fault = user_fault
+        self.apcs = []
         self.object = kernel.object_blob("thread", self)
 
 
@@ -106,11 +107,11 @@ class Kernel:
         machine.kernel = self
         self.irql = PASSIVE
         self.calls_checked = 0
-        self.calls = []
-        self.violations = []
         self.exceptions_handled = 0
         self.forced_failures = 0
         self.fail_at = None
+        # Routines this Windows does not export (MmGetSystemRoutineAddress
+        # finds every modelled one but these).
         self.absent_routines = set()
         self.failable_calls = []
         self.registry = {}
@@ -156,7 +157,6 @@ class Kernel:
         self.object_callbacks = {}
         self.timers = {}
         self.dpcs = {}
-        self.stacks_in_use = []
         self.completed_irps = {}
 
     def take_registry_altitude(self, altitude):
@@ -168,7 +168,7 @@ class Kernel:
 
     def queue_apc(self, thread, kernel_routine, rundown):
         """A special kernel APC queued to `thread` (KeInsertQueueApc)."""
-        thread.apcs = getattr(thread, "apcs", []) + [(kernel_routine, rundown)]
+        thread.apcs.append((kernel_routine, rundown))
 
     def deliver_apcs(self, thread):
         """The thread runs its special kernel APCs: in itself, at APC_LEVEL
@@ -176,7 +176,7 @@ class Kernel:
         previous, irql = self.current, self.irql
         self.current, self.irql = thread, APC
         try:
-            for kernel_routine, _ in getattr(thread, "apcs", []):
+            for kernel_routine, _ in thread.apcs:
                 kernel_routine(thread)
         finally:
             thread.apcs = []
@@ -185,7 +185,7 @@ class Kernel:
     def thread_exit(self, thread):
         """A thread that exits with APCs queued runs each one's rundown
         routine instead (at PASSIVE_LEVEL, in the exiting thread)."""
-        for _, rundown in getattr(thread, "apcs", []):
+        for _, rundown in thread.apcs:
             rundown()
         thread.apcs = []
 
@@ -199,9 +199,7 @@ class Kernel:
 
     def violation(self, text, site, code=BUGCHECK_VERIFIER):
         where = self.name_site(site) if site is not None else "unload"
-        message = f"{text} (at {where})"
-        self.violations.append(message)
-        raise BugCheck(code, message)
+        raise BugCheck(code, f"{text} (at {where})")
 
     def resolve_thunk(self, address):
         slot = self.machine.thunk_target(address)
@@ -217,7 +215,6 @@ class Kernel:
             self.calls_checked += 1
             if self.irql > max_irql:
                 self.violation(f"{name} called at IRQL {self.irql}, above its maximum {max_irql} ({source})", caller)
-        self.calls.append((name, caller, self.irql))
         args = self.machine.args(function.__code__.co_argcount - 2)
         if callable(failable):
             failable = failable(args)
@@ -237,7 +234,6 @@ class Kernel:
             self.calls_checked += 1
             if self.irql > max_irql:
                 self.violation(f"{name} dispatched at IRQL {self.irql} ({source})", caller)
-        self.calls.append((name, caller, self.irql))
 
     def set_irql(self, irql, site):
         if irql > 15:
@@ -293,12 +289,13 @@ class Kernel:
 
     # --- running driver code ----------------------------------------------
 
-    def run(self, target, args, irql=PASSIVE, thread=None, stack_left=None, caller_frames=()):
+    def run(self, target, args, irql=PASSIVE, thread=None, stack_left=None):
         """Calls driver code as the kernel would: in `thread`, at `irql`, on
         a fresh kernel stack (`stack_left` bytes left on it if given)."""
         self.current = thread or Thread(self, self.system_process, 8, system=True)
         self.irql = irql
-        self.caller_frames = list(caller_frames) or [KERNEL_FRAMES_BASE + 0x1234, KERNEL_FRAMES_BASE + 0x5678]
+        # The kernel's own frames above the callback: made up, two of them.
+        self.caller_frames = [KERNEL_FRAMES_BASE + 0x1234, KERNEL_FRAMES_BASE + 0x5678]
         stack = self.machine.new_stack()
         self.stacks = [stack]
         try:
@@ -309,7 +306,6 @@ class Kernel:
         if self.irql != irql:
             self.violation(f"returned at IRQL {self.irql}, not the IRQL {irql} it was called at", target)
         return result
-
 
 
 def tag_text(tag):
