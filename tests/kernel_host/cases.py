@@ -388,6 +388,63 @@ def capture_now_with_little_stack(w):
 
 
 @case
+def kstack_own_stack_use_within_its_bounds(w):
+    """What kstack's frames hold at their deepest kernel call, measured on
+    the emulated stack, against the bounds docs/kernel-stack.md gives and
+    tests/tests/driver_image.rs checks from the image's unwind codes: a
+    capture (walk and publish) from each callback and from capture-now, and
+    the user walk's own stack. A module record (no walk, no guard) is
+    measured apart."""
+    handle, client = started(
+        w,
+        {"sources": ["process", "thread", "image_load", "registry", "object_handle", "on_demand", "timer"], "user_frames": {"process": 5, "thread": 5, "image_load": 5, "object_handle": 5}},
+        before_load=lambda w: w.set_paging_executive(1),
+    )
+
+    def path(return_address):
+        names = [w.kernel.name_site(frame) for frame in w.machine.unwind(return_address)]
+        return "module record" if any("record_module" in name for name in names) else "capture"
+
+    actor = w.user_thread()
+    w.machine.measure_stack = path
+    w.kernel.stack_use.clear()
+    w.fire_process(actor, w.process())
+    w.fire_thread(actor, actor)
+    w.fire_image(actor)
+    w.fire_registry(actor)
+    w.fire_object(actor, w.process())
+    w.fire_timer(actor)
+    callbacks = dict(w.kernel.stack_use)
+    w.kernel.stack_use.clear()
+    status, _ = w.capture_now(handle, client)
+    capture_now = dict(w.kernel.stack_use)
+    w.machine.measure_stack = None
+    check(status == STATUS_SUCCESS, f"capture-now returned 0x{status:08X}")
+    finished(w, handle, client)
+    bounds = w.bridge.facts["stack_bounds"]
+
+    def deepest(measured, stack, kind):
+        found = [(depth, entry) for (entry, which, path), depth in measured.items() if which == stack and path == kind]
+        check(found, f"nothing measured on the {stack} stack for {kind}")
+        return max(found)
+
+    captured = sorted(entry.rsplit("::", 1)[-1] for entry, which, kind in callbacks if which == "caller" and kind == "capture")
+    check(captured == ["on_handle", "on_image", "on_process", "on_registry", "on_thread", "on_tick"], f"callbacks measured: {captured}")
+    callback, callback_entry = deepest(callbacks, "caller", "capture")
+    request, _ = deepest(capture_now, "caller", "capture")
+    callout = max(deepest(callbacks, "callout", "capture")[0], deepest(capture_now, "callout", "capture")[0])
+    module, module_entry = deepest(callbacks, "caller", "module record")
+    check(callback <= bounds["callback_path"], f"a capture from a callback held {callback} bytes of kstack frames ({callback_entry}), above {bounds['callback_path']}")
+    check(request <= bounds["capture_now_path"], f"capture-now held {request} bytes, above {bounds['capture_now_path']}")
+    check(callout <= bounds["user_walk_own"], f"the user walk's own frames held {callout} bytes of its stack, bound {bounds['user_walk_own']}")
+    return (
+        f"deepest kernel call of a capture: {callback} bytes of kstack frames from a callback ({callback_entry.rsplit('::', 1)[-1]}; bound {bounds['callback_path']}), "
+        f"{request} from capture-now (bound {bounds['capture_now_path']}), {callout} on the user walk's own stack (bound {bounds['user_walk_own']}); "
+        f"a module record, unguarded: {module} ({module_entry.rsplit('::', 1)[-1]})"
+    )
+
+
+@case
 def read_is_in_time_order_and_clear_empties(w):
     handle, client = started(w, {"sources": ["process", "thread", "registry"]})
     actor = w.user_thread()

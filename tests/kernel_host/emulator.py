@@ -130,6 +130,11 @@ class Machine:
         self.live_stacks = []
         self.fault_address = None
         self.uc.hook_add(UC_HOOK_MEM_UNMAPPED, self._on_unmapped)
+        # When set: a function of a kernel call's return address that names
+        # the path it is on; the stack kstack's frames hold at each call is
+        # then kept per (stack, path) in `deepest`.
+        self.measure_stack = None
+        self.deepest = {}
 
     # --- the image -------------------------------------------------------
 
@@ -261,6 +266,8 @@ class Machine:
                 self.write_u64(rsp + 8 + 0x20 + 8 * (index - 4), value)
         self.write_u64(rsp, RETURN_SENTINEL)
         self.uc.reg_write(UC_X86_REG_RSP, rsp)
+        self.entry_rsps = [rsp]
+        self.deepest = {}
         self.live_stacks = [stack]
         self.stack_stack = []
         self.pending_error = None
@@ -349,7 +356,14 @@ class Machine:
         if self.pending_error is not None:
             return
         index = (address - STUB_BASE) // STUB_SIZE
-        caller = self.read_u64(uc.reg_read(UC_X86_REG_RSP))
+        rsp = uc.reg_read(UC_X86_REG_RSP)
+        caller = self.read_u64(rsp)
+        # kstack's own frames at this kernel call: from the entry's return
+        # address slot down to this call's (on a callout's stack, from the
+        # callout's entry).
+        if self.measure_stack:
+            which = ("caller" if len(self.entry_rsps) == 1 else "callout", self.measure_stack(caller))
+            self.deepest[which] = max(self.deepest.get(which, 0), self.entry_rsps[-1] - rsp)
         try:
             if index == len(self.stubs):
                 raise AssertionError("no routine at this stub")
@@ -382,10 +396,12 @@ class Machine:
             self.uc.reg_write(ARGUMENT_REGISTERS[index], value)
         self.uc.reg_write(UC_X86_REG_RSP, new)
         self.uc.reg_write(UC_X86_REG_RIP, callout.target)
+        self.entry_rsps.append(new)
 
     def _callout_returned(self):
         rsp, callout = self.stack_stack.pop()
         self.live_stacks.pop()
+        self.entry_rsps.pop()
         self.uc.reg_write(UC_X86_REG_RSP, rsp)
         self._return(callout.on_return())
 

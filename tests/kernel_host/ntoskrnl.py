@@ -134,6 +134,9 @@ class Kernel:
         self.system_process = Process(self, 4)
         self.current = Thread(self, self.system_process, 8, system=True)
         self.ledgers = []
+        # (entry point, "caller" or "callout", path) -> the most of that
+        # stack kstack's own frames held at a kernel call (Machine.measure_stack).
+        self.stack_use = {}
         self.reset_load()
 
     def _variable(self, value):
@@ -305,6 +308,10 @@ class Kernel:
                 self.machine.free_stack(used)
         if self.irql != irql:
             self.violation(f"returned at IRQL {self.irql}, not the IRQL {irql} it was called at", target)
+        entry = self.name_site(target).split("+")[0]
+        for (which, path), depth in self.machine.deepest.items():
+            key = (entry, which, path)
+            self.stack_use[key] = max(self.stack_use.get(key, 0), depth)
         return result
 
 

@@ -5,4 +5,5 @@
 //! reader the Windows deliverables test uses.
 
 pub mod inf;
+pub mod stack_bounds;
 pub mod wine_host;

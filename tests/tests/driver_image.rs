@@ -33,6 +33,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use kstack_tests::stack_bounds::{
+    CALLBACK_PATH_BOUND, CAPTURE_NOW_PATH_BOUND, USER_WALK_OWN_BOUND,
+};
 use object::{
     LittleEndian as LE,
     pe::{
@@ -812,16 +815,8 @@ fn frame_sizes() -> Vec<(String, usize)> {
         .collect()
 }
 
-/// The figures docs/kernel-stack.md quotes; the bound kstack-driver-core's
-/// `MIN_REMAINING_STACK` (8 KiB) is chosen over. A change that grows the
-/// capture path past them fails here.
-const CALLBACK_PATH_BOUND: usize = 1536;
 /// `kstack_guarded_walk`'s frame: `sub rsp, 40` and its return address.
 const FAULT_SCOPE_THUNK_FRAME: usize = 48;
-const CAPTURE_NOW_PATH_BOUND: usize = 4608;
-/// What kstack's own frames may take of the user walk's 24 KiB stack
-/// before `RtlWalkFrameChain` starts: the callout and the thunk.
-const USER_WALK_OWN_BOUND: usize = 256;
 
 #[test]
 fn the_capture_path_fits_the_kernel_stack_guard() {

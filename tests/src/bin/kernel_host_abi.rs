@@ -51,6 +51,7 @@ use kstack_abi::{
     ntstatus,
     source_facts::{HandleOperation, Lifecycle, ObjectKind},
 };
+use kstack_tests::stack_bounds;
 use serde_json::{Map, Value, json};
 
 /// What a request gets: its reply, or the text of `{"error": ...}`.
@@ -254,6 +255,11 @@ fn facts() -> Value {
         "sources": Source::ALL.map(name_of),
         "default_user_frames": per_source(&CaptureConfig::default().user_frames),
         "min_remaining_stack": kstack_driver_core::kernel_stack::MIN_REMAINING_STACK,
+        "stack_bounds": {
+            "callback_path": stack_bounds::CALLBACK_PATH_BOUND,
+            "capture_now_path": stack_bounds::CAPTURE_NOW_PATH_BOUND,
+            "user_walk_own": stack_bounds::USER_WALK_OWN_BOUND,
+        },
         "statuses": {
             "STATUS_NOT_SUPPORTED": unsigned(ntstatus::STATUS_NOT_SUPPORTED),
             "KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED": unsigned(ntstatus::KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED),
