@@ -540,6 +540,8 @@ def mm_get_system_routine_address(k, site, name):
 
 @routine("ObOpenObjectByPointer", PASSIVE, LEARN + "ntifs/nf-ntifs-obopenobjectbypointer: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def ob_open_object_by_pointer(k, site, target, attributes, access_state, access, object_type, mode, out):
+    if not attributes & OBJ_KERNEL_HANDLE:
+        k.violation("ObOpenObjectByPointer without OBJ_KERNEL_HANDLE", site)
     k.machine.write_u64(out, k.new_handle("object", target, site))
     return STATUS_SUCCESS
 
@@ -826,14 +828,23 @@ def memset(k, site, destination, value, size):
 # --- Zw: registry, handles, security, system information -------------------------
 
 
-def object_name(k, attributes):
+OBJ_KERNEL_HANDLE = 0x200
+
+
+def object_name(k, attributes, site):
+    """The name an OBJECT_ATTRIBUTES gives. A driver's handle must be a
+    kernel handle (OBJ_KERNEL_HANDLE): otherwise it lands in whatever
+    process the thread runs in, which Verifier's handle checks flag
+    (learn.microsoft.com/windows-hardware/drivers/devtest/handle-checking)."""
+    if not k.machine.read_u32(attributes + 0x18) & OBJ_KERNEL_HANDLE:
+        k.violation("a handle opened without OBJ_KERNEL_HANDLE", site)
     name = k.machine.read_u64(attributes + 0x10)
     return k.machine.read_unicode_string(name).lower()
 
 
 @routine("ZwOpenKey", PASSIVE, LEARN + "wdm/nf-wdm-zwopenkey: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def zw_open_key(k, site, handle_out, access, attributes):
-    path = object_name(k, attributes)
+    path = object_name(k, attributes, site)
     if path not in k.registry:
         return STATUS_OBJECT_NAME_NOT_FOUND
     k.machine.write_u64(handle_out, k.new_handle("key", path, site))
@@ -842,7 +853,7 @@ def zw_open_key(k, site, handle_out, access, attributes):
 
 @routine("ZwCreateKey", PASSIVE, LEARN + "wdm/nf-wdm-zwcreatekey: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def zw_create_key(k, site, handle_out, access, attributes, title_index, class_name, options, disposition):
-    path = object_name(k, attributes)
+    path = object_name(k, attributes, site)
     created = path not in k.registry
     k.registry.setdefault(path, {})
     if created:
