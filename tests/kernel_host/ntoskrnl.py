@@ -344,7 +344,13 @@ def ex_free_pool_with_tag(k, site, address, tag):
 # --- Io: device, link, requests -----------------------------------------
 
 
-@routine("IoCreateDevice", PASSIVE, LEARN + "wdm/nf-wdm-iocreatedevice: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine(
+    "IoCreateDevice",
+    PASSIVE,
+    "learn.microsoft.com/windows-hardware/drivers/devtest/wdm-irqliopassive1: Verifier's rule IrqlIoPassive1, PASSIVE_LEVEL "
+    "(the routine's own page says <= APC_LEVEL; Verifier is the stricter)",
+    failable=STATUS_INSUFFICIENT_RESOURCES,
+)
 def io_create_device(k, site, driver, extension_size, name, device_type, characteristics, exclusive, out):
     if k.device is not None:
         return STATUS_OBJECT_NAME_COLLISION
@@ -359,7 +365,7 @@ def io_create_device(k, site, driver, extension_size, name, device_type, charact
     return STATUS_SUCCESS
 
 
-@routine("IoDeleteDevice", PASSIVE, LEARN + "wdm/nf-wdm-iodeletedevice: IRQL == PASSIVE_LEVEL")
+@routine("IoDeleteDevice", APC, LEARN + "wdm/nf-wdm-iodeletedevice: IRQL <= APC_LEVEL")
 def io_delete_device(k, site, device):
     if not k.ledger.undo("device", device, site):
         k.violation(f"IoDeleteDevice of 0x{device:X}, not a live device of this driver", site)
@@ -477,7 +483,7 @@ def ke_query_active_processor_count_ex(k, site, group):
     return k.processors
 
 
-@routine("KeIsAttachedProcess", DISPATCH, "ntifs.h: _IRQL_requires_max_(DISPATCH_LEVEL)")
+@routine("KeIsAttachedProcess", APC, "undocumented (no learn.microsoft.com page); APC_LEVEL, the stricter annotation seen in public headers")
 def ke_is_attached_process(k, site):
     return 1 if k.current.attached else 0
 
@@ -501,7 +507,14 @@ def ke_query_performance_counter(k, site, frequency):
     return k.counter
 
 
-@routine("KeExpandKernelStackAndCalloutEx", DISPATCH, LEARN + "ntddk/nf-ntddk-keexpandkernelstackandcalloutex: IRQL <= DISPATCH_LEVEL; Wait FALSE at DISPATCH_LEVEL; Size <= MAXIMUM_EXPANSION_SIZE; Context reserved (NULL)", failable=STATUS_NO_MEMORY)
+@routine(
+    "KeExpandKernelStackAndCalloutEx",
+    DISPATCH,
+    LEARN + "ntddk/nf-ntddk-keexpandkernelstackandcalloutex: IRQL <= DISPATCH_LEVEL, Wait FALSE at DISPATCH_LEVEL, "
+    "Size <= MAXIMUM_EXPANSION_SIZE, Context reserved (NULL); the page makes a bad Size or Wait an error return "
+    "(STATUS_INVALID_PARAMETER_3, _4), which this model flags as a violation: kstack must never pass one",
+    failable=STATUS_NO_MEMORY,
+)
 def ke_expand_kernel_stack_and_callout_ex(k, site, callout, parameter, size, wait, context):
     if size > MAXIMUM_EXPANSION_SIZE:
         k.violation(f"KeExpandKernelStackAndCalloutEx Size {size} above MAXIMUM_EXPANSION_SIZE {MAXIMUM_EXPANSION_SIZE}", site)
@@ -538,7 +551,7 @@ def mm_get_system_routine_address(k, site, name):
 # --- Ob: objects, references, callbacks ---------------------------------------
 
 
-@routine("ObOpenObjectByPointer", PASSIVE, LEARN + "ntifs/nf-ntifs-obopenobjectbypointer: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine("ObOpenObjectByPointer", APC, LEARN + "ntifs/nf-ntifs-obopenobjectbypointer: IRQL <= APC_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def ob_open_object_by_pointer(k, site, target, attributes, access_state, access, object_type, mode, out):
     if not attributes & OBJ_KERNEL_HANDLE:
         k.violation("ObOpenObjectByPointer without OBJ_KERNEL_HANDLE", site)
@@ -555,7 +568,7 @@ def obf_dereference_object(k, site, target):
     return count - 1
 
 
-@routine("ObRegisterCallbacks", PASSIVE, LEARN + "wdm/nf-wdm-obregistercallbacks: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine("ObRegisterCallbacks", APC, LEARN + "wdm/nf-wdm-obregistercallbacks: IRQL <= APC_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def ob_register_callbacks(k, site, registration, handle_out):
     version, count = struct.unpack("<HH", k.machine.read(registration, 4))
     if version != 0x100:
@@ -586,7 +599,7 @@ def ob_register_callbacks(k, site, registration, handle_out):
     return STATUS_SUCCESS
 
 
-@routine("ObUnRegisterCallbacks", PASSIVE, LEARN + "wdm/nf-wdm-obunregistercallbacks: IRQL == PASSIVE_LEVEL")
+@routine("ObUnRegisterCallbacks", APC, LEARN + "wdm/nf-wdm-obunregistercallbacks: IRQL <= APC_LEVEL")
 def ob_unregister_callbacks(k, site, handle):
     if not k.ledger.undo("object callbacks", handle, site):
         k.violation("ObUnRegisterCallbacks of a registration that is not live", site)
@@ -606,12 +619,12 @@ def ps_get_current_thread_id(k, site):
     return k.current.id
 
 
-@routine("PsGetCurrentThread", DISPATCH, "wdm.h: PsGetCurrentThread _IRQL_requires_max_(DISPATCH_LEVEL)")
+@routine("PsGetCurrentThread", None, LEARN + "wdm/nf-wdm-psgetcurrentthread: any IRQL")
 def ps_get_current_thread(k, site):
     return k.current.object
 
 
-@routine("IoGetCurrentProcess", DISPATCH, LEARN + "wdm/nf-wdm-iogetcurrentprocess: IRQL <= DISPATCH_LEVEL")
+@routine("IoGetCurrentProcess", None, LEARN + "wdm/nf-wdm-iogetcurrentprocess: any IRQL")
 def io_get_current_process(k, site):
     return k.current.process.object
 
@@ -642,7 +655,7 @@ def ps_get_thread_process_id(k, site, thread):
     return owner.process.id
 
 
-@routine("PsIsSystemThread", None, LEARN + "ntddk/nf-ntddk-psissystemthread: any IRQL")
+@routine("PsIsSystemThread", DISPATCH, LEARN + "ntifs/nf-ntifs-psissystemthread: IRQL <= DISPATCH_LEVEL")
 def ps_is_system_thread(k, site, thread):
     kind, owner = k.objects.get(thread, (None, None))
     if kind != "thread":
@@ -660,7 +673,7 @@ def ps_lookup_process_by_process_id(k, site, process_id, out):
     return STATUS_INVALID_CID
 
 
-@routine("PsGetProcessCreateTimeQuadPart", DISPATCH, "ntifs.h (undocumented export): reads the EPROCESS, any IRQL up to DISPATCH_LEVEL")
+@routine("PsGetProcessCreateTimeQuadPart", None, LEARN + "ntddk/nf-ntddk-psgetprocesscreatetimequadpart: any IRQL")
 def ps_get_process_create_time_quad_part(k, site, process):
     kind, owner = k.objects.get(process, (None, None))
     if kind != "process":
@@ -698,7 +711,7 @@ def ps_set_create_thread_notify_routine(k, site, function):
     return set_notify(k, site, "thread", function, False)
 
 
-@routine("PsRemoveCreateThreadNotifyRoutine", PASSIVE, LEARN + "ntddk/nf-ntddk-psremovecreatethreadnotifyroutine: IRQL == PASSIVE_LEVEL")
+@routine("PsRemoveCreateThreadNotifyRoutine", APC, LEARN + "ntddk/nf-ntddk-psremovecreatethreadnotifyroutine: IRQL <= APC_LEVEL")
 def ps_remove_create_thread_notify_routine(k, site, function):
     return set_notify(k, site, "thread", function, True)
 
@@ -708,7 +721,7 @@ def ps_set_load_image_notify_routine(k, site, function):
     return set_notify(k, site, "image", function, False)
 
 
-@routine("PsRemoveLoadImageNotifyRoutine", PASSIVE, LEARN + "ntddk/nf-ntddk-psremoveloadimagenotifyroutine: IRQL == PASSIVE_LEVEL")
+@routine("PsRemoveLoadImageNotifyRoutine", APC, LEARN + "ntddk/nf-ntddk-psremoveloadimagenotifyroutine: IRQL <= APC_LEVEL")
 def ps_remove_load_image_notify_routine(k, site, function):
     return set_notify(k, site, "image", function, True)
 
@@ -716,7 +729,7 @@ def ps_remove_load_image_notify_routine(k, site, function):
 # --- Cm: registry callbacks ------------------------------------------------------
 
 
-@routine("CmRegisterCallbackEx", PASSIVE, LEARN + "wdm/nf-wdm-cmregistercallbackex: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine("CmRegisterCallbackEx", APC, LEARN + "wdm/nf-wdm-cmregistercallbackex: IRQL <= APC_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def cm_register_callback_ex(k, site, function, altitude, driver, context, cookie_out, reserved):
     if reserved:
         k.violation("CmRegisterCallbackEx with Reserved not NULL", site)
@@ -731,7 +744,7 @@ def cm_register_callback_ex(k, site, function, altitude, driver, context, cookie
     return STATUS_SUCCESS
 
 
-@routine("CmUnRegisterCallback", PASSIVE, LEARN + "wdm/nf-wdm-cmunregistercallback: IRQL == PASSIVE_LEVEL")
+@routine("CmUnRegisterCallback", APC, LEARN + "wdm/nf-wdm-cmunregistercallback: IRQL <= APC_LEVEL")
 def cm_unregister_callback(k, site, cookie):
     if not k.ledger.undo("registry callback", cookie, site):
         return STATUS_INVALID_PARAMETER
@@ -742,7 +755,12 @@ def cm_unregister_callback(k, site, cookie):
 # --- Rtl: stacks, security, memory -------------------------------------------
 
 
-@routine("RtlCaptureStackBackTrace", None, LEARN + "ntddk/nf-ntddk-rtlcapturestackbacktrace (any IRQL; at DISPATCH_LEVEL and above only with the stack resident)")
+@routine(
+    "RtlCaptureStackBackTrace",
+    None,
+    LEARN + "ntifs/nf-ntifs-rtlcapturestackbacktrace: no IRQL given; on x64 the walk can need a page fault "
+    "where none is allowed (kstack's paging policy decides, not this check)",
+)
 def rtl_capture_stack_back_trace(k, site, skip, count, out, hash_out):
     frames = k.machine.unwind(site) + k.caller_frames
     frames = frames[skip & 0xFFFFFFFF :][: count & 0xFFFFFFFF]
@@ -753,7 +771,12 @@ def rtl_capture_stack_back_trace(k, site, skip, count, out, hash_out):
     return len(frames)
 
 
-@routine("RtlWalkFrameChain", APC, "ntrtl.h RtlWalkFrameChain with RTL_WALK_USER_MODE_STACK: reads user memory, so below DISPATCH_LEVEL where a fault can be taken")
+@routine(
+    "RtlWalkFrameChain",
+    APC,
+    LEARN + "ntddk/nf-ntddk-rtlwalkframechain: reserved, no IRQL given; with RTL_WALK_USER_MODE_STACK it reads "
+    "pageable user memory, so below DISPATCH_LEVEL, where a page fault can be taken",
+)
 def rtl_walk_frame_chain(k, site, out, count, flags):
     if flags != 1:
         k.violation(f"RtlWalkFrameChain flags {flags}: kstack walks only the user stack (1)", site)
@@ -769,12 +792,17 @@ def rtl_walk_frame_chain(k, site, out, count, flags):
     return len(frames)
 
 
-@routine("__C_specific_handler", None, "the language handler RtlDispatchException calls for a frame whose unwind information names it; at the IRQL of the exception")
+@routine(
+    "__C_specific_handler",
+    None,
+    "learn.microsoft.com/windows/win32/devnotes/--c-specific-handler2: the language handler the exception "
+    "dispatcher calls for a frame whose unwind information names it; no IRQL given",
+)
 def c_specific_handler(k, site, record, frame, context, dispatcher):
     k.violation("__C_specific_handler called directly", site)
 
 
-@routine("RtlCreateAcl", PASSIVE, LEARN + "ntifs/nf-ntifs-rtlcreateacl: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine("RtlCreateAcl", APC, LEARN + "ntifs/nf-ntifs-rtlcreateacl: IRQL <= APC_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
 def rtl_create_acl(k, site, acl, length, revision):
     if length < 8:
         return STATUS_BUFFER_TOO_SMALL
@@ -782,7 +810,7 @@ def rtl_create_acl(k, site, acl, length, revision):
     return STATUS_SUCCESS
 
 
-@routine("RtlAddAccessAllowedAce", PASSIVE, LEARN + "ntifs/nf-ntifs-rtladdaccessallowedace: IRQL == PASSIVE_LEVEL")
+@routine("RtlAddAccessAllowedAce", APC, LEARN + "ntifs/nf-ntifs-rtladdaccessallowedace: IRQL < DISPATCH_LEVEL")
 def rtl_add_access_allowed_ace(k, site, acl, revision, mask, sid):
     _revision, _, size, count, _ = struct.unpack("<BBHHH", k.machine.read(acl, 8))
     sid_length = 8 + 4 * k.machine.read(sid + 1, 1)[0]
@@ -809,7 +837,7 @@ def rtl_set_dacl_security_descriptor(k, site, descriptor, present, dacl, default
     return STATUS_SUCCESS
 
 
-@routine("memcpy", None, "C runtime (ntoskrnl export): any IRQL, on resident memory")
+@routine("memcpy", None, LEARN + "wdm/nf-wdm-rtlcopymemory: any IRQL on non-paged memory")
 def memcpy(k, site, destination, source, size):
     k.check_range(destination, size, site, "memcpy")
     if size:
@@ -817,7 +845,7 @@ def memcpy(k, site, destination, source, size):
     return destination
 
 
-@routine("memset", None, "C runtime (ntoskrnl export): any IRQL, on resident memory")
+@routine("memset", None, LEARN + "wdm/nf-wdm-rtlfillmemory: any IRQL on non-paged memory")
 def memset(k, site, destination, value, size):
     k.check_range(destination, size, site, "memset")
     if size:
@@ -928,7 +956,12 @@ def zw_set_security_object(k, site, handle, information, descriptor):
     return STATUS_SUCCESS
 
 
-@routine("ZwQuerySystemInformation", PASSIVE, "winternl.h ZwQuerySystemInformation (learn.microsoft.com/windows/win32/api/winternl/nf-winternl-ntquerysysteminformation): IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
+@routine(
+    "ZwQuerySystemInformation",
+    PASSIVE,
+    "learn.microsoft.com/windows/win32/sysinfo/zwquerysysteminformation: no IRQL given; PASSIVE_LEVEL as every Zw routine's page says",
+    failable=STATUS_INSUFFICIENT_RESOURCES,
+)
 def zw_query_system_information(k, site, information_class, buffer, length, result_length):
     if information_class != 3:  # SystemTimeOfDayInformation
         return 0xC0000003  # STATUS_INVALID_INFO_CLASS
