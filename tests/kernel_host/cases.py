@@ -77,6 +77,14 @@ def only_trace(w, handle, client, source):
     return record
 
 
+def registry_record(w, thread, **fire):
+    """A registry operation in `thread` with only the registry source on:
+    the open handle, its client, and the one record it made."""
+    handle, client = started(w, {"sources": ["registry"]})
+    w.fire_registry(thread, **fire)
+    return handle, client, only_trace(w, handle, client, "registry")
+
+
 def kernel_names(w, record):
     return [w.kernel.name_site(frame) for frame in record["frames"][: record["kernel_frames"]]]
 
@@ -213,10 +221,8 @@ def older_windows_without_the_looked_up_routines(w):
 
 @case
 def registry_deep_user_stack(w):
-    handle, client = started(w, {"sources": ["registry"]})
     caller = w.user_thread(user_frames=[0x7FF7_0000_0000 + 0x20 * n for n in range(200)])
-    w.fire_registry(caller)
-    record = only_trace(w, handle, client, "registry")
+    handle, client, record = registry_record(w, caller)
     limit = w.bridge.facts["default_user_frames"]["registry"]
     check(record["user_frame_count"] <= limit, f"{record['user_frame_count']} user frames, above user_frames {limit}")
     check(record["frames"][record["kernel_frames"] :] == caller.user_frames[: record["user_frame_count"]], "the user frames are not the innermost of the thread's")
@@ -226,10 +232,7 @@ def registry_deep_user_stack(w):
 
 @case
 def registry_unmapped_user_stack(w):
-    handle, client = started(w, {"sources": ["registry"]})
-    caller = w.user_thread(user_fault=True)
-    w.fire_registry(caller)
-    record = only_trace(w, handle, client, "registry")
+    handle, client, record = registry_record(w, w.user_thread(user_fault=True))
     check(record["user_part"] == "faulted", f"user part {record['user_part']}, expected faulted")
     check(w.kernel.exceptions_handled == 1, f"{w.kernel.exceptions_handled} exceptions handled")
     status = w.status(handle, client)
@@ -240,9 +243,7 @@ def registry_unmapped_user_stack(w):
 
 @case
 def registry_system_thread(w):
-    handle, client = started(w, {"sources": ["registry"]})
-    w.fire_registry(w.system_thread())
-    record = only_trace(w, handle, client, "registry")
+    handle, client, record = registry_record(w, w.system_thread())
     check(record["user_part"] == "system_thread", f"user part {record['user_part']}")
     finished(w, handle, client)
     return "a registry operation in a system thread: no user walk, user part system_thread"
@@ -250,9 +251,7 @@ def registry_system_thread(w):
 
 @case
 def registry_attached_thread(w):
-    handle, client = started(w, {"sources": ["registry"]})
-    w.fire_registry(w.user_thread(attached=True))
-    record = only_trace(w, handle, client, "registry")
+    handle, client, record = registry_record(w, w.user_thread(attached=True))
     check(record["user_part"] == "attached", f"user part {record['user_part']}")
     finished(w, handle, client)
     return "a thread attached to another process: no user walk, user part attached"
@@ -260,9 +259,7 @@ def registry_attached_thread(w):
 
 @case
 def registry_32_bit_process(w):
-    handle, client = started(w, {"sources": ["registry"]})
-    w.fire_registry(w.user_thread(w.process(wow64=True)))
-    record = only_trace(w, handle, client, "registry")
+    handle, client, record = registry_record(w, w.user_thread(w.process(wow64=True)))
     check("wow64" in record["flags"], f"flags {record['flags']}, no wow64")
     finished(w, handle, client)
     return f"a WoW64 process: flags {record['flags']}, user part {record['user_part']}"

@@ -624,6 +624,25 @@ def ps_get_current_thread(k, site):
     return k.current.object
 
 
+def owner_of(k, address, kind, routine_name, site):
+    """The modelled process or thread behind an object pointer the driver
+    passes; anything else is a violation."""
+    found, owner = k.objects.get(address, (None, None))
+    if found != kind:
+        k.violation(f"{routine_name} of 0x{address:X}, not a {kind} object", site)
+    return owner
+
+
+def look_up(k, kind, wanted, out):
+    """Ps*Lookup*ById: a referenced object, which the caller must dereference."""
+    for address, (found, owner) in k.objects.items():
+        if found == kind and owner.id == wanted:
+            k.reference(address)
+            k.machine.write_u64(out, address)
+            return STATUS_SUCCESS
+    return STATUS_INVALID_CID
+
+
 @routine("IoGetCurrentProcess", None, LEARN + "wdm/nf-wdm-iogetcurrentprocess: any IRQL")
 def io_get_current_process(k, site):
     return k.current.process.object
@@ -631,54 +650,32 @@ def io_get_current_process(k, site):
 
 @routine("PsLookupThreadByThreadId", APC, LEARN + "ntifs/nf-ntifs-pslookupthreadbythreadid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_CID)
 def ps_lookup_thread_by_thread_id(k, site, thread_id, out):
-    for address, (kind, owner) in k.objects.items():
-        if kind == "thread" and owner.id == thread_id:
-            k.reference(address)
-            k.machine.write_u64(out, address)
-            return STATUS_SUCCESS
-    return STATUS_INVALID_CID
+    return look_up(k, "thread", thread_id, out)
 
 
 @routine("PsGetProcessId", None, LEARN + "ntddk/nf-ntddk-psgetprocessid: any IRQL")
 def ps_get_process_id(k, site, process):
-    kind, owner = k.objects.get(process, (None, None))
-    if kind != "process":
-        k.violation(f"PsGetProcessId of 0x{process:X}, not a process object", site)
-    return owner.id
+    return owner_of(k, process, "process", "PsGetProcessId", site).id
 
 
 @routine("PsGetThreadProcessId", None, LEARN + "ntddk/nf-ntddk-psgetthreadprocessid: any IRQL")
 def ps_get_thread_process_id(k, site, thread):
-    kind, owner = k.objects.get(thread, (None, None))
-    if kind != "thread":
-        k.violation(f"PsGetThreadProcessId of 0x{thread:X}, not a thread object", site)
-    return owner.process.id
+    return owner_of(k, thread, "thread", "PsGetThreadProcessId", site).process.id
 
 
 @routine("PsIsSystemThread", DISPATCH, LEARN + "ntifs/nf-ntifs-psissystemthread: IRQL <= DISPATCH_LEVEL")
 def ps_is_system_thread(k, site, thread):
-    kind, owner = k.objects.get(thread, (None, None))
-    if kind != "thread":
-        k.violation(f"PsIsSystemThread of 0x{thread:X}, not a thread object", site)
-    return 1 if owner.system else 0
+    return 1 if owner_of(k, thread, "thread", "PsIsSystemThread", site).system else 0
 
 
 @routine("PsLookupProcessByProcessId", APC, LEARN + "ntifs/nf-ntifs-pslookupprocessbyprocessid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_CID)
 def ps_lookup_process_by_process_id(k, site, process_id, out):
-    for address, (kind, owner) in k.objects.items():
-        if kind == "process" and owner.id == process_id:
-            k.reference(address)
-            k.machine.write_u64(out, address)
-            return STATUS_SUCCESS
-    return STATUS_INVALID_CID
+    return look_up(k, "process", process_id, out)
 
 
 @routine("PsGetProcessCreateTimeQuadPart", None, LEARN + "ntddk/nf-ntddk-psgetprocesscreatetimequadpart: any IRQL")
 def ps_get_process_create_time_quad_part(k, site, process):
-    kind, owner = k.objects.get(process, (None, None))
-    if kind != "process":
-        k.violation(f"PsGetProcessCreateTimeQuadPart of 0x{process:X}, not a process object", site)
-    return owner.create_time
+    return owner_of(k, process, "process", "PsGetProcessCreateTimeQuadPart", site).create_time
 
 
 def set_notify(k, site, kind, function, remove):

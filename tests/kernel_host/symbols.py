@@ -14,44 +14,38 @@ PUBLIC = re.compile(r"S_PUB32 \[size = \d+\] `(?P<name>[^`]*)`")
 PUBLIC_PLACE = re.compile(r"addr = (?P<section>[0-9a-f]{4}):(?P<offset>\d+)$")
 
 
+def listed(pdb_path, what, header, place, sections):
+    """(rva, name, match of `place`) for each record `llvm-pdbutil dump
+    -{what}` lists whose header line matches `header` and whose next line
+    matches `place` (in the image's section `sections` gives the RVA of)."""
+    output = subprocess.run(["llvm-pdbutil", "dump", f"-{what}", pdb_path], check=True, capture_output=True, text=True).stdout
+    found = []
+    name = None
+    for line in output.splitlines():
+        named = header.search(line)
+        if named:
+            name = named.group("name")
+            continue
+        placed = place.search(line.strip())
+        if placed and name is not None:
+            found.append((sections[int(placed.group("section"), 16) - 1] + int(placed.group("offset")), name, placed))
+        name = None
+    return found
+
+
 class Symbols:
     def __init__(self, pdb_path, pe):
         sections = [section.VirtualAddress for section in pe.sections]
-        output = subprocess.run(
-            ["llvm-pdbutil", "dump", "-symbols", pdb_path], check=True, capture_output=True, text=True
-        ).stdout
-        self.procedures = []
-        name = None
-        for line in output.splitlines():
-            found = PROCEDURE.search(line)
-            if found:
-                name = found.group("name")
-                continue
-            place = PLACE.search(line)
-            if place and name is not None:
-                rva = sections[int(place.group("section"), 16) - 1] + int(place.group("offset"))
-                self.procedures.append((rva, rva + int(place.group("size")), name))
-                name = None
-        self.procedures.sort()
+        self.procedures = sorted(
+            (rva, rva + int(place.group("size")), name) for rva, name, place in listed(pdb_path, "symbols", PROCEDURE, PLACE, sections)
+        )
         if not self.procedures:
             raise RuntimeError(f"{pdb_path} names no procedure")
         # Code without a procedure record (kstack's assembly thunks) is
-        # named by the public symbol at or before it in its section.
-        output = subprocess.run(
-            ["llvm-pdbutil", "dump", "-publics", pdb_path], check=True, capture_output=True, text=True
-        ).stdout
-        self.publics = []
-        name = None
-        for line in output.splitlines():
-            found = PUBLIC.search(line)
-            if found:
-                name = found.group("name")
-                continue
-            place = PUBLIC_PLACE.search(line.strip())
-            if place and name is not None and int(place.group("section"), 16) == 1:
-                self.publics.append((sections[0] + int(place.group("offset")), name))
-            name = None
-        self.publics.sort()
+        # named by the public symbol at or before it in .text (section 1).
+        self.publics = sorted(
+            (rva, name) for rva, name, place in listed(pdb_path, "publics", PUBLIC, PUBLIC_PLACE, sections) if place.group("section") == "0001"
+        )
 
     def name(self, rva):
         for begin, end, name in self.procedures:
