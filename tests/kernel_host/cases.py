@@ -485,13 +485,14 @@ def model_delivers_special_kernel_apcs(w):
     kernel APC runs in its target thread at APC_LEVEL, and a thread that
     exits first runs it down instead."""
     target = w.user_thread()
-    seen = []
-    w.kernel.queue_apc(target, lambda thread: seen.append((thread.id, w.kernel.irql)), rundown=lambda: seen.append("rundown"))
-    w.kernel.deliver_apcs(target)
     other = w.user_thread()
-    w.kernel.queue_apc(other, lambda thread: seen.append("ran"), rundown=lambda: seen.append(("rundown", other.id)))
+    seen = []
+    for thread, apc in ((target, 0x10), (other, 0x20)):
+        w.kernel.apcs[apc] = {"thread": thread, "kernel": lambda thread: seen.append((thread.id, w.kernel.irql)), "rundown": lambda apc=apc: seen.append(("rundown", apc)), "queued": True}
+        thread.apcs.append(apc)
+    w.kernel.deliver_apcs(target)
     w.kernel.thread_exit(other)
-    check(seen == [(target.id, APC), ("rundown", other.id)], f"{seen}")
+    check(seen == [(target.id, APC), ("rundown", 0x20)], f"{seen}")
     return "model self-check: a queued special kernel APC ran in its target thread at APC_LEVEL; one queued to a thread that exited was run down"
 
 

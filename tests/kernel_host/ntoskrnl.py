@@ -60,6 +60,8 @@ class Thread:
         self.attached = attached
         self.user_frames = list(user_frames or [])
         self.user_fault = user_fault
+        self.exiting = False
+        # Addresses of the KAPCs queued to it, oldest first.
         self.apcs = []
         self.object = kernel.object_blob("thread", self)
 
@@ -161,36 +163,50 @@ class Kernel:
         self.timers = {}
         self.dpcs = {}
         self.completed_irps = {}
+        self.apcs = {}
 
     def take_registry_altitude(self, altitude):
         """Another driver's registry callback at `altitude`."""
         self.foreign_altitudes.add(altitude)
         return altitude
 
-    # --- APCs: what the thread-stacks work will use --------------------------
-
-    def queue_apc(self, thread, kernel_routine, rundown):
-        """A special kernel APC queued to `thread` (KeInsertQueueApc)."""
-        thread.apcs.append((kernel_routine, rundown))
+    # --- APCs: delivery and rundown, as the kernel does them ------------------
 
     def deliver_apcs(self, thread):
-        """The thread runs its special kernel APCs: in itself, at APC_LEVEL
-        (learn.microsoft.com/windows-hardware/drivers/kernel/types-of-apcs)."""
-        previous, irql = self.current, self.irql
-        self.current, self.irql = thread, APC
-        try:
-            for kernel_routine, _ in thread.apcs:
-                kernel_routine(thread)
-        finally:
-            thread.apcs = []
-            self.current, self.irql = previous, irql
+        """`thread` runs again and takes its queued special kernel APCs: each
+        kernel routine in that thread, at APC_LEVEL
+        (learn.microsoft.com/windows-hardware/drivers/kernel/types-of-apcs).
+        The thread's stack is what it was doing: `interrupted_frames`."""
+        while thread.apcs:
+            apc = thread.apcs.pop(0)
+            entry = self.apcs[apc]
+            entry["queued"] = False
+            if callable(entry["kernel"]):
+                previous, irql = self.current, self.irql
+                self.current, self.irql = thread, APC
+                try:
+                    entry["kernel"](thread)
+                finally:
+                    self.current, self.irql = previous, irql
+                continue
+            cells = self.machine.data(32)
+            for index, value in enumerate((entry["normal"], entry["context"], *entry["arguments"])):
+                self.machine.write_u64(cells + 8 * index, value)
+            self.run(entry["kernel"], [apc, cells, cells + 8, cells + 16, cells + 24], APC, thread)
 
     def thread_exit(self, thread):
-        """A thread that exits with APCs queued runs each one's rundown
-        routine instead (at PASSIVE_LEVEL, in the exiting thread)."""
-        for _, rundown in thread.apcs:
-            rundown()
-        thread.apcs = []
+        """`thread` exits: no APC can be queued to it any more, and each one
+        still queued is run down (its rundown routine, at PASSIVE_LEVEL in the
+        exiting thread) or, without one, discarded."""
+        thread.exiting = True
+        while thread.apcs:
+            apc = thread.apcs.pop(0)
+            entry = self.apcs[apc]
+            entry["queued"] = False
+            if callable(entry["rundown"]):
+                entry["rundown"]()
+            elif entry["rundown"]:
+                self.run(entry["rundown"], [apc], PASSIVE, thread)
 
     def data_export(self, name):
         return self.variables.get(name)
@@ -535,6 +551,47 @@ def ke_expand_kernel_stack_and_callout_ex(k, site, callout, parameter, size, wai
         return STATUS_SUCCESS
 
     return Callout(callout, [parameter], stack, back)
+
+
+# --- Ke: APCs ---------------------------------------------------------------
+# KeInitializeApc and KeInsertQueueApc are exported by every x64 ntoskrnl but
+# not documented; their prototypes are the kernel's (as ReactOS and System
+# Informer declare them).
+
+
+@routine("KeInitializeApc", DISPATCH, "undocumented (no learn.microsoft.com page): fills the caller's KAPC; DISPATCH_LEVEL at most, as KeInsertQueueApc")
+def ke_initialize_apc(k, site, apc, thread, environment, kernel_routine, rundown_routine, normal_routine, mode, context):
+    owner_of(k, thread, "thread", "KeInitializeApc", site)
+    if not kernel_routine:
+        k.violation("KeInitializeApc without a kernel routine", site)
+    k.apcs[apc] = {
+        "thread": k.objects[thread][1],
+        "kernel": kernel_routine,
+        "rundown": rundown_routine,
+        "normal": normal_routine,
+        "context": context,
+        "arguments": (0, 0),
+        "queued": False,
+    }
+
+
+@routine("KeInsertQueueApc", DISPATCH, "undocumented (no learn.microsoft.com page): queues the APC, raising to DISPATCH_LEVEL itself; FALSE when the thread exits or the APC is queued already")
+def ke_insert_queue_apc(k, site, apc, argument1, argument2, increment):
+    entry = k.apcs.get(apc)
+    if entry is None:
+        k.violation(f"KeInsertQueueApc of 0x{apc:X}, never initialized (KeInitializeApc)", site)
+    if entry["queued"] or entry["thread"].exiting:
+        return 0
+    entry["queued"] = True
+    entry["arguments"] = (argument1, argument2)
+    entry["thread"].apcs.append(apc)
+    return 1
+
+
+@routine("ObfReferenceObject", DISPATCH, LEARN + "wdm/nf-wdm-obfreferenceobject: IRQL <= DISPATCH_LEVEL")
+def obf_reference_object(k, site, target):
+    k.reference(target)
+    return k.ledger.references[target]
 
 
 # --- Mm: routine lookup -------------------------------------------------
