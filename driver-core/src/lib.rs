@@ -14,6 +14,7 @@
 //!   walk's own stack.
 //! - [`user_walk_guard`]: which threads are walking their user stack.
 //! - [`module_records`]: image loads and process exits into the ring.
+//! - [`thread_captures`]: the slots of the APCs that capture named threads.
 //! - [`requests`]: serving the IOCTLs, every input validated by kstack-abi.
 //!
 //! The driver crate supplies the kernel through [`platform::Platform`] and
@@ -36,6 +37,7 @@ pub mod stack_table;
 mod sync;
 #[cfg(feature = "test-support")]
 pub mod test_support;
+pub mod thread_captures;
 pub mod user_walk_guard;
 
 pub use capture::{CaptureOutcome, DriverCore, SourceRegistration};

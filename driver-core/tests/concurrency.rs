@@ -2,7 +2,9 @@
 //! consumer on one ring and on a ring of two shards, callbacks and unload
 //! on the rundown gate, a read racing a clear, captures racing on the stack
 //! table (the same stack, colliding stacks, a hit against an eviction, an
-//! eviction while a reader takes the frames). Each scenario runs two ways:
+//! eviction while a reader takes the frames), a thread-capture slot freed by
+//! its APC routine while the next request waits for it. Each scenario runs
+//! two ways:
 //!
 //! - under loom, every interleaving (or every one up to a preemption bound):
 //!   `RUSTFLAGS="--cfg loom" cargo test -p kstack-driver-core --test concurrency --release`;
@@ -21,6 +23,7 @@ use kstack_driver_core::{
     stack_table::Tabled,
     stack_table::TestTable,
     test_support::keep,
+    thread_captures::{Requested, Slot, ThreadCaptures},
 };
 #[cfg(loom)]
 use loom::{
@@ -300,6 +303,45 @@ fn rundown_never_frees_under_a_callback() {
         );
         assert!(rundown.enter().is_none());
         callback.join().unwrap();
+    });
+}
+
+/// One thread-capture slot: an APC's routine delivers request 1's capture
+/// and frees the slot while request 2 waits to claim it. The routine reads
+/// request 1's facts, never request 2's, and request 2 gets the slot only
+/// after the routine is done with it. (The kernel's queueing orders the
+/// arm before the routine, as the thread's spawn does here. A routine
+/// that frees the slot before reading it fails this.)
+#[test]
+fn an_apc_routine_and_the_next_claim_of_its_slot() {
+    model(|| {
+        let table = keep(ThreadCaptures::new(keep([Slot::new()])));
+        let first = Requested {
+            tag: 1,
+            at: 10,
+            timeout: 5,
+        };
+        let index = table.arm(first).expect("the free slot");
+        let routine = thread::spawn(move || {
+            let delivery = table.delivered(index, 12);
+            table.release(index);
+            delivery
+        });
+        let second = Requested {
+            tag: 2,
+            at: 20,
+            timeout: 5,
+        };
+        let mut wait = Wait::new("the APC routine to free the slot");
+        let claimed = loop {
+            if let Some(claimed) = table.arm(second) {
+                break claimed;
+            }
+            wait.turn();
+        };
+        assert_eq!(table.requested(claimed), second);
+        let delivery = routine.join().unwrap();
+        assert_eq!((delivery.tag, delivery.delay, delivery.late), (1, 2, false));
     });
 }
 

@@ -1,0 +1,297 @@
+//! Thread captures: the bookkeeping of the special kernel APCs a
+//! `CaptureThreads` request queues, one slot per APC that may still run.
+//!
+//! # Design
+//!
+//! A request names threads. For each, the driver claims a free slot, writes
+//! the request's facts into it (tag, when, timeout), and queues a special
+//! kernel APC to the thread whose context names the slot. The kernel later
+//! runs exactly one of the APC's two routines: the kernel routine, in the
+//! thread at `APC_LEVEL` (the capture: delivered), or, when the thread exits
+//! with the APC still queued, the rundown routine (run down). That routine
+//! reads the slot's facts and frees it. There is no lock and no wait: a claim
+//! is one compare-and-swap, a release one store.
+//!
+//! # Invariants
+//!
+//! - A slot is `FREE`, `CLAIMED` (one request owns it and writes its facts)
+//!   or `QUEUED` (its APC is in the kernel's queue, or about to be). Only a
+//!   compare-and-swap from `FREE` claims it, so no two requests own one slot.
+//! - A request marks its slot `QUEUED` (Release, after writing the facts)
+//!   *before* it hands the APC to the kernel: once `KeInsertQueueApc` returns
+//!   TRUE the APC may already have run on another processor, and its routine
+//!   must find the slot armed. If the kernel refuses the APC (the thread is
+//!   exiting), no routine will run and the request frees the slot itself.
+//! - A routine reads the facts after its Acquire of `QUEUED` and frees the
+//!   slot (Release) last, so it reads this request's facts, never a later
+//!   one's, and the next claim sees the slot only after the routine is done
+//!   with it.
+//! - Every queued APC ends as exactly one of delivered and run down, so once
+//!   no request is being served and no routine runs, `queued = delivered +
+//!   run_down + in_flight`, where `in_flight` is the number of slots not
+//!   free.
+//!
+//! The kernel's own objects (the KAPC each slot pairs with, the references
+//! on the thread and on kstack's device that keep the APC's routines
+//! mapped) are the driver's; this module knows slots by index only.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const QUEUED: u32 = 2;
+
+/// One APC's bookkeeping.
+pub struct Slot {
+    state: AtomicU32,
+    tag: AtomicU64,
+    requested_at: AtomicU64,
+    timeout: AtomicU64,
+}
+
+impl Slot {
+    /// A free slot.
+    #[cfg(not(loom))]
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            state: AtomicU32::new(FREE),
+            tag: AtomicU64::new(0),
+            requested_at: AtomicU64::new(0),
+            timeout: AtomicU64::new(0),
+        }
+    }
+
+    /// A free slot.
+    #[cfg(loom)]
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            state: AtomicU32::new(FREE),
+            tag: AtomicU64::new(0),
+            requested_at: AtomicU64::new(0),
+            timeout: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a request wrote into its slot, as the APC's routine reads it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Requested {
+    /// The request's tag, as given.
+    pub tag: u64,
+    /// When the request queued the APC (the record clock, 100 ns units).
+    pub at: u64,
+    /// The request's timeout, in 100 ns units.
+    pub timeout: u64,
+}
+
+/// What became of a delivered APC's capture, against its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The request's tag.
+    pub tag: u64,
+    /// From the request to the capture, in 100 ns units, saturating.
+    pub delay: u32,
+    /// Whether the capture ran after the request's timeout.
+    pub late: bool,
+}
+
+/// The slots, over memory the driver allocated with its state.
+pub struct ThreadCaptures<'a> {
+    slots: &'a [Slot],
+    /// Where the next claim starts looking, so claims spread over the table.
+    next: AtomicU32,
+}
+
+impl<'a> ThreadCaptures<'a> {
+    /// The bookkeeping over `slots`, all free.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn new(slots: &'a [Slot]) -> Self {
+        Self {
+            slots,
+            next: AtomicU32::new(0),
+        }
+    }
+
+    /// How many slots there are.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there are none.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Claims a free slot for `requested` and arms it: its index, or `None`
+    /// when every slot is in use. The caller then queues the APC, and calls
+    /// [`ThreadCaptures::refused`] if the kernel did not take it.
+    ///
+    /// Max IRQL: `DISPATCH_LEVEL` (a bounded scan, never a wait).
+    pub fn arm(&self, requested: Requested) -> Option<usize> {
+        let count = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) as usize;
+        (0..count)
+            .map(|step| (start + step) % count)
+            .find(|&index| {
+                let slot = &self.slots[index];
+                if slot
+                    .state
+                    .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    return false;
+                }
+                slot.tag.store(requested.tag, Ordering::Relaxed);
+                slot.requested_at.store(requested.at, Ordering::Relaxed);
+                slot.timeout.store(requested.timeout, Ordering::Relaxed);
+                slot.state.store(QUEUED, Ordering::Release);
+                true
+            })
+    }
+
+    /// The kernel refused the APC armed in slot `index`: no routine will
+    /// run for it, so the slot is free again.
+    ///
+    /// Max IRQL: any.
+    pub fn refused(&self, index: usize) {
+        self.release(index);
+    }
+
+    /// The APC of slot `index` is being delivered at `now` (its kernel
+    /// routine runs): what its capture records of the request. The caller
+    /// captures, then calls [`ThreadCaptures::release`].
+    ///
+    /// # Panics
+    /// In host builds, when the slot is not armed (a routine for an APC
+    /// kstack never queued: a driver bug).
+    ///
+    /// Max IRQL: `APC_LEVEL` (the kernel routine's).
+    #[must_use]
+    pub fn delivered(&self, index: usize, now: u64) -> Delivery {
+        let requested = self.requested(index);
+        let delay = now.saturating_sub(requested.at);
+        Delivery {
+            tag: requested.tag,
+            delay: u32::try_from(delay).unwrap_or(u32::MAX),
+            late: delay > requested.timeout,
+        }
+    }
+
+    /// What the request wrote into slot `index`, read after the routine's
+    /// Acquire of the armed state.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn requested(&self, index: usize) -> Requested {
+        let slot = &self.slots[index];
+        let state = slot.state.load(Ordering::Acquire);
+        debug_assert_eq!(
+            state, QUEUED,
+            "a routine ran for slot {index}, which is not armed"
+        );
+        Requested {
+            tag: slot.tag.load(Ordering::Relaxed),
+            at: slot.requested_at.load(Ordering::Relaxed),
+            timeout: slot.timeout.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The APC of slot `index` is done (delivered and captured, or run
+    /// down): the slot is free for another request. The routine's last
+    /// touch of the slot.
+    ///
+    /// Max IRQL: any.
+    pub fn release(&self, index: usize) {
+        self.slots[index].state.store(FREE, Ordering::Release);
+    }
+
+    /// How many slots are not free: APCs queued whose routine has not
+    /// finished (and, while a request is served, its claims).
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| slot.state.load(Ordering::Acquire) != FREE)
+            .count()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn slots(count: usize) -> Vec<Slot> {
+        (0..count).map(|_| Slot::new()).collect()
+    }
+
+    fn requested(tag: u64) -> Requested {
+        Requested {
+            tag,
+            at: 1_000,
+            timeout: 500,
+        }
+    }
+
+    #[test]
+    fn every_slot_is_claimed_once_then_none_is_left() {
+        let slots = slots(4);
+        let table = ThreadCaptures::new(&slots);
+        let mut claimed: Vec<usize> = (0..4)
+            .map(|tag| table.arm(requested(tag)).expect("a free slot"))
+            .collect();
+        claimed.sort_unstable();
+        assert_eq!(claimed, [0, 1, 2, 3]);
+        assert_eq!(table.arm(requested(9)), None);
+        assert_eq!(table.in_flight(), 4);
+        table.release(2);
+        assert_eq!(table.arm(requested(10)), Some(2));
+    }
+
+    #[test]
+    fn a_refused_apc_frees_its_slot() {
+        let slots = slots(1);
+        let table = ThreadCaptures::new(&slots);
+        let index = table.arm(requested(1)).expect("a free slot");
+        table.refused(index);
+        assert_eq!(table.in_flight(), 0);
+        assert_eq!(table.arm(requested(2)), Some(index));
+    }
+
+    #[test]
+    fn a_delivery_reads_its_request_and_says_whether_it_is_late() {
+        let slots = slots(2);
+        let table = ThreadCaptures::new(&slots);
+        let index = table.arm(requested(77)).expect("a free slot");
+        assert_eq!(
+            table.delivered(index, 1_400),
+            Delivery {
+                tag: 77,
+                delay: 400,
+                late: false
+            }
+        );
+        assert!(table.delivered(index, 1_501).late);
+        assert_eq!(table.delivered(index, u64::MAX).delay, u32::MAX);
+        assert_eq!(table.delivered(index, 0).delay, 0);
+        table.release(index);
+        assert_eq!(table.in_flight(), 0);
+    }
+}
