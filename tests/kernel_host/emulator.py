@@ -390,10 +390,13 @@ class Machine:
         self.stack_stack.append((rsp, callout))
         low, high = callout.stack
         self.live_stacks.append(callout.stack)
-        new = ((high - 0x40) & ~0xF) - 8
+        new = ((high - 0x80) & ~0xF) - 8
         self.write_u64(new, self.stub_for("__callout_return__"))
         for index, value in enumerate(callout.args):
-            self.uc.reg_write(ARGUMENT_REGISTERS[index], value)
+            if index < 4:
+                self.uc.reg_write(ARGUMENT_REGISTERS[index], value)
+            else:
+                self.write_u64(new + 8 + 0x20 + 8 * (index - 4), value)
         self.uc.reg_write(UC_X86_REG_RSP, new)
         self.uc.reg_write(UC_X86_REG_RIP, callout.target)
         self.entry_rsps.append(new)

@@ -33,6 +33,7 @@ POOL_FLAG_NON_PAGED = 0x40
 POOL_FLAG_UNINITIALIZED = 0x2
 MAXIMUM_EXPANSION_SIZE = 0xF000 - 0x800
 KERNEL_FRAMES_BASE = 0xFFFFF80040000000
+KI_DELIVER_APC = KERNEL_FRAMES_BASE + 0x4D10
 BUGCHECK_VERIFIER = 0xC4
 
 LEARN = "learn.microsoft.com/windows-hardware/drivers/ddi/"
@@ -61,6 +62,9 @@ class Thread:
         self.user_frames = list(user_frames or [])
         self.user_fault = user_fault
         self.exiting = False
+        # What the thread was doing in the kernel when an APC reaches it
+        # (return addresses, innermost first): waiting in KeWaitForSingleObject.
+        self.kernel_frames = [KERNEL_FRAMES_BASE + 0x9A00 + thread_id, KERNEL_FRAMES_BASE + 0x7700, KERNEL_FRAMES_BASE + 0x2100]
         # Addresses of the KAPCs queued to it, oldest first.
         self.apcs = []
         self.object = kernel.object_blob("thread", self)
@@ -124,6 +128,8 @@ class Kernel:
         self.processors = 4
         self.processor = 0
         self.expansion_fails = False
+        # Threads that run while a driver waits, taking their queued APCs.
+        self.running_threads = []
         self.foreign_altitudes = set()
         self.in_driver_entry = False
         self.objects = {}
@@ -189,10 +195,45 @@ class Kernel:
                 finally:
                     self.current, self.irql = previous, irql
                 continue
-            cells = self.machine.data(32)
-            for index, value in enumerate((entry["normal"], entry["context"], *entry["arguments"])):
-                self.machine.write_u64(cells + 8 * index, value)
-            self.run(entry["kernel"], [apc, cells, cells + 8, cells + 16, cells + 24], APC, thread)
+            self.run(entry["kernel"], self.kernel_routine_arguments(apc, entry), APC, thread, above=self.delivery_frames(thread))
+
+    def kernel_routine_arguments(self, apc, entry):
+        """A special kernel APC's kernel routine's arguments: the KAPC and
+        pointers to its normal routine, context and two system arguments."""
+        cells = self.machine.data(32)
+        for index, value in enumerate((entry["normal"], entry["context"], *entry["arguments"])):
+            self.machine.write_u64(cells + 8 * index, value)
+        return [apc, cells, cells + 8, cells + 16, cells + 24]
+
+    def delivery_frames(self, thread):
+        """The kernel's frames above an APC's kernel routine: the APC
+        dispatcher (KiDeliverApc), then what the thread was doing."""
+        return [KI_DELIVER_APC] + thread.kernel_frames
+
+    def next_apc_of_a_running_thread(self):
+        """While a driver waits (KeDelayExecutionThread), other threads run
+        and take their APCs: the first queued to a thread that runs, as a
+        callout in that thread at APC_LEVEL, or None."""
+        for thread in self.running_threads:
+            if not thread.apcs:
+                continue
+            apc = thread.apcs.pop(0)
+            entry = self.apcs[apc]
+            entry["queued"] = False
+            saved = (self.current, self.irql, self.caller_frames)
+            self.current, self.irql, self.caller_frames = thread, APC, self.delivery_frames(thread)
+            stack = self.machine.new_stack()
+            self.stacks.append(stack)
+
+            def back(saved=saved):
+                self.machine.free_stack(self.stacks.pop())
+                if self.irql != APC:
+                    self.violation(f"an APC's kernel routine returned at IRQL {self.irql}", entry["kernel"])
+                self.current, self.irql, self.caller_frames = saved
+                return STATUS_SUCCESS
+
+            return Callout(entry["kernel"], self.kernel_routine_arguments(apc, entry), stack, back)
+        return None
 
     def thread_exit(self, thread):
         """`thread` exits: no APC can be queued to it any more, and each one
@@ -308,13 +349,13 @@ class Kernel:
 
     # --- running driver code ----------------------------------------------
 
-    def run(self, target, args, irql=PASSIVE, thread=None, stack_left=None):
+    def run(self, target, args, irql=PASSIVE, thread=None, stack_left=None, above=None):
         """Calls driver code as the kernel would: in `thread`, at `irql`, on
-        a fresh kernel stack (`stack_left` bytes left on it if given)."""
+        a fresh kernel stack (`stack_left` bytes left on it if given), with
+        the kernel's frames `above` it (by default two made-up ones)."""
         self.current = thread or Thread(self, self.system_process, 8, system=True)
         self.irql = irql
-        # The kernel's own frames above the callback: made up, two of them.
-        self.caller_frames = [KERNEL_FRAMES_BASE + 0x1234, KERNEL_FRAMES_BASE + 0x5678]
+        self.caller_frames = list(above) if above is not None else [KERNEL_FRAMES_BASE + 0x1234, KERNEL_FRAMES_BASE + 0x5678]
         stack = self.machine.new_stack()
         self.stacks = [stack]
         try:
@@ -484,7 +525,7 @@ def ke_flush_queued_dpcs(k, site):
 @routine("KeDelayExecutionThread", APC, LEARN + "wdm/nf-wdm-kedelayexecutionthread: IRQL <= APC_LEVEL")
 def ke_delay_execution_thread(k, site, mode, alertable, interval):
     k.time += 10_000
-    return STATUS_SUCCESS
+    return k.next_apc_of_a_running_thread() or STATUS_SUCCESS
 
 
 @routine("KeGetCurrentProcessorNumberEx", None, LEARN + "wdm/nf-wdm-kegetcurrentprocessornumberex: any IRQL")
