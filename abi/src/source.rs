@@ -21,6 +21,9 @@ pub enum Source: u8 {
     Timer = 6,
     /// The capture-now request: the stack of the calling request.
     OnDemand = 7,
+    /// A thread's stack on request ([`crate::Ioctl::CaptureThreads`]):
+    /// captured in the thread by a special kernel APC, at `APC_LEVEL`.
+    ThreadStack = 8,
 }
 }
 
@@ -44,6 +47,7 @@ impl Source {
             Self::ObjectHandle => "object",
             Self::Timer => "timer",
             Self::OnDemand => "ondemand",
+            Self::ThreadStack => "threadstack",
         }
     }
 
@@ -146,7 +150,7 @@ mod tests {
             assert_eq!(Source::from_name(source.name()), Some(source));
         }
         assert_eq!(Source::from_wire(0), None);
-        assert_eq!(Source::from_wire(8), None);
+        assert_eq!(Source::from_wire(9), None);
         assert_eq!(Source::from_name("Process"), None, "names are exact");
     }
 
@@ -161,10 +165,10 @@ mod tests {
 
     #[test]
     fn source_set_rejects_unknown_bits() {
-        assert_eq!(SourceSet::ALL.bits(), 0b1111_1110);
-        assert_eq!(SourceSet::from_bits(0b1111_1110), Some(SourceSet::ALL));
+        assert_eq!(SourceSet::ALL.bits(), 0b1_1111_1110);
+        assert_eq!(SourceSet::from_bits(0b1_1111_1110), Some(SourceSet::ALL));
         assert_eq!(SourceSet::from_bits(1), None, "bit 0 is no source");
-        assert_eq!(SourceSet::from_bits(1 << 8), None);
+        assert_eq!(SourceSet::from_bits(1 << 9), None);
         let set = SourceSet::EMPTY
             .with(Source::Timer)
             .with(Source::Process)
