@@ -54,12 +54,6 @@ pub const fn default_user_frames(source: Source) -> u8 {
         | Source::Timer => 0,
     }
 }
-/// Whether `source`'s events are requests, each answered, so never
-/// sampled (`sample_every` must be 1): capture-now and capture-threads.
-const fn is_request_source(source: Source) -> bool {
-    matches!(source, Source::OnDemand | Source::ThreadStack)
-}
-
 /// Default timer period: 10 ms, about 100 samples a second per enabled timer.
 pub const DEFAULT_TIMER_PERIOD_MS: u32 = 10;
 
@@ -326,7 +320,7 @@ impl CaptureConfig {
         let mut index = 0;
         while index < Source::COUNT {
             let (source, value) = (Source::ALL[index], self.sample_every[index]);
-            if value == 0 || (value != 1 && is_request_source(source)) {
+            if value == 0 || (value != 1 && source.is_request()) {
                 return Err(ConfigError::SampleEvery { source, value });
             }
             index += 1;

@@ -57,6 +57,14 @@ impl Source {
         Self::ALL.into_iter().find(|source| source.name() == name)
     }
 
+    /// Whether the source's events are requests, each answered, so never
+    /// sampled (its `sample_every` must be 1): capture-now and
+    /// capture-threads.
+    #[must_use]
+    pub const fn is_request(self) -> bool {
+        matches!(self, Self::OnDemand | Self::ThreadStack)
+    }
+
     /// Whether the source's callback runs at DISPATCH_LEVEL, where a stack
     /// walk is only safe when executive code cannot be paged out.
     #[must_use]
@@ -161,6 +169,17 @@ mod tests {
             .filter(|s| s.runs_at_dispatch_level())
             .collect();
         assert_eq!(elevated, SourceSet::EMPTY.with(Source::Timer));
+    }
+
+    #[test]
+    fn only_capture_now_and_capture_threads_are_requests() {
+        let requests: SourceSet = Source::ALL.into_iter().filter(|s| s.is_request()).collect();
+        assert_eq!(
+            requests,
+            SourceSet::EMPTY
+                .with(Source::OnDemand)
+                .with(Source::ThreadStack)
+        );
     }
 
     #[test]

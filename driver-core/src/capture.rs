@@ -27,6 +27,7 @@ use crate::{
     sharded_ring::{Counted, ShardedRing, Uncaptured},
     stack_table::{StackTable, Tabled},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
+    thread_captures::ThreadCaptureCounters,
     user_walk_guard::{Refused, UserWalkGuard},
 };
 
@@ -98,6 +99,8 @@ pub struct DriverCore<'a> {
     routines: [AtomicU32; Routine::COUNT],
     /// The threads walking their user stack now.
     user_walkers: UserWalkGuard,
+    /// What became of capture-threads requests' ids and APCs.
+    pub(crate) thread_captures: ThreadCaptureCounters,
 }
 
 /// A walked stack, before it is a record.
@@ -221,6 +224,7 @@ impl<'a> DriverCore<'a> {
             configuring: AtomicBool::new(false),
             routines: core::array::from_fn(|_| AtomicU32::new(HostRoutine::NotExported as u32)),
             user_walkers: UserWalkGuard::new(),
+            thread_captures: ThreadCaptureCounters::new(),
         }
     }
 
@@ -1248,8 +1252,7 @@ pub(crate) mod tests {
     /// The largest valid configuration: every field at its top.
     fn extreme_config() -> CaptureConfig {
         let ids = |base: u32| -> Vec<u32> { (0..8).map(|n| base - n).collect() };
-        let mut sample_every = [u16::MAX; Source::COUNT];
-        sample_every[Source::OnDemand.index()] = 1;
+        let sample_every = Source::ALL.map(|source| if source.is_request() { 1 } else { u16::MAX });
         CaptureConfig {
             sources: SourceSet::ALL,
             frames_to_skip: kstack_abi::config::MAX_FRAMES_TO_SKIP,

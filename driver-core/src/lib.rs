@@ -36,6 +36,7 @@ pub mod stack_table;
 mod sync;
 #[cfg(feature = "test-support")]
 pub mod test_support;
+mod thread_captures;
 pub mod user_walk_guard;
 
 pub use capture::{CaptureOutcome, DriverCore, SourceRegistration};

@@ -2,14 +2,16 @@
 //! kstack-abi before it is used; a refused request changes nothing.
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, KSTACK_VERSION, MAX_FRAMES, ReadHeader, RecordFlags, RequestError,
-    Source, SourceFacts, SourceStatus, StatusResponse, decode_record, encode_record,
+    CaptureConfig, HostRoutine, Ioctl, KSTACK_VERSION, MAX_FRAMES, ReadHeader, RecordFlags,
+    RequestError, Source, SourceFacts, SourceStatus, StatusResponse, decode_record, encode_record,
     messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
     ntstatus::{
-        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
+        KSTACK_STATUS_NO_APC, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
+        KSTACK_STATUS_SOURCE_DISABLED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
         STATUS_BUFFER_OVERFLOW, STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
     },
     record_flags, record_os_hash, record_timestamp, set_record_os_hash,
+    thread_capture::decode_capture_threads_request,
 };
 
 use crate::{
@@ -79,6 +81,7 @@ impl DriverCore<'_> {
             Ioctl::Read => self.read(output, platform, caller.reader),
             Ioctl::Clear => (self.clear(), 0),
             Ioctl::CaptureNow => self.capture_now(input, output, platform),
+            Ioctl::CaptureThreads => (self.capture_threads(input), 0),
         }
     }
 
@@ -129,6 +132,8 @@ impl DriverCore<'_> {
             user_walk: self.routine(Routine::UserWalk),
             process_key: self.routine(Routine::ProcessKey),
             module_records: self.ring.module_records(),
+            apc: self.routine(Routine::Apc),
+            thread_captures: self.thread_captures.status(),
         }
     }
 
@@ -306,6 +311,28 @@ impl DriverCore<'_> {
             }
         };
         (STATUS_SUCCESS, stack.encode(&header, output))
+    }
+
+    /// Checks a capture-threads request against its layout and the
+    /// driver's state, in the order `kstack_abi::Ioctl::CaptureThreads`
+    /// documents; a refused request queues and counts nothing.
+    ///
+    /// Never inlined (see [`DriverCore::serve_status`]).
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    #[inline(never)]
+    fn capture_threads(&self, input: &[u8]) -> NtStatus {
+        if let Err(error) = decode_capture_threads_request(input) {
+            return error.ntstatus();
+        }
+        if !self.config().sources.contains(Source::ThreadStack) {
+            return KSTACK_STATUS_SOURCE_DISABLED;
+        }
+        if self.routine(Routine::Apc) != HostRoutine::Available {
+            return KSTACK_STATUS_NO_APC;
+        }
+        // The lead wires the APC path next (issue 26)
+        KSTACK_STATUS_NO_APC
     }
 }
 
@@ -541,9 +568,9 @@ mod tests {
             frames_to_skip: 1,
             frames_to_capture: 40,
             processes: ProcessFilter::new(&[8], &[0]).unwrap(),
-            sample_every: Source::ALL.map(|source| if source == Source::OnDemand { 1 } else { 2 }),
+            sample_every: Source::ALL.map(|source| if source.is_request() { 1 } else { 2 }),
             timer_period_ms: 20,
-            user_frames: [1, 2, 3, 4, 5, 0, 62],
+            user_frames: [1, 2, 3, 4, 5, 0, 62, 7],
         };
         assert_eq!(configure(&core, &wanted, &timer), STATUS_SUCCESS);
         assert_eq!(status(&core).config, wanted);
@@ -845,7 +872,7 @@ mod tests {
         );
     }
 
-    /// Facts of an event of `source` (capture-now's come from requests).
+    /// Facts of an event of a callback source (see [`CALLBACK_SOURCES`]).
     fn facts_of(source: Source) -> SourceFacts {
         match source {
             Source::Process => SourceFacts::Process {
@@ -871,9 +898,15 @@ mod tests {
                 target_process_id: 30,
             },
             Source::Timer => SourceFacts::Timer,
-            Source::OnDemand => SourceFacts::OnDemand { tag: 5 },
+            Source::OnDemand | Source::ThreadStack => {
+                unreachable!("{source:?}'s events come from requests")
+            }
         }
     }
+
+    /// The positions in `Source::ALL` of the sources whose events come
+    /// from kernel callbacks: all but the request sources, which are last.
+    const CALLBACK_SOURCES: core::ops::Range<usize> = 0..Source::OnDemand.index();
 
     #[derive(Clone, Debug)]
     enum Step {
@@ -900,11 +933,11 @@ mod tests {
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            6 => (0_usize..Source::COUNT - 1, 0_u32..3, prop_oneof![Just(0_u8), Just(2_u8)], prop_oneof![Just(4_u32), Just(9_u32)], proptest::bool::weighted(0.2))
+            6 => (CALLBACK_SOURCES, 0_u32..3, prop_oneof![Just(0_u8), Just(2_u8)], prop_oneof![Just(4_u32), Just(9_u32)], proptest::bool::weighted(0.2))
                 .prop_map(|(source, processor, irql, process_id, low_stack)| Step::Event { source, processor, irql, process_id, low_stack }),
             2 => (0_u32..3, prop_oneof![Just(4_u32), Just(9_u32)])
                 .prop_map(|(processor, process_id)| Step::CaptureNow { processor, process_id }),
-            1 => (0_u32..0x80, any::<bool>(), any::<bool>(), 1_u16..4)
+            1 => (0_u32..1 << Source::COUNT, any::<bool>(), any::<bool>(), 1_u16..4)
                 .prop_map(|(sources, include_four, exclude_nine, sample_every)| Step::Configure { sources, include_four, exclude_nine, sample_every }),
             2 => (MIN_READ_BUFFER..MIN_READ_BUFFER * 3).prop_map(Step::Read),
             1 => Just(Step::Clear),
@@ -961,7 +994,7 @@ mod tests {
                                 .fold(SourceSet::EMPTY, SourceSet::with),
                             processes: ProcessFilter::new(include, exclude).unwrap(),
                             sample_every: Source::ALL.map(|source| {
-                                if source == Source::OnDemand { 1 } else { sample_every }
+                                if source.is_request() { 1 } else { sample_every }
                             }),
                             ..CaptureConfig::default()
                         };
@@ -1621,8 +1654,9 @@ mod tests {
             let wanted = on_demand(ProcessFilter::new(&[8], &[]).unwrap(), true);
             let mut input = encode_configure_request(&wanted);
             assert_eq!(input.len(), CONFIGURE_REQUEST_SIZE);
-            // Configuration bytes 14-15, 30-31 and 103, after the prefix.
-            for offset in [22, 23, 38, 39, 111] {
+            // Configuration bytes 14-15 (the only ones left since ABI 12),
+            // after the prefix.
+            for offset in [22, 23] {
                 input[offset] = 0xFF;
             }
             let result = request(&core, Ioctl::Configure.code(), &input, &mut [], &timer);
@@ -1630,16 +1664,7 @@ mod tests {
             assert_eq!(status(&core).config, wanted);
             let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
             request(&core, Ioctl::Status.code(), &[], &mut out, &timer);
-            assert_eq!(
-                [
-                    out[32 + 14],
-                    out[32 + 15],
-                    out[32 + 30],
-                    out[32 + 31],
-                    out[32 + 103]
-                ],
-                [0; 5]
-            );
+            assert_eq!([out[32 + 14], out[32 + 15]], [0; 2]);
         }
 
         /// `CaptureConfig`, `Ioctl::Configure`: of two bad fields the
@@ -1678,6 +1703,153 @@ mod tests {
                 "an unavailable source before the paging policy"
             );
             assert_eq!(status(&core).config, CaptureConfig::default());
+        }
+    }
+
+    /// `Ioctl::CaptureThreads`: the request-level checks, in their
+    /// documented order; a refused request queues and counts nothing.
+    mod capture_threads {
+        use kstack_abi::{
+            CaptureThreadsRequest, ThreadCaptureStatus,
+            ntstatus::{STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER},
+            thread_capture::{
+                CAPTURE_THREADS_REPLY_SIZE, CAPTURE_THREADS_REQUEST_SIZE,
+                encode_capture_threads_request,
+            },
+        };
+
+        use super::*;
+
+        /// A core with every source registered, the thread-stack source
+        /// enabled or not, and the APC routine in `apc`'s state.
+        fn core_with(thread_stack: bool, apc: HostRoutine) -> DriverCore<'static> {
+            let core = registered_core(
+                ring_of_records(8, 1),
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            core.set_routine(Routine::Apc, apc);
+            let sources = if thread_stack {
+                SourceSet::EMPTY.with(Source::ThreadStack)
+            } else {
+                SourceSet::EMPTY
+            };
+            assert_eq!(enable(&core, sources, &TimerLog::default()), STATUS_SUCCESS);
+            core
+        }
+
+        /// A capture-threads request of `input`: its status and the bytes
+        /// returned; the status after it must show nothing counted.
+        fn capture_threads(core: &DriverCore<'_>, input: &[u8]) -> Served {
+            let mut out = [0xAA_u8; CAPTURE_THREADS_REPLY_SIZE];
+            let served = request(
+                core,
+                Ioctl::CaptureThreads.code(),
+                input,
+                &mut out,
+                &TimerLog::default(),
+            );
+            let after = status(core);
+            assert_eq!(after.thread_captures, ThreadCaptureStatus::default());
+            assert_eq!(after.sources[Source::ThreadStack.index()].captured, 0);
+            assert_eq!(after.ring_used, 0, "nothing captured");
+            served
+        }
+
+        fn good_request() -> [u8; CAPTURE_THREADS_REQUEST_SIZE] {
+            encode_capture_threads_request(&CaptureThreadsRequest::new(1, 1000, &[8, 12]).unwrap())
+        }
+
+        #[test]
+        fn a_request_while_the_source_is_disabled_is_refused_first() {
+            for apc in [HostRoutine::Available, HostRoutine::HostStub] {
+                let core = core_with(false, apc);
+                assert_eq!(
+                    capture_threads(&core, &good_request()),
+                    (KSTACK_STATUS_SOURCE_DISABLED, 0),
+                    "{apc:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn a_host_without_apc_delivery_refuses_every_request() {
+            for apc in [HostRoutine::NotExported, HostRoutine::HostStub] {
+                let core = core_with(true, apc);
+                assert_eq!(
+                    capture_threads(&core, &good_request()),
+                    (KSTACK_STATUS_NO_APC, 0),
+                    "{apc:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn a_bad_request_is_refused_before_the_driver_state_is_looked_at() {
+            let core = core_with(false, HostRoutine::NotExported);
+            let good = good_request();
+            let mut other_abi = good;
+            other_abi[0] ^= 0xFF;
+            let mut no_ids = good;
+            no_ids[20] = 0;
+            let mut zero_id = good;
+            zero_id[28..32].fill(0);
+            let mut no_timeout = good;
+            no_timeout[16..20].fill(0);
+            for (input, expected) in [
+                (
+                    &good[..CAPTURE_THREADS_REQUEST_SIZE - 1],
+                    STATUS_INVALID_BUFFER_SIZE,
+                ),
+                (&other_abi[..], STATUS_REVISION_MISMATCH),
+                (&no_ids[..], STATUS_INVALID_PARAMETER),
+                (&zero_id[..], STATUS_INVALID_PARAMETER),
+                (&no_timeout[..], STATUS_INVALID_PARAMETER),
+            ] {
+                assert_eq!(capture_threads(&core, input), (expected, 0));
+            }
+            let mut small = [0_u8; CAPTURE_THREADS_REPLY_SIZE - 1];
+            let served = request(
+                &core,
+                Ioctl::CaptureThreads.code(),
+                &good,
+                &mut small,
+                &TimerLog::default(),
+            );
+            assert_eq!(served, (STATUS_BUFFER_TOO_SMALL, 0));
+        }
+
+        #[test]
+        fn status_reports_the_apc_routine_and_every_counter_in_its_place() {
+            let core = core_with(true, HostRoutine::HostStub);
+            assert_eq!(status(&core).apc, HostRoutine::HostStub);
+            core.set_routine(Routine::Apc, HostRoutine::Available);
+            assert_eq!(status(&core).apc, HostRoutine::Available);
+            let counters = &core.thread_captures;
+            for (value, counter) in [
+                &counters.requested,
+                &counters.queued,
+                &counters.no_such_thread,
+                &counters.no_slot,
+                &counters.not_queued,
+                &counters.refused_system_thread,
+                &counters.own,
+                &counters.delivered,
+                &counters.run_down,
+                &counters.late,
+                &counters.in_flight,
+                &counters.slots,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                counter.store(100 + value as u64, Ordering::Relaxed);
+            }
+            assert_eq!(
+                status(&core).thread_captures.fields(),
+                core::array::from_fn(|value| 100 + value as u64),
+                "in ThreadCaptureStatus::FIELD_NAMES order"
+            );
         }
     }
 }
