@@ -81,16 +81,25 @@ impl CaptureThreadsRequest {
     /// # Errors
     /// The first field out of range (see [`CaptureThreadsRequest::validate`]).
     pub fn new(tag: u64, timeout_ms: u32, thread_ids: &[u32]) -> Result<Self, CaptureThreadsError> {
-        let count = u32::try_from(thread_ids.len()).unwrap_or(u32::MAX);
+        let request = Self::unchecked(tag, timeout_ms, thread_ids);
+        request.validate().map(|()| request)
+    }
+
+    /// The request for `thread_ids` as given, not checked (a test sends
+    /// what the driver must refuse this way): `count` is their number (at
+    /// most `u32::MAX`), of which the first [`MAX_THREAD_CAPTURES`] are
+    /// kept.
+    #[must_use]
+    pub fn unchecked(tag: u64, timeout_ms: u32, thread_ids: &[u32]) -> Self {
         let mut request = Self {
             tag,
             timeout_ms,
-            count,
+            count: u32::try_from(thread_ids.len()).unwrap_or(u32::MAX),
             thread_ids: [0; MAX_THREAD_CAPTURES],
         };
         let kept = thread_ids.len().min(MAX_THREAD_CAPTURES);
         request.thread_ids[..kept].copy_from_slice(&thread_ids[..kept]);
-        request.validate().map(|()| request)
+        request
     }
 
     /// Checks the fields in layout order, as the driver does.
@@ -577,9 +586,8 @@ mod tests {
 
     #[test]
     fn unchecked_fields_encode_as_they_are_for_the_driver_to_refuse() {
-        let mut request = sample();
-        request.count = 65;
-        request.thread_ids = [7; MAX_THREAD_CAPTURES];
+        let request = CaptureThreadsRequest::unchecked(1, 1000, &[7; MAX_THREAD_CAPTURES + 1]);
+        assert_eq!(request.thread_ids, [7; MAX_THREAD_CAPTURES]);
         let bytes = encode_capture_threads_request(&request);
         assert_eq!(&bytes[20..24], &65_u32.to_le_bytes());
         assert_eq!(request.requested().len(), MAX_THREAD_CAPTURES);
