@@ -169,7 +169,7 @@ pub enum Ioctl {
     ///
     /// An accepted request succeeds with the 64-byte reply whatever its
     /// ids' outcomes, each counted in
-    /// [`crate::thread_capture::ThreadCaptureStatus`]. Its request time is
+    /// [`crate::messages::ThreadCaptureStatus`]. Its request time is
     /// taken when the driver serves it; a record's `delay` is from then to
     /// its capture, and `late` says it came after `timeout_ms`. A queued
     /// APC cannot be taken back: it is delivered (one event, counted as

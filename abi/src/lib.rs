@@ -43,7 +43,9 @@ pub use config::{CaptureConfig, ConfigError, MAX_PROCESS_IDS, ProcessFilter};
 pub use error::DecodeError;
 pub use host_routine::HostRoutine;
 pub use ioctl::{Access, Ioctl, RequestError};
-pub use messages::{DriverImage, ReadHeader, SourceStatus, StackTableStatus, StatusResponse};
+pub use messages::{
+    DriverImage, ReadHeader, SourceStatus, StackTableStatus, StatusResponse, ThreadCaptureStatus,
+};
 pub use module_record::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
@@ -55,8 +57,7 @@ pub use record::{
 pub use source::{Source, SourceSet};
 pub use source_facts::SourceFacts;
 pub use thread_capture::{
-    CaptureThreadsError, CaptureThreadsReply, CaptureThreadsRequest, ThreadCaptureStatus,
-    ThreadRequestOutcome,
+    CaptureThreadsError, CaptureThreadsReply, CaptureThreadsRequest, ThreadRequestOutcome,
 };
 pub use user_part::UserPart;
 

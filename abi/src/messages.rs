@@ -8,7 +8,6 @@ use crate::{
     config::CAPTURE_CONFIG_SIZE,
     error::DecodeError,
     ntstatus::NtStatus,
-    thread_capture::ThreadCaptureStatus,
     wire::{Reader, Writer},
     wire_types::wire_enum,
 };
@@ -270,7 +269,7 @@ pub(crate) const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), 
 /// passed the length and version checks.
 ///
 /// Thread-stack events, one per capture-threads APC delivered in its
-/// thread ([`crate::thread_capture::ThreadCaptureStatus::delivered`]), are
+/// thread ([`ThreadCaptureStatus::delivered`]), are
 /// counted as callback events are, in the same order; an APC delivered
 /// after the source was disabled is counted as `not_kept`, without a walk.
 /// So the thread-stack source's counters add up to `delivered`.
@@ -481,6 +480,147 @@ impl StackTableStatus {
             empty,
             sent,
         }
+    }
+}
+
+/// The capture-threads counters, in the status response
+/// ([`crate::StatusResponse::thread_captures`]), from load on (a clear
+/// resets none).
+///
+/// Layout (96 bytes): the twelve fields in [`ThreadCaptureStatus::FIELD_NAMES`]
+/// order, u64 each.
+///
+/// Every requested id of an accepted request (one that passed every
+/// request-level check, see [`crate::Ioctl::CaptureThreads`]) has one
+/// outcome, and each queued APC ends one way, so, exact when no request,
+/// APC or capture is under way (otherwise off by those in flight):
+/// - `requested = queued + no_such_thread + no_slot + not_queued +
+///   refused_system_thread + own`;
+/// - `queued = delivered + run_down + in_flight`;
+/// - `delivered` = the events of [`crate::Source::ThreadStack`]: its
+///   [`crate::SourceStatus`]'s `captured + skipped_irql + skipped_stack +
+///   filtered + not_kept + sampled_out` (every delivered APC is one
+///   event, counted once by the source's counters);
+/// - `late <= delivered`;
+/// - `in_flight <= slots`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCaptureStatus {
+    /// Thread ids named by accepted requests.
+    pub requested: u64,
+    /// Of those, APCs queued ([`crate::ThreadRequestOutcome::Queued`]).
+    pub queued: u64,
+    /// Ids no thread had ([`crate::ThreadRequestOutcome::NoSuchThread`]).
+    pub no_such_thread: u64,
+    /// Ids refused because every slot was in use
+    /// ([`crate::ThreadRequestOutcome::NoSlot`]).
+    pub no_slot: u64,
+    /// Ids whose APC the kernel refused ([`crate::ThreadRequestOutcome::NotQueued`]).
+    pub not_queued: u64,
+    /// Ids of system threads, refused
+    /// ([`crate::ThreadRequestOutcome::SystemThread`]).
+    pub refused_system_thread: u64,
+    /// Ids of the requesting thread itself ([`crate::ThreadRequestOutcome::Own`]).
+    pub own: u64,
+    /// Queued APCs whose kernel routine ran in their thread: each one event
+    /// of the thread-stack source.
+    pub delivered: u64,
+    /// Queued APCs the kernel ran down instead (their thread exited before
+    /// it ran APCs): no event, no record.
+    pub run_down: u64,
+    /// Delivered APCs that ran after their request's timeout (their records
+    /// have `late` set).
+    pub late: u64,
+    /// Queued APCs neither delivered nor run down yet (slots in use).
+    pub in_flight: u64,
+    /// The slots the driver keeps ([`crate::thread_capture::THREAD_CAPTURE_SLOTS`] when it could
+    /// allocate them at load): the most APCs in flight at once.
+    pub slots: u64,
+}
+
+impl ThreadCaptureStatus {
+    /// The names of the fields, in wire order; [`ThreadCaptureStatus::fields`]
+    /// gives their values.
+    pub const FIELD_NAMES: [&'static str; 12] = [
+        "requested",
+        "queued",
+        "no_such_thread",
+        "no_slot",
+        "not_queued",
+        "refused_system_thread",
+        "own",
+        "delivered",
+        "run_down",
+        "late",
+        "in_flight",
+        "slots",
+    ];
+    /// The encoded size.
+    pub(crate) const SIZE: usize = 8 * Self::FIELD_NAMES.len();
+
+    /// The fields, in wire order (names in [`ThreadCaptureStatus::FIELD_NAMES`]).
+    #[must_use]
+    pub const fn fields(&self) -> [u64; 12] {
+        [
+            self.requested,
+            self.queued,
+            self.no_such_thread,
+            self.no_slot,
+            self.not_queued,
+            self.refused_system_thread,
+            self.own,
+            self.delivered,
+            self.run_down,
+            self.late,
+            self.in_flight,
+            self.slots,
+        ]
+    }
+
+    /// The status with these fields, in wire order.
+    #[must_use]
+    pub const fn from_fields(fields: [u64; 12]) -> Self {
+        let [
+            requested,
+            queued,
+            no_such_thread,
+            no_slot,
+            not_queued,
+            refused_system_thread,
+            own,
+            delivered,
+            run_down,
+            late,
+            in_flight,
+            slots,
+        ] = fields;
+        Self {
+            requested,
+            queued,
+            no_such_thread,
+            no_slot,
+            not_queued,
+            refused_system_thread,
+            own,
+            delivered,
+            run_down,
+            late,
+            in_flight,
+            slots,
+        }
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer<'_>, at: usize) {
+        for (index, field) in self.fields().into_iter().enumerate() {
+            w.u64(at + 8 * index, field);
+        }
+    }
+
+    pub(crate) fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
+        let mut fields = [0; 12];
+        for (index, field) in fields.iter_mut().enumerate() {
+            *field = r.u64(at + 8 * index)?;
+        }
+        Ok(Self::from_fields(fields))
     }
 }
 
@@ -981,12 +1121,31 @@ mod tests {
     }
 
     #[test]
+    fn status_fields_are_in_their_named_order() {
+        let fields: [u64; 12] = core::array::from_fn(|index| 100 + index as u64);
+        let status = ThreadCaptureStatus::from_fields(fields);
+        assert_eq!(status.fields(), fields);
+        assert_eq!(
+            (status.requested, status.own, status.late, status.slots),
+            (100, 106, 109, 111)
+        );
+        let mut bytes = [0_u8; 96];
+        status.encode(&mut Writer::new(&mut bytes), 0);
+        assert_eq!(&bytes[8 * 5..8 * 6], &105_u64.to_le_bytes());
+        assert_eq!(
+            ThreadCaptureStatus::decode(Reader::new(&bytes), 0),
+            Ok(status)
+        );
+    }
+
+    #[test]
     fn message_sizes_are_the_documented_ones() {
         assert_eq!(CONFIGURE_REQUEST_SIZE, 112);
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
         assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
         assert_eq!(STATUS_RESPONSE_SIZE, 1584);
+        assert_eq!(ThreadCaptureStatus::SIZE, 96);
         assert_eq!(READ_HEADER_SIZE, 24);
     }
 

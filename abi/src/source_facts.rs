@@ -121,7 +121,7 @@ pub enum SourceFacts {
         /// The capture ran after the request's `timeout_ms` had passed (a
         /// timeout does not take a queued APC back; the capture is still
         /// recorded, and counted as
-        /// [`crate::thread_capture::ThreadCaptureStatus::late`]).
+        /// [`crate::messages::ThreadCaptureStatus::late`]).
         late: bool,
     },
 }

@@ -1,6 +1,7 @@
 //! Thread stacks on request ([`crate::Ioctl::CaptureThreads`]): the
 //! request naming the threads, the reply saying what became of each, and
-//! the status counters that account for every one.
+//! the status counters that account for every one
+//! ([`crate::messages::ThreadCaptureStatus`]).
 //!
 //! A request names up to [`MAX_THREAD_CAPTURES`] thread ids. For each, the
 //! driver queues a special kernel APC to the thread; the APC runs in that
@@ -66,7 +67,7 @@ pub struct CaptureThreadsRequest {
     /// How long the caller means to wait for the captures, in
     /// milliseconds. Not a cancellation: a capture that runs later is
     /// still recorded, flagged `late` and counted as
-    /// [`ThreadCaptureStatus::late`].
+    /// [`crate::messages::ThreadCaptureStatus::late`].
     pub timeout_ms: u32,
     /// How many of `thread_ids` are requested: 1 to
     /// [`MAX_THREAD_CAPTURES`].
@@ -178,7 +179,7 @@ wire_enum! {
 pub enum ThreadRequestOutcome: u8 {
     /// An APC is queued to the thread: its record comes when the thread
     /// next runs APCs (or none, if the thread exits first: counted as
-    /// [`ThreadCaptureStatus::run_down`]).
+    /// [`crate::messages::ThreadCaptureStatus::run_down`]).
     Queued = 1,
     /// No thread has this id (it may have exited).
     NoSuchThread = 2,
@@ -296,147 +297,6 @@ impl CaptureThreadsReply {
     }
 }
 
-/// The capture-threads counters, in the status response
-/// ([`crate::StatusResponse::thread_captures`]), from load on (a clear
-/// resets none).
-///
-/// Layout (96 bytes): the twelve fields in [`ThreadCaptureStatus::FIELD_NAMES`]
-/// order, u64 each.
-///
-/// Every requested id of an accepted request (one that passed every
-/// request-level check, see [`crate::Ioctl::CaptureThreads`]) has one
-/// outcome, and each queued APC ends one way, so, exact when no request,
-/// APC or capture is under way (otherwise off by those in flight):
-/// - `requested = queued + no_such_thread + no_slot + not_queued +
-///   refused_system_thread + own`;
-/// - `queued = delivered + run_down + in_flight`;
-/// - `delivered` = the events of [`crate::Source::ThreadStack`]: its
-///   [`crate::SourceStatus`]'s `captured + skipped_irql + skipped_stack +
-///   filtered + not_kept + sampled_out` (every delivered APC is one
-///   event, counted once by the source's counters);
-/// - `late <= delivered`;
-/// - `in_flight <= slots`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ThreadCaptureStatus {
-    /// Thread ids named by accepted requests.
-    pub requested: u64,
-    /// Of those, APCs queued ([`ThreadRequestOutcome::Queued`]).
-    pub queued: u64,
-    /// Ids no thread had ([`ThreadRequestOutcome::NoSuchThread`]).
-    pub no_such_thread: u64,
-    /// Ids refused because every slot was in use
-    /// ([`ThreadRequestOutcome::NoSlot`]).
-    pub no_slot: u64,
-    /// Ids whose APC the kernel refused ([`ThreadRequestOutcome::NotQueued`]).
-    pub not_queued: u64,
-    /// Ids of system threads, refused
-    /// ([`ThreadRequestOutcome::SystemThread`]).
-    pub refused_system_thread: u64,
-    /// Ids of the requesting thread itself ([`ThreadRequestOutcome::Own`]).
-    pub own: u64,
-    /// Queued APCs whose kernel routine ran in their thread: each one event
-    /// of the thread-stack source.
-    pub delivered: u64,
-    /// Queued APCs the kernel ran down instead (their thread exited before
-    /// it ran APCs): no event, no record.
-    pub run_down: u64,
-    /// Delivered APCs that ran after their request's timeout (their records
-    /// have `late` set).
-    pub late: u64,
-    /// Queued APCs neither delivered nor run down yet (slots in use).
-    pub in_flight: u64,
-    /// The slots the driver keeps ([`THREAD_CAPTURE_SLOTS`] when it could
-    /// allocate them at load): the most APCs in flight at once.
-    pub slots: u64,
-}
-
-impl ThreadCaptureStatus {
-    /// The names of the fields, in wire order; [`ThreadCaptureStatus::fields`]
-    /// gives their values.
-    pub const FIELD_NAMES: [&'static str; 12] = [
-        "requested",
-        "queued",
-        "no_such_thread",
-        "no_slot",
-        "not_queued",
-        "refused_system_thread",
-        "own",
-        "delivered",
-        "run_down",
-        "late",
-        "in_flight",
-        "slots",
-    ];
-    /// The encoded size.
-    pub(crate) const SIZE: usize = 8 * Self::FIELD_NAMES.len();
-
-    /// The fields, in wire order (names in [`ThreadCaptureStatus::FIELD_NAMES`]).
-    #[must_use]
-    pub const fn fields(&self) -> [u64; 12] {
-        [
-            self.requested,
-            self.queued,
-            self.no_such_thread,
-            self.no_slot,
-            self.not_queued,
-            self.refused_system_thread,
-            self.own,
-            self.delivered,
-            self.run_down,
-            self.late,
-            self.in_flight,
-            self.slots,
-        ]
-    }
-
-    /// The status with these fields, in wire order.
-    #[must_use]
-    pub const fn from_fields(fields: [u64; 12]) -> Self {
-        let [
-            requested,
-            queued,
-            no_such_thread,
-            no_slot,
-            not_queued,
-            refused_system_thread,
-            own,
-            delivered,
-            run_down,
-            late,
-            in_flight,
-            slots,
-        ] = fields;
-        Self {
-            requested,
-            queued,
-            no_such_thread,
-            no_slot,
-            not_queued,
-            refused_system_thread,
-            own,
-            delivered,
-            run_down,
-            late,
-            in_flight,
-            slots,
-        }
-    }
-
-    pub(crate) fn encode(&self, w: &mut Writer<'_>, at: usize) {
-        for (index, field) in self.fields().into_iter().enumerate() {
-            w.u64(at + 8 * index, field);
-        }
-    }
-
-    pub(crate) fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
-        let mut fields = [0; 12];
-        for (index, field) in fields.iter_mut().enumerate() {
-            *field = r.u64(at + 8 * index)?;
-        }
-        Ok(Self::from_fields(fields))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -457,7 +317,6 @@ mod tests {
     fn sizes_are_the_documented_ones() {
         assert_eq!(CAPTURE_THREADS_REQUEST_SIZE, 280);
         assert_eq!(CAPTURE_THREADS_REPLY_SIZE, 64);
-        assert_eq!(ThreadCaptureStatus::SIZE, 96);
         assert_eq!(MAX_THREAD_CAPTURES, 64);
         assert_eq!(THREAD_CAPTURE_SLOTS, 256);
         assert_eq!(THREAD_CAPTURE_TIMEOUT_MS_RANGE, 1..=60_000);
@@ -669,24 +528,6 @@ mod tests {
         assert_eq!(
             CaptureThreadsReply::decode(&unknown, 3),
             Err(DecodeError::ThreadOutcome { index: 1, value: 7 })
-        );
-    }
-
-    #[test]
-    fn status_fields_are_in_their_named_order() {
-        let fields: [u64; 12] = core::array::from_fn(|index| 100 + index as u64);
-        let status = ThreadCaptureStatus::from_fields(fields);
-        assert_eq!(status.fields(), fields);
-        assert_eq!(
-            (status.requested, status.own, status.late, status.slots),
-            (100, 106, 109, 111)
-        );
-        let mut bytes = [0_u8; 96];
-        status.encode(&mut Writer::new(&mut bytes), 0);
-        assert_eq!(&bytes[8 * 5..8 * 6], &105_u64.to_le_bytes());
-        assert_eq!(
-            ThreadCaptureStatus::decode(Reader::new(&bytes), 0),
-            Ok(status)
         );
     }
 
