@@ -249,7 +249,7 @@ fn source_table(out: &mut String, status: &StatusResponse) {
     let config = &status.config;
     let _ = writeln!(
         out,
-        "{:<10} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  registration",
+        "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  registration",
         "source",
         "available",
         "enabled",
@@ -265,7 +265,7 @@ fn source_table(out: &mut String, status: &StatusResponse) {
         let state = &status.sources[source.index()];
         let _ = writeln!(
             out,
-            "{:<10} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  {:#010x}",
+            "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  {:#010x}",
             source.name(),
             if state.available { "yes" } else { "no" },
             if config.sources.contains(source) {
