@@ -26,8 +26,11 @@ pub const DEFAULT_USER_FRAMES: u8 = 30;
 
 /// A source's `user_frames` in [`CaptureConfig::default`].
 ///
-/// [`DEFAULT_USER_FRAMES`] for the registry and on-demand sources; 0 (off,
-/// opt-in) for the others:
+/// [`DEFAULT_USER_FRAMES`] for the registry, on-demand and thread-stack
+/// sources; 0 (off, opt-in) for the others. The thread-stack source walks
+/// in the captured thread's own context at `APC_LEVEL`, where a page fault
+/// can be taken: a hard fault there blocks only that thread, which is not
+/// inside anyone's callback. 0 for:
 /// - process, thread, image-load and object-handle callbacks: Microsoft's
 ///   rules for `PsSetCreateProcessNotifyRoutineEx`,
 ///   `PsSetCreateThreadNotifyRoutine`, `PsSetLoadImageNotifyRoutine` and
@@ -43,7 +46,7 @@ pub const DEFAULT_USER_FRAMES: u8 = 30;
 #[must_use]
 pub const fn default_user_frames(source: Source) -> u8 {
     match source {
-        Source::Registry | Source::OnDemand => DEFAULT_USER_FRAMES,
+        Source::Registry | Source::OnDemand | Source::ThreadStack => DEFAULT_USER_FRAMES,
         Source::Process
         | Source::Thread
         | Source::ImageLoad
@@ -57,14 +60,14 @@ pub const DEFAULT_TIMER_PERIOD_MS: u32 = 10;
 /// Encoded size of a [`CaptureConfig`].
 pub const CAPTURE_CONFIG_SIZE: usize = 104;
 /// Offset of `sample_every` in an encoded [`CaptureConfig`]: one u16 per
-/// source in [`Source::ALL`] order, then zeros to 16 bytes.
+/// source in [`Source::ALL`] order (8 sources fill its 16 bytes).
 const SAMPLE_EVERY_OFFSET: usize = 16;
 /// Offset of the include list (`MAX_PROCESS_IDS` u32, unused ones 0).
 const INCLUDE_OFFSET: usize = 32;
 /// Offset of the exclude list (`MAX_PROCESS_IDS` u32, unused ones 0).
 const EXCLUDE_OFFSET: usize = INCLUDE_OFFSET + 4 * MAX_PROCESS_IDS;
-/// Offset of `user_frames`: one u8 per source in [`Source::ALL`] order,
-/// then zeros to 8 bytes.
+/// Offset of `user_frames`: one u8 per source in [`Source::ALL`] order
+/// (8 sources fill its 8 bytes).
 const USER_FRAMES_OFFSET: usize = EXCLUDE_OFFSET + 4 * MAX_PROCESS_IDS;
 
 /// Which processes' events the sources keep, by the process the callback
@@ -196,12 +199,13 @@ fn push(list: &mut [u32; MAX_PROCESS_IDS], len: u8, id: u32) -> Result<u8, Confi
 /// | 12  | 1     | include list length, 0 to [`MAX_PROCESS_IDS`] | `_5` |
 /// | 13  | 1     | exclude list length, 0 to [`MAX_PROCESS_IDS`] | `_5` |
 /// | 14  | 2     | reserved | ignored |
-/// | 16  | 2 × 7 | `sample_every`, one u16 per source in [`Source::ALL`] order | `_6` |
-/// | 30  | 2     | reserved | ignored |
+/// | 16  | 2 × 8 | `sample_every`, one u16 per source in [`Source::ALL`] order | `_6` |
 /// | 32  | 4 × 8 | include list: the first `length` entries are process ids | `_5` (an id in both lists) |
 /// | 64  | 4 × 8 | exclude list, as the include list | `_5` |
-/// | 96  | 1 × 7 | `user_frames`, one u8 per source in [`Source::ALL`] order | `_7` |
-/// | 103 | 1     | reserved | ignored |
+/// | 96  | 1 × 8 | `user_frames`, one u8 per source in [`Source::ALL`] order | `_7` |
+///
+/// (Until ABI 11 there were 7 sources: bytes 30 and 31, and byte 103, were
+/// reserved.)
 ///
 /// Reserved bytes and list entries past a list's length are written as
 /// zeros and never looked at: a configure request with other values there
@@ -245,8 +249,8 @@ pub struct CaptureConfig {
     /// Each processor counts its own events of each source and keeps the
     /// first and then every N-th, so over all processors the share kept is
     /// about 1/N. An event not kept is counted as `sampled_out` for its
-    /// source. 1 to 65535; the on-demand source's must be 1 (a capture-now
-    /// is a request, always answered).
+    /// source. 1 to 65535; the on-demand and thread-stack sources' must be
+    /// 1 (their events are requests, always answered).
     pub sample_every: [u16; Source::COUNT],
     /// The timer source's period in milliseconds.
     pub timer_period_ms: u32,
@@ -316,7 +320,7 @@ impl CaptureConfig {
         let mut index = 0;
         while index < Source::COUNT {
             let (source, value) = (Source::ALL[index], self.sample_every[index]);
-            if value == 0 || (value != 1 && matches!(source, Source::OnDemand)) {
+            if value == 0 || (value != 1 && source.is_request()) {
                 return Err(ConfigError::SampleEvery { source, value });
             }
             index += 1;
@@ -463,7 +467,7 @@ mod tests {
     }
 
     #[test]
-    fn sampling_is_1_to_65535_and_1_for_ondemand() {
+    fn sampling_is_1_to_65535_and_1_for_the_request_sources() {
         let at = |source: Source, value| {
             let mut config = CaptureConfig::default();
             config.sample_every[source.index()] = value;
@@ -478,14 +482,16 @@ mod tests {
                 value: 0
             })
         );
-        assert_eq!(at(Source::OnDemand, 1), Ok(()));
-        assert_eq!(
-            at(Source::OnDemand, 2),
-            Err(ConfigError::SampleEvery {
-                source: Source::OnDemand,
-                value: 2
-            })
-        );
+        for request in [Source::OnDemand, Source::ThreadStack] {
+            assert_eq!(at(request, 1), Ok(()));
+            assert_eq!(
+                at(request, 2),
+                Err(ConfigError::SampleEvery {
+                    source: request,
+                    value: 2
+                })
+            );
+        }
         assert_eq!(CaptureConfig::default().sample_every(Source::ImageLoad), 1);
     }
 
@@ -516,7 +522,10 @@ mod tests {
             .into_iter()
             .filter(|&source| defaults.user_frames(source) == DEFAULT_USER_FRAMES)
             .collect();
-        assert_eq!(walking_by_default, [Source::Registry, Source::OnDemand]);
+        assert_eq!(
+            walking_by_default,
+            [Source::Registry, Source::OnDemand, Source::ThreadStack]
+        );
         assert!(
             Source::ALL
                 .into_iter()
@@ -647,9 +656,9 @@ mod tests {
             frames_to_skip: 0x0021,
             frames_to_capture: 0x0022,
             processes: ProcessFilter::new(&[0x0101_0101, 0x0202_0202], &[0x0303_0303]).unwrap(),
-            sample_every: [0x0A01, 0x0A02, 0x0A03, 0x0A04, 0x0A05, 0x0A06, 1],
+            sample_every: [0x0A01, 0x0A02, 0x0A03, 0x0A04, 0x0A05, 0x0A06, 1, 1],
             timer_period_ms: 0x0000_1234,
-            user_frames: [0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37],
+            user_frames: [0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37, 0x38],
         };
         let mut bytes = [0xAA_u8; CAPTURE_CONFIG_SIZE];
         config.encode(&mut Writer::new(&mut bytes), 0);
@@ -661,7 +670,7 @@ mod tests {
         let (config, bytes) = distinct_config();
         assert_eq!(CAPTURE_CONFIG_SIZE, 104);
         // Each row of `CaptureConfig`'s table: offset, then its bytes.
-        let rows: [(usize, &[u8]); 13] = [
+        let rows: [(usize, &[u8]); 11] = [
             (0, &0b1010_0100_u32.to_le_bytes()),
             (4, &[0x21, 0]),
             (6, &[0x22, 0]),
@@ -669,8 +678,7 @@ mod tests {
             (12, &[2]),
             (13, &[1]),
             (14, &[0, 0]),
-            (16, &[1, 10, 2, 10, 3, 10, 4, 10, 5, 10, 6, 10, 1, 0]),
-            (30, &[0, 0]),
+            (16, &[1, 10, 2, 10, 3, 10, 4, 10, 5, 10, 6, 10, 1, 0, 1, 0]),
             (
                 32,
                 &[
@@ -685,8 +693,7 @@ mod tests {
                     0, 0, 0, 0, 0, 0,
                 ],
             ),
-            (96, &[0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37]),
-            (103, &[0]),
+            (96, &[0x31, 0x32, 0x33, 0x34, 0x35, 0, 0x37, 0x38]),
         ];
         crate::wire::assert_layout(&bytes, rows);
         assert_eq!(CaptureConfig::decode(Reader::new(&bytes), 0), Ok(config));
@@ -697,7 +704,7 @@ mod tests {
         let (config, bytes) = distinct_config();
         let mut noisy = bytes;
         // The reserved bytes, and the list entries past each list's length.
-        for range in [14..16, 30..32, 40..64, 68..96, 103..104] {
+        for range in [14..16, 40..64, 68..96] {
             noisy[range].fill(0xFF);
         }
         assert_eq!(CaptureConfig::decode(Reader::new(&noisy), 0), Ok(config));
@@ -732,9 +739,9 @@ mod tests {
         // The excluded id becomes the first included one.
         let both_lists: Damage = (64, &[1, 1, 1, 1]);
         let process_never_sampled: Damage = (16, &[0, 0]);
-        let ondemand_sampled: Damage = (28, &[2]);
+        let thread_stack_sampled: Damage = (30, &[2]);
         let process_user_too_deep: Damage = (96, &[63]);
-        let ondemand_user_too_deep: Damage = (102, &[63]);
+        let thread_stack_user_too_deep: Damage = (103, &[63]);
         let decode = |damage: &[Damage]| {
             let mut bytes = good;
             for &(offset, values) in damage {
@@ -769,21 +776,21 @@ mod tests {
             (&[process_never_sampled, both_lists], ConfigError::Processes),
             (
                 // The last source's rate before the first source's frames.
-                &[process_user_too_deep, ondemand_sampled],
+                &[process_user_too_deep, thread_stack_sampled],
                 ConfigError::SampleEvery {
-                    source: Source::OnDemand,
+                    source: Source::ThreadStack,
                     value: 2,
                 },
             ),
             (
-                &[ondemand_sampled, process_never_sampled],
+                &[thread_stack_sampled, process_never_sampled],
                 ConfigError::SampleEvery {
                     source: Source::Process,
                     value: 0,
                 },
             ),
             (
-                &[ondemand_user_too_deep, process_user_too_deep],
+                &[thread_stack_user_too_deep, process_user_too_deep],
                 ConfigError::UserFrames {
                     source: Source::Process,
                     value: 63,
@@ -806,7 +813,7 @@ mod tests {
             processes: ProcessFilter::new(&[4, 0x1234_5678], &[0]).unwrap(),
             sample_every,
             timer_period_ms: 250,
-            user_frames: [0, 1, 2, 3, 62, 0, 9],
+            user_frames: [0, 1, 2, 3, 62, 0, 9, 10],
         };
         let mut bytes = [0xAA_u8; CAPTURE_CONFIG_SIZE];
         config.encode(&mut Writer::new(&mut bytes), 0);
@@ -818,7 +825,11 @@ mod tests {
             &bytes[16 + 2 * Source::Registry.index()..][..2],
             &100_u16.to_le_bytes()
         );
-        assert_eq!(&bytes[30..32], &[0, 0], "after the sources' rates");
+        assert_eq!(
+            &bytes[30..32],
+            &1_u16.to_le_bytes(),
+            "the last source's rate"
+        );
         assert_eq!(&bytes[32..40], &[4, 0, 0, 0, 0x78, 0x56, 0x34, 0x12]);
         assert!(
             bytes[40..64].iter().all(|&byte| byte == 0),

@@ -3,7 +3,10 @@
 //! completes a refused request with.
 
 use crate::{
-    limits::{MAX_FRAMES, MAX_FRAMES_TO_SKIP, MAX_PROCESS_IDS, MAX_SHARDS, TIMER_PERIOD_MS_RANGE},
+    limits::{
+        MAX_FRAMES, MAX_FRAMES_TO_SKIP, MAX_PROCESS_IDS, MAX_SHARDS, MAX_THREAD_CAPTURES,
+        THREAD_CAPTURE_TIMEOUT_MS_RANGE, TIMER_PERIOD_MS_RANGE,
+    },
     ntstatus::{
         NtStatus, STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1,
         STATUS_INVALID_PARAMETER_2, STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4,
@@ -47,6 +50,8 @@ pub enum DecodeError {
     },
     /// A configuration field is out of range.
     Config(ConfigError),
+    /// A capture-threads request's field is out of range.
+    CaptureThreads(CaptureThreadsError),
     /// A record claims more frames than a record can hold.
     TooManyFrames {
         /// The claimed count.
@@ -121,11 +126,26 @@ pub enum DecodeError {
     /// too long, whose padding or reserved byte is not zero, whose shard
     /// is out of range, or a process exit that names an image.
     InvalidModuleRecord,
+    /// A capture-threads reply's byte at `index` is no
+    /// [`crate::thread_capture::ThreadRequestOutcome`] where the request
+    /// named a thread, or not 0 after the request's last thread.
+    ThreadOutcome {
+        /// The byte's offset in the reply.
+        index: usize,
+        /// Its value.
+        value: u8,
+    },
 }
 
 impl From<ConfigError> for DecodeError {
     fn from(error: ConfigError) -> Self {
         Self::Config(error)
+    }
+}
+
+impl From<CaptureThreadsError> for DecodeError {
+    fn from(error: CaptureThreadsError) -> Self {
+        Self::CaptureThreads(error)
     }
 }
 
@@ -153,7 +173,9 @@ impl DecodeError {
             | Self::HostRoutine { .. }
             | Self::UnknownProbeTarget { .. }
             | Self::UnknownModuleEvent { .. }
-            | Self::InvalidModuleRecord => STATUS_INVALID_PARAMETER,
+            | Self::InvalidModuleRecord
+            | Self::CaptureThreads(_)
+            | Self::ThreadOutcome { .. } => STATUS_INVALID_PARAMETER,
         }
     }
 }
@@ -180,6 +202,7 @@ impl core::fmt::Display for DecodeError {
                 )
             }
             Self::Config(error) => write!(f, "invalid configuration: {error}"),
+            Self::CaptureThreads(error) => write!(f, "invalid capture-threads request: {error}"),
             Self::TooManyFrames { count } => {
                 write!(f, "{count} frames; a record holds at most {MAX_FRAMES}")
             }
@@ -219,6 +242,50 @@ impl core::fmt::Display for DecodeError {
                 f,
                 "a module record's size, path, padding, shard or image contradicts its layout"
             ),
+            Self::ThreadOutcome { index, value } => write!(
+                f,
+                "byte {index} of a capture-threads reply is {value}: no outcome, or padding not 0"
+            ),
+        }
+    }
+}
+
+/// Why a capture-threads request's fields were refused (see
+/// [`crate::thread_capture::CaptureThreadsRequest`]); the driver completes
+/// the request with `STATUS_INVALID_PARAMETER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureThreadsError {
+    /// `timeout_ms` is outside [`THREAD_CAPTURE_TIMEOUT_MS_RANGE`].
+    Timeout {
+        /// The value given.
+        value: u32,
+    },
+    /// `count` is 0 or above [`MAX_THREAD_CAPTURES`].
+    Count {
+        /// The value given.
+        count: u32,
+    },
+    /// A requested thread id is 0 (no thread has it).
+    ZeroThreadId {
+        /// Its position in the request's list.
+        index: usize,
+    },
+}
+
+impl core::fmt::Display for CaptureThreadsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::Timeout { value } => write!(
+                f,
+                "timeout is {value} ms; it must be {} to {} ms",
+                THREAD_CAPTURE_TIMEOUT_MS_RANGE.start(),
+                THREAD_CAPTURE_TIMEOUT_MS_RANGE.end()
+            ),
+            Self::Count { count } => write!(
+                f,
+                "{count} thread ids; a request names 1 to {MAX_THREAD_CAPTURES}"
+            ),
+            Self::ZeroThreadId { index } => write!(f, "thread id {index} of the list is 0"),
         }
     }
 }
@@ -249,7 +316,8 @@ pub enum ConfigError {
     /// A process list is longer than [`MAX_PROCESS_IDS`], or an id is in
     /// both.
     Processes,
-    /// A source's `sample_every` is 0, or the on-demand source's is not 1.
+    /// A source's `sample_every` is 0, or the on-demand or thread-stack
+    /// source's is not 1.
     SampleEvery {
         /// The source.
         source: Source,
@@ -311,7 +379,8 @@ impl core::fmt::Display for ConfigError {
             ),
             Self::SampleEvery { source, value } => write!(
                 f,
-                "{} keeps one event in {value}; it must be 1 to 65535 (1 for ondemand)",
+                "{} keeps one event in {value}; it must be 1 to 65535 (1 for ondemand and \
+                 threadstack)",
                 source.name()
             ),
             Self::UserFrames { source, value } => write!(

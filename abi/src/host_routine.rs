@@ -4,13 +4,17 @@
 //! called. The driver tells Wine by Wine's own `wine_ntoskrnl_main_loop`
 //! export and never calls such a stub; status says, per routine, which case
 //! holds ([`crate::StatusResponse::user_walk`],
-//! [`crate::StatusResponse::process_key`]).
+//! [`crate::StatusResponse::process_key`], [`crate::StatusResponse::apc`]).
 
 /// The routine that walks user stacks.
 pub const USER_WALK_ROUTINE: &str = "RtlWalkFrameChain";
 /// The routine that reads a process's creation time (a module record's
 /// `process_key`).
 pub const PROCESS_KEY_ROUTINE: &str = "PsGetProcessCreateTimeQuadPart";
+/// The routine that queues the special kernel APCs of capture-threads
+/// requests ([`crate::Ioctl::CaptureThreads`]); the driver needs it to
+/// deliver them at all.
+pub const APC_ROUTINE: &str = "KeInsertQueueApc";
 
 use crate::wire_types::wire_enum;
 

@@ -13,6 +13,7 @@ use crate::{
         NtStatus, STATUS_BUFFER_TOO_SMALL, STATUS_INVALID_BUFFER_SIZE,
         STATUS_INVALID_DEVICE_REQUEST,
     },
+    thread_capture::{CAPTURE_THREADS_REPLY_SIZE, CAPTURE_THREADS_REQUEST_SIZE},
 };
 
 /// kstack's device type, in the range Windows leaves to vendors (0x8000 and up).
@@ -28,10 +29,17 @@ pub const MIN_READ_BUFFER: usize = READ_HEADER_SIZE + MAX_RECORD_SIZE;
 
 /// The largest input any request takes (the driver copies inputs this
 /// small before using them).
-pub const MAX_INPUT_LENGTH: usize = if CONFIGURE_REQUEST_SIZE > CAPTURE_NOW_REQUEST_SIZE {
-    CONFIGURE_REQUEST_SIZE
-} else {
-    CAPTURE_NOW_REQUEST_SIZE
+pub const MAX_INPUT_LENGTH: usize = {
+    let mut largest = 0;
+    let mut index = 0;
+    while index < Ioctl::ALL.len() {
+        let (input, _, _) = Ioctl::ALL[index].lengths();
+        if input > largest {
+            largest = input;
+        }
+        index += 1;
+    }
+    largest
 };
 
 /// The test-injection request's code (see
@@ -136,16 +144,52 @@ pub enum Ioctl {
     /// (whatever the filter says of the caller), else as `filtered`. See
     /// [`crate::SourceStatus`].
     CaptureNow,
+    /// Capture the stacks of other threads, named by id
+    /// ([`crate::thread_capture::CaptureThreadsRequest`], whose docs give
+    /// its layout): for each, the driver queues a special kernel APC to the
+    /// thread, which captures the thread's stack in it, at `APC_LEVEL`, as
+    /// one event of the thread-stack source ([`crate::Source::ThreadStack`],
+    /// facts [`crate::SourceFacts::ThreadStack`]). The reply
+    /// ([`crate::thread_capture::CaptureThreadsReply`]) comes at once and
+    /// says per id whether an APC was queued
+    /// ([`crate::thread_capture::ThreadRequestOutcome`]); the records come
+    /// through reads, when each thread next runs kernel APCs (a thread
+    /// waiting in user mode or running runs them at once; one suspended,
+    /// or waiting in the kernel with APCs disabled, later).
+    ///
+    /// A refused request queues nothing, counts nothing and fails with the
+    /// first of these checks that fails: the buffer lengths
+    /// ([`Ioctl::check_lengths`]); the request's ABI version, `size` word
+    /// and fields (see [`crate::thread_capture::CaptureThreadsRequest`]);
+    /// then against the driver's state: the thread-stack source disabled
+    /// (`KSTACK_STATUS_SOURCE_DISABLED`), a host where the driver cannot
+    /// queue APCs (`KSTACK_STATUS_NO_APC`, see
+    /// [`crate::StatusResponse::apc`]). While the driver unloads, this
+    /// request fails as every request does (`STATUS_DEVICE_NOT_READY`).
+    ///
+    /// An accepted request succeeds with the 64-byte reply whatever its
+    /// ids' outcomes, each counted in
+    /// [`crate::messages::ThreadCaptureStatus`]. Its request time is
+    /// taken when the driver serves it; a record's `delay` is from then to
+    /// its capture, and `late` says it came after `timeout_ms`. A queued
+    /// APC cannot be taken back: it is delivered (one event, counted as
+    /// `delivered`) or, when its thread exits first, run down (no record,
+    /// counted as `run_down`). A delivered APC is an event like a
+    /// callback's: the process filter (the captured thread's process) and
+    /// the stack check apply (see [`crate::SourceStatus`]); the source is
+    /// never sampled (its `sample_every` is 1).
+    CaptureThreads,
 }
 
 impl Ioctl {
     /// Every code, in function-number order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Status,
         Self::Configure,
         Self::Read,
         Self::Clear,
         Self::CaptureNow,
+        Self::CaptureThreads,
     ];
 
     const fn function(self) -> u32 {
@@ -156,6 +200,7 @@ impl Ioctl {
                 Self::Read => 2,
                 Self::Clear => 3,
                 Self::CaptureNow => 4,
+                Self::CaptureThreads => 5,
             }
     }
 
@@ -164,7 +209,9 @@ impl Ioctl {
     pub const fn access(self) -> Access {
         match self {
             Self::Status | Self::Read => Access::Read,
-            Self::Configure | Self::Clear | Self::CaptureNow => Access::Write,
+            Self::Configure | Self::Clear | Self::CaptureNow | Self::CaptureThreads => {
+                Access::Write
+            }
         }
     }
 
@@ -189,6 +236,24 @@ impl Ioctl {
             Self::Read => "read",
             Self::Clear => "clear",
             Self::CaptureNow => "capture-now",
+            Self::CaptureThreads => "capture-threads",
+        }
+    }
+
+    /// The input length, the least output length, and whether an output
+    /// buffer is allowed (see [`Ioctl::check_lengths`]).
+    const fn lengths(self) -> (usize, usize, bool) {
+        match self {
+            Self::Status => (0, STATUS_PREFIX_SIZE, true),
+            Self::Configure => (CONFIGURE_REQUEST_SIZE, 0, false),
+            Self::Read => (0, MIN_READ_BUFFER, true),
+            Self::Clear => (0, 0, false),
+            Self::CaptureNow => (CAPTURE_NOW_REQUEST_SIZE, MAX_RECORD_SIZE, true),
+            Self::CaptureThreads => (
+                CAPTURE_THREADS_REQUEST_SIZE,
+                CAPTURE_THREADS_REPLY_SIZE,
+                true,
+            ),
         }
     }
 
@@ -201,17 +266,12 @@ impl Ioctl {
     /// | read | 0 | at least [`MIN_READ_BUFFER`] |
     /// | clear | 0 | 0 |
     /// | capture-now | exactly [`CAPTURE_NOW_REQUEST_SIZE`] | at least [`MAX_RECORD_SIZE`] |
+    /// | capture-threads | exactly [`CAPTURE_THREADS_REQUEST_SIZE`] | at least [`CAPTURE_THREADS_REPLY_SIZE`] |
     ///
     /// # Errors
     /// The first length that is wrong.
     pub const fn check_lengths(self, input: usize, output: usize) -> Result<(), RequestError> {
-        let (input_size, min_output, output_allowed) = match self {
-            Self::Status => (0, STATUS_PREFIX_SIZE, true),
-            Self::Configure => (CONFIGURE_REQUEST_SIZE, 0, false),
-            Self::Read => (0, MIN_READ_BUFFER, true),
-            Self::Clear => (0, 0, false),
-            Self::CaptureNow => (CAPTURE_NOW_REQUEST_SIZE, MAX_RECORD_SIZE, true),
-        };
+        let (input_size, min_output, output_allowed) = self.lengths();
         if input != input_size {
             return Err(RequestError::InputLength {
                 expected: input_size,
@@ -306,8 +366,10 @@ mod tests {
     fn buffer_limits_are_the_documented_sizes() {
         // A read header (24) and one largest record (568).
         assert_eq!(MIN_READ_BUFFER, 592);
-        // The configure request (8 + 104) is the largest input.
-        assert_eq!(MAX_INPUT_LENGTH, 112);
+        // The capture-threads request (8 + 16 + 4 * 64) is the largest
+        // input.
+        assert_eq!(MAX_INPUT_LENGTH, 280);
+        assert_eq!(MAX_INPUT_LENGTH, CAPTURE_THREADS_REQUEST_SIZE);
     }
 
     #[test]
@@ -315,7 +377,14 @@ mod tests {
         let names: Vec<&str> = Ioctl::ALL.into_iter().map(Ioctl::name).collect();
         assert_eq!(
             names,
-            ["status", "configure", "read", "clear", "capture-now"]
+            [
+                "status",
+                "configure",
+                "read",
+                "clear",
+                "capture-now",
+                "capture-threads"
+            ]
         );
         let texts = [
             (
@@ -357,6 +426,8 @@ mod tests {
         assert_eq!(Ioctl::Read.code(), 0x8B5C_6008);
         assert_eq!(Ioctl::Clear.code(), 0x8B5C_A00C);
         assert_eq!(Ioctl::CaptureNow.code(), 0x8B5C_A010);
+        // CTL_CODE(0x8B5C, 0x805, METHOD_BUFFERED, FILE_WRITE_ACCESS)
+        assert_eq!(Ioctl::CaptureThreads.code(), 0x8B5C_A014);
     }
 
     #[test]
@@ -434,6 +505,28 @@ mod tests {
             Err(OutputTooSmall {
                 needed: MAX_RECORD_SIZE,
                 actual: 100
+            })
+        );
+        assert_eq!(
+            Ioctl::CaptureThreads.check_lengths(CAPTURE_THREADS_REQUEST_SIZE, 64),
+            Ok(())
+        );
+        assert_eq!(
+            Ioctl::CaptureThreads.check_lengths(CAPTURE_THREADS_REQUEST_SIZE, 65),
+            Ok(())
+        );
+        assert_eq!(
+            Ioctl::CaptureThreads.check_lengths(CAPTURE_THREADS_REQUEST_SIZE + 4, 64),
+            Err(InputLength {
+                expected: 280,
+                actual: 284
+            })
+        );
+        assert_eq!(
+            Ioctl::CaptureThreads.check_lengths(CAPTURE_THREADS_REQUEST_SIZE, 63),
+            Err(OutputTooSmall {
+                needed: 64,
+                actual: 63
             })
         );
     }

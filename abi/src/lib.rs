@@ -15,6 +15,8 @@
 //! - [`ntstatus`]: the statuses the driver completes requests with.
 //! - [`paging`]: `DisablePagingExecutive`, configured and in effect.
 //! - [`user_part`]: what happened to each record's user-mode frames.
+//! - [`thread_capture`]: other threads' stacks on request, through
+//!   special kernel APCs.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -31,6 +33,7 @@ pub mod paging;
 pub mod record;
 pub mod source;
 pub mod source_facts;
+pub mod thread_capture;
 pub mod user_part;
 mod wire;
 mod wire_types;
@@ -40,7 +43,9 @@ pub use config::{CaptureConfig, ConfigError, MAX_PROCESS_IDS, ProcessFilter};
 pub use error::DecodeError;
 pub use host_routine::HostRoutine;
 pub use ioctl::{Access, Ioctl, RequestError};
-pub use messages::{DriverImage, ReadHeader, SourceStatus, StackTableStatus, StatusResponse};
+pub use messages::{
+    DriverImage, ReadHeader, SourceStatus, StackTableStatus, StatusResponse, ThreadCaptureStatus,
+};
 pub use module_record::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 pub use paging::{PagingExecutive, PagingInEffect};
 pub use record::{
@@ -51,11 +56,14 @@ pub use record::{
 };
 pub use source::{Source, SourceSet};
 pub use source_facts::SourceFacts;
+pub use thread_capture::{
+    CaptureThreadsError, CaptureThreadsReply, CaptureThreadsRequest, ThreadRequestOutcome,
+};
 pub use user_part::UserPart;
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 11;
+pub const ABI_VERSION: u32 = 12;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (

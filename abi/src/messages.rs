@@ -55,8 +55,14 @@ const USER_WALK_OFFSET: usize = STACK_TABLE_OFFSET + 72;
 /// u32, 4 reserved zero bytes), then the module records that entered the
 /// ring (u64), after the user-walk part.
 const MODULES_OFFSET: usize = USER_WALK_OFFSET + 8;
+/// Offset of whether the driver can queue APCs (a [`HostRoutine`] u32, 4
+/// reserved zero bytes), after the module part.
+const APC_OFFSET: usize = MODULES_OFFSET + 16;
+/// Offset of the capture-threads counters ([`ThreadCaptureStatus`]), after
+/// the APC part.
+const THREAD_CAPTURES_OFFSET: usize = APC_OFFSET + 8;
 /// The whole status response.
-pub const STATUS_RESPONSE_SIZE: usize = MODULES_OFFSET + 16;
+pub const STATUS_RESPONSE_SIZE: usize = THREAD_CAPTURES_OFFSET + ThreadCaptureStatus::SIZE;
 
 fn encode_prefix(w: &mut Writer<'_>, size: usize) {
     w.u32(0, ABI_VERSION);
@@ -211,7 +217,7 @@ pub fn decode_fault_probe_request(bytes: &[u8]) -> Result<FaultProbe, DecodeErro
 }
 
 /// A request of `N` bytes: the prefix, then what `body` writes.
-fn encode_request<const N: usize>(body: impl FnOnce(&mut Writer<'_>)) -> [u8; N] {
+pub(crate) fn encode_request<const N: usize>(body: impl FnOnce(&mut Writer<'_>)) -> [u8; N] {
     let mut bytes = [0; N];
     let mut w = Writer::new(&mut bytes);
     encode_prefix(&mut w, N);
@@ -220,14 +226,14 @@ fn encode_request<const N: usize>(body: impl FnOnce(&mut Writer<'_>)) -> [u8; N]
 }
 
 /// `bytes` as a request of exactly `size` bytes with this ABI's prefix.
-fn request_body(bytes: &[u8], size: usize) -> Result<Reader<'_>, DecodeError> {
+pub(crate) fn request_body(bytes: &[u8], size: usize) -> Result<Reader<'_>, DecodeError> {
     check_exact_length(bytes, size)?;
     let r = Reader::new(bytes);
     check_prefix(r, size)?;
     Ok(r)
 }
 
-const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError> {
+pub(crate) const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError> {
     if bytes.len() == size {
         Ok(())
     } else {
@@ -262,6 +268,12 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 /// on-demand source's counters add up to every capture-now request that
 /// passed the length and version checks.
 ///
+/// Thread-stack events, one per capture-threads APC delivered in its
+/// thread ([`ThreadCaptureStatus::delivered`]), are
+/// counted as callback events are, in the same order; an APC delivered
+/// after the source was disabled is counted as `not_kept`, without a walk.
+/// So the thread-stack source's counters add up to `delivered`.
+///
 /// - `captured`: records that entered the ring, kept or dropped because
 ///   their shard was full. Summed over sources, plus
 ///   [`StatusResponse::module_records`], it equals
@@ -276,11 +288,11 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 /// - `filtered`: left out by the process filter, not walked (for
 ///   capture-now, with the on-demand source enabled: walked and answered,
 ///   not kept).
-/// - `not_kept`: capture-now only: answered to its caller, not kept,
-///   because the on-demand source is disabled, whatever the process filter
-///   says of the caller. With `skipped_irql`, `skipped_stack` and
-///   `user_parts` of capture-nows, the counters a disabled source can
-///   move.
+/// - `not_kept`: capture-now: answered to its caller, not kept, because
+///   the on-demand source is disabled, whatever the process filter says of
+///   the caller. With `skipped_irql`, `skipped_stack` and `user_parts` of
+///   capture-nows, the counters a disabled source can move. Thread-stack:
+///   an APC delivered after its source was disabled, not walked.
 /// - `sampled_out`: admitted by the process filter, then not kept by the
 ///   source's sampling (see [`CaptureConfig::sample_every`]); no walk.
 ///
@@ -288,7 +300,9 @@ const fn check_exact_length(bytes: &[u8], size: usize) -> Result<(), DecodeError
 /// and every record says what happened to its user part, so the sum of
 /// `user_parts` = `captured + not_kept`, and for the on-demand source
 /// `+ filtered` too (a capture-now from a process the lists leave out is
-/// still walked and answered); exact when no capture is under way.
+/// still walked and answered), but for the thread-stack source, `captured`
+/// alone (its `not_kept` are not walked); exact when no capture is under
+/// way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SourceStatus {
     /// The NTSTATUS of registering the source's callback at load
@@ -469,15 +483,158 @@ impl StackTableStatus {
     }
 }
 
+/// The capture-threads counters, in the status response
+/// ([`crate::StatusResponse::thread_captures`]), from load on (a clear
+/// resets none).
+///
+/// Layout (96 bytes): the twelve fields in [`ThreadCaptureStatus::FIELD_NAMES`]
+/// order, u64 each.
+///
+/// Every requested id of an accepted request (one that passed every
+/// request-level check, see [`crate::Ioctl::CaptureThreads`]) has one
+/// outcome, and each queued APC ends one way, so, exact when no request,
+/// APC or capture is under way (otherwise off by those in flight):
+/// - `requested = queued + no_such_thread + no_slot + not_queued +
+///   refused_system_thread + own`;
+/// - `queued = delivered + run_down + in_flight`;
+/// - `delivered` = the events of [`crate::Source::ThreadStack`]: its
+///   [`crate::SourceStatus`]'s `captured + skipped_irql + skipped_stack +
+///   filtered + not_kept + sampled_out` (every delivered APC is one
+///   event, counted once by the source's counters);
+/// - `late <= delivered`;
+/// - `in_flight <= slots`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCaptureStatus {
+    /// Thread ids named by accepted requests.
+    pub requested: u64,
+    /// Of those, APCs queued ([`crate::ThreadRequestOutcome::Queued`]).
+    pub queued: u64,
+    /// Ids no thread had ([`crate::ThreadRequestOutcome::NoSuchThread`]).
+    pub no_such_thread: u64,
+    /// Ids refused because every slot was in use
+    /// ([`crate::ThreadRequestOutcome::NoSlot`]).
+    pub no_slot: u64,
+    /// Ids whose APC the kernel refused ([`crate::ThreadRequestOutcome::NotQueued`]).
+    pub not_queued: u64,
+    /// Ids of system threads, refused
+    /// ([`crate::ThreadRequestOutcome::SystemThread`]).
+    pub refused_system_thread: u64,
+    /// Ids of the requesting thread itself ([`crate::ThreadRequestOutcome::Own`]).
+    pub own: u64,
+    /// Queued APCs whose kernel routine ran in their thread: each one event
+    /// of the thread-stack source.
+    pub delivered: u64,
+    /// Queued APCs the kernel ran down instead (their thread exited before
+    /// it ran APCs): no event, no record.
+    pub run_down: u64,
+    /// Delivered APCs that ran after their request's timeout (their records
+    /// have `late` set).
+    pub late: u64,
+    /// Queued APCs neither delivered nor run down yet (slots in use).
+    pub in_flight: u64,
+    /// The slots the driver keeps ([`crate::thread_capture::THREAD_CAPTURE_SLOTS`] when it could
+    /// allocate them at load): the most APCs in flight at once.
+    pub slots: u64,
+}
+
+impl ThreadCaptureStatus {
+    /// The names of the fields, in wire order; [`ThreadCaptureStatus::fields`]
+    /// gives their values.
+    pub const FIELD_NAMES: [&'static str; 12] = [
+        "requested",
+        "queued",
+        "no_such_thread",
+        "no_slot",
+        "not_queued",
+        "refused_system_thread",
+        "own",
+        "delivered",
+        "run_down",
+        "late",
+        "in_flight",
+        "slots",
+    ];
+    /// The encoded size.
+    pub(crate) const SIZE: usize = 8 * Self::FIELD_NAMES.len();
+
+    /// The fields, in wire order (names in [`ThreadCaptureStatus::FIELD_NAMES`]).
+    #[must_use]
+    pub const fn fields(&self) -> [u64; 12] {
+        [
+            self.requested,
+            self.queued,
+            self.no_such_thread,
+            self.no_slot,
+            self.not_queued,
+            self.refused_system_thread,
+            self.own,
+            self.delivered,
+            self.run_down,
+            self.late,
+            self.in_flight,
+            self.slots,
+        ]
+    }
+
+    /// The status with these fields, in wire order.
+    #[must_use]
+    pub const fn from_fields(fields: [u64; 12]) -> Self {
+        let [
+            requested,
+            queued,
+            no_such_thread,
+            no_slot,
+            not_queued,
+            refused_system_thread,
+            own,
+            delivered,
+            run_down,
+            late,
+            in_flight,
+            slots,
+        ] = fields;
+        Self {
+            requested,
+            queued,
+            no_such_thread,
+            no_slot,
+            not_queued,
+            refused_system_thread,
+            own,
+            delivered,
+            run_down,
+            late,
+            in_flight,
+            slots,
+        }
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer<'_>, at: usize) {
+        for (index, field) in self.fields().into_iter().enumerate() {
+            w.u64(at + 8 * index, field);
+        }
+    }
+
+    pub(crate) fn decode(r: Reader<'_>, at: usize) -> Result<Self, DecodeError> {
+        let mut fields = [0; 12];
+        for (index, field) in fields.iter_mut().enumerate() {
+            *field = r.u64(at + 8 * index)?;
+        }
+        Ok(Self::from_fields(fields))
+    }
+}
+
 /// The status response.
 ///
-/// Layout ([`STATUS_RESPONSE_SIZE`], 1336 bytes, little-endian). Reserved
-/// bytes are written as zeros and not looked at when decoded.
+/// Layout ([`STATUS_RESPONSE_SIZE`], 1584 bytes, little-endian). Reserved
+/// bytes are written as zeros and not looked at when decoded. (ABI 12
+/// added the eighth source's part, which moved every field after the
+/// sources by 144 bytes, and the parts from 1480 on.)
 ///
 /// | offset | size | field |
 /// |-------:|-----:|-------|
 /// | 0    | 4   | `abi_version` (at this offset in every ABI version) |
-/// | 4    | 4   | `size`: 1336 (idem) |
+/// | 4    | 4   | `size`: 1584 (idem) |
 /// | 8    | 2×3 | `driver_version`: major, minor, patch |
 /// | 14   | 2   | flags: bit 0 the `DisablePagingExecutive` value exists, bit 1 `AssumePagingExecutiveInEffect` is set; other bits refused |
 /// | 16   | 4   | the `DisablePagingExecutive` value (0 when absent) |
@@ -488,29 +645,32 @@ impl StackTableStatus {
 /// | 136  | 8   | `dropped` |
 /// | 144  | 8   | `cleared` |
 /// | 152  | 8   | `sequences_spent` |
-/// | 160  | 144×7 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
-/// | 1168 | 8   | `driver_image.base` |
-/// | 1176 | 4   | `driver_image.size` |
-/// | 1180 | 4   | reserved |
-/// | 1184 | 4   | `ring_shards` |
-/// | 1188 | 4   | `ring_used_bytes` |
-/// | 1192 | 8   | `read` |
-/// | 1200 | 4+2 | `object_altitude`: whole, fraction |
-/// | 1206 | 2   | reserved |
-/// | 1208 | 4+2 | `registry_altitude`: whole, fraction |
-/// | 1214 | 2   | reserved |
-/// | 1216 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
-/// | 1220 | 4   | reserved |
-/// | 1224 | 8   | the `Memory Management` key's last write time |
-/// | 1232 | 8   | the boot time compared against |
-/// | 1240 | 4   | `stack_table.entries` |
-/// | 1244 | 4   | `stack_table.used` |
-/// | 1248 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
-/// | 1312 | 4   | `user_walk` ([`HostRoutine`]) |
-/// | 1316 | 4   | reserved |
-/// | 1320 | 4   | `process_key` ([`HostRoutine`]) |
+/// | 160  | 144×8 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
+/// | 1312 | 8   | `driver_image.base` |
+/// | 1320 | 4   | `driver_image.size` |
 /// | 1324 | 4   | reserved |
-/// | 1328 | 8   | `module_records` |
+/// | 1328 | 4   | `ring_shards` |
+/// | 1332 | 4   | `ring_used_bytes` |
+/// | 1336 | 8   | `read` |
+/// | 1344 | 4+2 | `object_altitude`: whole, fraction |
+/// | 1350 | 2   | reserved |
+/// | 1352 | 4+2 | `registry_altitude`: whole, fraction |
+/// | 1358 | 2   | reserved |
+/// | 1360 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
+/// | 1364 | 4   | reserved |
+/// | 1368 | 8   | the `Memory Management` key's last write time |
+/// | 1376 | 8   | the boot time compared against |
+/// | 1384 | 4   | `stack_table.entries` |
+/// | 1388 | 4   | `stack_table.used` |
+/// | 1392 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
+/// | 1456 | 4   | `user_walk` ([`HostRoutine`]) |
+/// | 1460 | 4   | reserved |
+/// | 1464 | 4   | `process_key` ([`HostRoutine`]) |
+/// | 1468 | 4   | reserved |
+/// | 1472 | 8   | `module_records` |
+/// | 1480 | 4   | `apc` ([`HostRoutine`]) |
+/// | 1484 | 4   | reserved |
+/// | 1488 | 8×12 | `thread_captures` ([`ThreadCaptureStatus`]'s layout) |
 ///
 /// A status request whose output buffer holds at least the 8-byte prefix
 /// but not the whole response gets the prefix only, with
@@ -582,6 +742,14 @@ pub struct StatusResponse {
     /// process exit the driver's callbacks saw while it was loaded
     /// (see [`crate::module_record`]).
     pub module_records: u64,
+    /// Whether the driver can queue the special kernel APCs of
+    /// capture-threads requests: whether it can call `KeInsertQueueApc`
+    /// (decided at load; [`crate::host_routine::APC_ROUTINE`]). When it
+    /// cannot, every capture-threads request fails with
+    /// `KSTACK_STATUS_NO_APC` (under Wine: [`HostRoutine::HostStub`]).
+    pub apc: HostRoutine,
+    /// The capture-threads counters ([`crate::Ioctl::CaptureThreads`]).
+    pub thread_captures: ThreadCaptureStatus,
 }
 
 const FLAG_PAGING_EXECUTIVE_SET: u16 = 1;
@@ -676,6 +844,9 @@ impl StatusResponse {
         w.u32(MODULES_OFFSET, self.process_key as u32);
         w.u32(MODULES_OFFSET + 4, 0);
         w.u64(MODULES_OFFSET + 8, self.module_records);
+        w.u32(APC_OFFSET, self.apc as u32);
+        w.u32(APC_OFFSET + 4, 0);
+        self.thread_captures.encode(&mut w, THREAD_CAPTURES_OFFSET);
         (STATUS_RESPONSE_SIZE, true)
     }
 
@@ -713,6 +884,7 @@ impl StatusResponse {
         };
         let user_walk = routine(USER_WALK_OFFSET)?;
         let process_key = routine(MODULES_OFFSET)?;
+        let apc = routine(APC_OFFSET)?;
         let state = r.u32(PAGING_OFFSET)?;
         let in_effect = PagingInEffect::from_wire(state)
             .filter(|in_effect| {
@@ -759,6 +931,8 @@ impl StatusResponse {
             user_walk,
             process_key,
             module_records: r.u64(MODULES_OFFSET + 8)?,
+            apc,
+            thread_captures: ThreadCaptureStatus::decode(r, THREAD_CAPTURES_OFFSET)?,
         })
     }
 }
@@ -870,7 +1044,7 @@ mod tests {
         sources[Source::OnDemand.index()].not_kept = 13;
         // Every byte of the last source's counters set, so a field written
         // at a wrong offset next to them shows.
-        sources[Source::OnDemand.index()].filtered = u64::MAX - 1;
+        sources[Source::ThreadStack.index()].filtered = u64::MAX - 1;
         StatusResponse {
             driver_version: (0, 1, 0),
             paging_executive: PagingExecutive::decide(
@@ -889,9 +1063,9 @@ mod tests {
                 frames_to_skip: 1,
                 frames_to_capture: 62,
                 processes: crate::ProcessFilter::new(&[4, 8], &[0]).unwrap(),
-                sample_every: [1, 2, 3, 4, 5, 6, 1],
+                sample_every: [1, 2, 3, 4, 5, 6, 1, 1],
                 timer_period_ms: 10,
-                user_frames: [30, 30, 30, 30, 30, 0, 1],
+                user_frames: [30, 30, 30, 30, 30, 0, 1, 2],
             },
             dropped: 5,
             cleared: 6,
@@ -926,7 +1100,42 @@ mod tests {
             user_walk: HostRoutine::HostStub,
             process_key: HostRoutine::NotExported,
             module_records: 17,
+            apc: HostRoutine::Available,
+            // Each its own value; every byte of the last set, so a field
+            // written past the end shows.
+            thread_captures: ThreadCaptureStatus::from_fields([
+                21,
+                15,
+                1,
+                2,
+                1,
+                1,
+                1,
+                11,
+                1,
+                3,
+                3,
+                u64::MAX - 3,
+            ]),
         }
+    }
+
+    #[test]
+    fn status_fields_are_in_their_named_order() {
+        let fields: [u64; 12] = core::array::from_fn(|index| 100 + index as u64);
+        let status = ThreadCaptureStatus::from_fields(fields);
+        assert_eq!(status.fields(), fields);
+        assert_eq!(
+            (status.requested, status.own, status.late, status.slots),
+            (100, 106, 109, 111)
+        );
+        let mut bytes = [0_u8; 96];
+        status.encode(&mut Writer::new(&mut bytes), 0);
+        assert_eq!(&bytes[8 * 5..8 * 6], &105_u64.to_le_bytes());
+        assert_eq!(
+            ThreadCaptureStatus::decode(Reader::new(&bytes), 0),
+            Ok(status)
+        );
     }
 
     #[test]
@@ -935,7 +1144,8 @@ mod tests {
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
         assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
-        assert_eq!(STATUS_RESPONSE_SIZE, 1336);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1584);
+        assert_eq!(ThreadCaptureStatus::SIZE, 96);
         assert_eq!(READ_HEADER_SIZE, 24);
     }
 
@@ -978,9 +1188,9 @@ mod tests {
         let table = status.stack_table;
         let paging = status.paging_executive;
         // Each row of `StatusResponse`'s table: offset, then its bytes.
-        let rows: [(usize, Vec<u8>); 37] = [
+        let rows: [(usize, Vec<u8>); 40] = [
             (0, le::<4>(ABI_VERSION)),
-            (4, le::<4>(1336_u32)),
+            (4, le::<4>(1584_u32)),
             (8, [le::<2>(0_u16), le::<2>(1_u16), le::<2>(0_u16)].concat()),
             (14, le::<2>(3_u16)),
             (16, le::<4>(1_u32)),
@@ -992,33 +1202,44 @@ mod tests {
             (144, le::<8>(status.cleared)),
             (152, le::<8>(status.sequences_spent)),
             (160, sources),
-            (1168, le::<8>(status.driver_image.base)),
-            (1176, le::<4>(status.driver_image.size)),
-            (1180, vec![0; 4]),
-            (1184, le::<4>(status.ring_shards)),
-            (1188, le::<4>(status.ring_used_bytes)),
-            (1192, le::<8>(status.read)),
-            (1200, le::<4>(status.object_altitude.whole)),
-            (1204, le::<2>(status.object_altitude.fraction)),
-            (1206, vec![0; 2]),
-            (1208, le::<4>(status.registry_altitude.whole)),
-            (1212, le::<2>(status.registry_altitude.fraction)),
-            (1214, vec![0; 2]),
-            (1216, le::<4>(PagingInEffect::BeforeBoot as u32)),
-            (1220, vec![0; 4]),
-            (1224, le::<8>(paging.key_written)),
-            (1232, le::<8>(paging.boot_time)),
-            (1240, le::<4>(table.entries)),
-            (1244, le::<4>(table.used)),
+            (1312, le::<8>(status.driver_image.base)),
+            (1320, le::<4>(status.driver_image.size)),
+            (1324, vec![0; 4]),
+            (1328, le::<4>(status.ring_shards)),
+            (1332, le::<4>(status.ring_used_bytes)),
+            (1336, le::<8>(status.read)),
+            (1344, le::<4>(status.object_altitude.whole)),
+            (1348, le::<2>(status.object_altitude.fraction)),
+            (1350, vec![0; 2]),
+            (1352, le::<4>(status.registry_altitude.whole)),
+            (1356, le::<2>(status.registry_altitude.fraction)),
+            (1358, vec![0; 2]),
+            (1360, le::<4>(PagingInEffect::BeforeBoot as u32)),
+            (1364, vec![0; 4]),
+            (1368, le::<8>(paging.key_written)),
+            (1376, le::<8>(paging.boot_time)),
+            (1384, le::<4>(table.entries)),
+            (1388, le::<4>(table.used)),
             (
-                1248,
+                1392,
                 table.counters().into_iter().flat_map(le::<8>).collect(),
             ),
-            (1312, le::<4>(HostRoutine::HostStub as u32)),
-            (1316, vec![0; 4]),
-            (1320, le::<4>(HostRoutine::NotExported as u32)),
-            (1324, vec![0; 4]),
-            (1328, le::<8>(status.module_records)),
+            (1456, le::<4>(HostRoutine::HostStub as u32)),
+            (1460, vec![0; 4]),
+            (1464, le::<4>(HostRoutine::NotExported as u32)),
+            (1468, vec![0; 4]),
+            (1472, le::<8>(status.module_records)),
+            (1480, le::<4>(HostRoutine::Available as u32)),
+            (1484, vec![0; 4]),
+            (
+                1488,
+                status
+                    .thread_captures
+                    .fields()
+                    .into_iter()
+                    .flat_map(le::<8>)
+                    .collect(),
+            ),
         ];
         crate::wire::assert_layout(
             &out,
@@ -1031,8 +1252,12 @@ mod tests {
             "the flags and state the rows above expect"
         );
         assert_eq!(
-            (status.user_walk, status.process_key),
-            (HostRoutine::HostStub, HostRoutine::NotExported)
+            (status.user_walk, status.process_key, status.apc),
+            (
+                HostRoutine::HostStub,
+                HostRoutine::NotExported,
+                HostRoutine::Available
+            )
         );
     }
 
@@ -1042,12 +1267,13 @@ mod tests {
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         status.encode(&mut out);
         for range in [
-            1180..1184,
-            1206..1208,
-            1214..1216,
-            1220..1224,
-            1316..1320,
             1324..1328,
+            1350..1352,
+            1358..1360,
+            1364..1368,
+            1460..1464,
+            1468..1472,
+            1484..1488,
         ] {
             out[range].fill(0xFF);
         }
@@ -1066,6 +1292,7 @@ mod tests {
             PAGING_OFFSET + 4..PAGING_OFFSET + 8,
             USER_WALK_OFFSET + 4..USER_WALK_OFFSET + 8,
             MODULES_OFFSET + 4..MODULES_OFFSET + 8,
+            APC_OFFSET + 4..APC_OFFSET + 8,
         ];
         for range in reserved {
             assert!(
@@ -1114,7 +1341,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 1336);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1584);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -1129,7 +1356,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &1336_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &1584_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 
@@ -1166,7 +1393,7 @@ mod tests {
         let mut bad = out;
         bad[SOURCES_OFFSET + 4] = 2;
         assert!(StatusResponse::decode(&bad).is_err());
-        for routine in [USER_WALK_OFFSET, MODULES_OFFSET] {
+        for routine in [USER_WALK_OFFSET, MODULES_OFFSET, APC_OFFSET] {
             let mut bad = out;
             bad[routine] = 3;
             assert_eq!(

@@ -44,7 +44,7 @@ pub const STATUS_INVALID_PARAMETER_4: NtStatus = nt(0xC000_00F2);
 /// `MAX_PROCESS_IDS`, or a process id in both lists.
 pub const STATUS_INVALID_PARAMETER_5: NtStatus = nt(0xC000_00F3);
 /// Configuration field 6 (`sample_every`) is out of range: 0, or other
-/// than 1 for the on-demand source.
+/// than 1 for the on-demand or thread-stack source.
 pub const STATUS_INVALID_PARAMETER_6: NtStatus = nt(0xC000_00F4);
 /// Configuration field 7 (`user_frames`) is out of range: above
 /// `MAX_FRAMES`, or other than 0 for the timer source.
@@ -69,6 +69,18 @@ pub const KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED: NtStatus = nt(KSTACK_FACILITY
 /// needs for a walk (`MIN_REMAINING_STACK` in kstack-driver-core, 8 KiB):
 /// nothing was walked, and the skip is counted as `skipped_stack`.
 pub const KSTACK_STATUS_STACK_TOO_LOW: NtStatus = nt(KSTACK_FACILITY_ERROR | 3);
+
+/// A capture-threads request ([`crate::Ioctl::CaptureThreads`]) while the
+/// thread-stack source is disabled: nothing was queued. Fix: enable the
+/// threadstack source first (`kstack config`), then request again.
+pub const KSTACK_STATUS_SOURCE_DISABLED: NtStatus = nt(KSTACK_FACILITY_ERROR | 4);
+
+/// A capture-threads request on a host that cannot deliver kernel APCs:
+/// the driver cannot call `KeInsertQueueApc` (the status's
+/// [`crate::StatusResponse::apc`] says why: under Wine it is a stub that
+/// ends the host when called). Nothing was queued; thread stacks cannot be
+/// captured on this host.
+pub const KSTACK_STATUS_NO_APC: NtStatus = nt(KSTACK_FACILITY_ERROR | 5);
 
 /// A registration status, in a driver built with the `test-injection`
 /// feature only: the kernel has no routine for this source (Wine 8 lacks
@@ -97,6 +109,8 @@ const _: () = {
         STATUS_INVALID_PARAMETER_7,
         KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
         KSTACK_STATUS_STACK_TOO_LOW,
+        KSTACK_STATUS_SOURCE_DISABLED,
+        KSTACK_STATUS_NO_APC,
     ];
     let mut i = 0;
     while i < failures.len() {
@@ -105,6 +119,8 @@ const _: () = {
     }
     assert!(KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED.cast_unsigned() & 0x2000_0000 != 0);
     assert!(KSTACK_STATUS_STACK_TOO_LOW.cast_unsigned() & 0x2000_0000 != 0);
+    assert!(KSTACK_STATUS_SOURCE_DISABLED.cast_unsigned() & 0x2000_0000 != 0);
+    assert!(KSTACK_STATUS_NO_APC.cast_unsigned() & 0x2000_0000 != 0);
     assert!(KSTACK_STATUS_INJECTION_ONLY >= 0);
     assert!(KSTACK_STATUS_INJECTION_ONLY.cast_unsigned() & 0x2000_0000 != 0);
 };

@@ -28,7 +28,8 @@
 //! reads as 0), and `match_id` follows them. Its size, 48 to 72 bytes
 //! ([`by_id_record_size`]), says how many fact words it keeps: `(size - 48)
 //! / 8`, so the `match_id` sits at `size - 8`. A timer event's record is 48
-//! bytes, a registry or capture-now event's 56. Bytes 0 to 39 are as
+//! bytes, a registry or capture-now event's 56, a thread-stack event's 72
+//! (64 when its `delay` is 0 and it is not late). Bytes 0 to 39 are as
 //! above. (Until ABI 9 such records always kept their three fact words: 72
 //! bytes, which read the same way.)
 //!
@@ -657,6 +658,13 @@ mod tests {
 
     #[test]
     fn a_record_naming_its_stack_keeps_its_facts_up_to_the_last_nonzero_word_then_the_id() {
+        let thread_stack = |delay, late| SourceFacts::ThreadStack {
+            target_process_id: 4,
+            target_thread_id: 8,
+            tag: 0,
+            delay,
+            late,
+        };
         let process = SourceFacts::Process {
             event: Lifecycle::Create,
             process_id: 0,
@@ -674,6 +682,9 @@ mod tests {
             (SourceFacts::OnDemand { tag: 9 }, 56),
             (exit, 56),
             (process, 72),
+            (thread_stack(0, false), 64),
+            (thread_stack(1, false), 72),
+            (thread_stack(0, true), 72),
         ] {
             let header = RecordHeader {
                 flags: RecordFlags::STACK_BY_ID,
@@ -956,6 +967,22 @@ mod tests {
             ),
             Just(SourceFacts::Timer),
             any::<u64>().prop_map(|tag| SourceFacts::OnDemand { tag }),
+            (
+                any::<u32>(),
+                any::<u32>(),
+                any::<u64>(),
+                any::<u32>(),
+                any::<bool>()
+            )
+                .prop_map(|(target_process_id, target_thread_id, tag, delay, late)| {
+                    SourceFacts::ThreadStack {
+                        target_process_id,
+                        target_thread_id,
+                        tag,
+                        delay,
+                        late,
+                    }
+                }),
         ]
     }
 

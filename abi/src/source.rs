@@ -21,6 +21,9 @@ pub enum Source: u8 {
     Timer = 6,
     /// The capture-now request: the stack of the calling request.
     OnDemand = 7,
+    /// A thread's stack on request ([`crate::Ioctl::CaptureThreads`]):
+    /// captured in the thread by a special kernel APC, at `APC_LEVEL`.
+    ThreadStack = 8,
 }
 }
 
@@ -44,6 +47,7 @@ impl Source {
             Self::ObjectHandle => "object",
             Self::Timer => "timer",
             Self::OnDemand => "ondemand",
+            Self::ThreadStack => "threadstack",
         }
     }
 
@@ -51,6 +55,14 @@ impl Source {
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|source| source.name() == name)
+    }
+
+    /// Whether the source's events are requests, each answered, so never
+    /// sampled (its `sample_every` must be 1): capture-now and
+    /// capture-threads.
+    #[must_use]
+    pub const fn is_request(self) -> bool {
+        matches!(self, Self::OnDemand | Self::ThreadStack)
     }
 
     /// Whether the source's callback runs at DISPATCH_LEVEL, where a stack
@@ -146,7 +158,7 @@ mod tests {
             assert_eq!(Source::from_name(source.name()), Some(source));
         }
         assert_eq!(Source::from_wire(0), None);
-        assert_eq!(Source::from_wire(8), None);
+        assert_eq!(Source::from_wire(9), None);
         assert_eq!(Source::from_name("Process"), None, "names are exact");
     }
 
@@ -160,11 +172,22 @@ mod tests {
     }
 
     #[test]
+    fn only_capture_now_and_capture_threads_are_requests() {
+        let requests: SourceSet = Source::ALL.into_iter().filter(|s| s.is_request()).collect();
+        assert_eq!(
+            requests,
+            SourceSet::EMPTY
+                .with(Source::OnDemand)
+                .with(Source::ThreadStack)
+        );
+    }
+
+    #[test]
     fn source_set_rejects_unknown_bits() {
-        assert_eq!(SourceSet::ALL.bits(), 0b1111_1110);
-        assert_eq!(SourceSet::from_bits(0b1111_1110), Some(SourceSet::ALL));
+        assert_eq!(SourceSet::ALL.bits(), 0b1_1111_1110);
+        assert_eq!(SourceSet::from_bits(0b1_1111_1110), Some(SourceSet::ALL));
         assert_eq!(SourceSet::from_bits(1), None, "bit 0 is no source");
-        assert_eq!(SourceSet::from_bits(1 << 8), None);
+        assert_eq!(SourceSet::from_bits(1 << 9), None);
         let set = SourceSet::EMPTY
             .with(Source::Timer)
             .with(Source::Process)

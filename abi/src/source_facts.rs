@@ -32,6 +32,25 @@ pub enum ObjectKind {
 
 /// What the source knew about the event it captured. Each variant belongs
 /// to one [`Source`]; together with it, this is the record's "where".
+///
+/// On the wire (a record's bytes 40 to 63, see [`crate::record`]) the facts
+/// are three u64 words, `a`, `b`, `c`, by source:
+///
+/// | source | `a` | `b` | `c` |
+/// |--------|-----|-----|-----|
+/// | process | event (0 create, 1 exit) | `process_id` | `parent_process_id` |
+/// | thread | event (0 create, 1 exit) | `process_id` | `thread_id` |
+/// | image load | `image_base` | `image_size` | `process_id` |
+/// | registry | `notify_class` | 0 | 0 |
+/// | object handle | operation (0 create, 1 duplicate) in bits 0..32, object (0 process, 1 thread) in bits 32..64 | `desired_access` | `target_process_id` |
+/// | timer | 0 | 0 | 0 |
+/// | on demand | `tag` | 0 | 0 |
+/// | thread stack | `tag` | `target_process_id` in bits 0..32, `target_thread_id` in bits 32..64 | `delay` in bits 0..32, `late` (0 or 1) in bits 32..64 |
+///
+/// A u32 field alone in a word has the word's high 32 bits zero. Any other
+/// value (a word a source does not use that is not 0, an enumeration out
+/// of range, high bits set) is a damaged record
+/// ([`DecodeError::InvalidFacts`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SourceFacts {
     /// A process was created or exited.
@@ -84,6 +103,27 @@ pub enum SourceFacts {
         /// The caller's tag, returned as given.
         tag: u64,
     },
+    /// A thread's stack, captured in the thread by the special kernel APC
+    /// a capture-threads request queued to it
+    /// ([`crate::Ioctl::CaptureThreads`]). The record's `process_id` and
+    /// `thread_id` are the same thread's (the APC runs in it).
+    ThreadStack {
+        /// The process of the thread captured.
+        target_process_id: u32,
+        /// The thread captured: one of the request's thread ids.
+        target_thread_id: u32,
+        /// The request's tag, as given.
+        tag: u64,
+        /// From the request to the capture, in 100 ns units (the record
+        /// clock's), at most `u32::MAX` (about 7 minutes): a longer delay
+        /// reads as `u32::MAX`.
+        delay: u32,
+        /// The capture ran after the request's `timeout_ms` had passed (a
+        /// timeout does not take a queued APC back; the capture is still
+        /// recorded, and counted as
+        /// [`crate::messages::ThreadCaptureStatus::late`]).
+        late: bool,
+    },
 }
 
 impl SourceFacts {
@@ -98,6 +138,7 @@ impl SourceFacts {
             Self::ObjectHandle { .. } => Source::ObjectHandle,
             Self::Timer => Source::Timer,
             Self::OnDemand { .. } => Source::OnDemand,
+            Self::ThreadStack { .. } => Source::ThreadStack,
         }
     }
 
@@ -147,6 +188,17 @@ impl SourceFacts {
             }
             Self::Timer => [0, 0, 0],
             Self::OnDemand { tag } => [tag, 0, 0],
+            Self::ThreadStack {
+                target_process_id,
+                target_thread_id,
+                tag,
+                delay,
+                late,
+            } => [
+                tag,
+                target_process_id as u64 | (target_thread_id as u64) << 32,
+                delay as u64 | (late as u64) << 32,
+            ],
         }
     }
 
@@ -202,10 +254,32 @@ impl SourceFacts {
             }
             Source::Timer if a == 0 && b == 0 && c == 0 => Self::Timer,
             Source::OnDemand if b == 0 && c == 0 => Self::OnDemand { tag: a },
+            Source::ThreadStack => Self::ThreadStack {
+                target_process_id: low_half(b),
+                target_thread_id: high_half(b),
+                tag: a,
+                delay: low_half(c),
+                late: match high_half(c) {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(invalid),
+                },
+            },
             Source::Registry | Source::Timer | Source::OnDemand => return Err(invalid),
         };
         Ok(facts)
     }
+}
+
+/// The low 32 bits of a fact word that packs two u32 fields.
+#[expect(clippy::cast_possible_truncation, reason = "the low half, by intent")]
+const fn low_half(word: u64) -> u32 {
+    word as u32
+}
+
+/// The high 32 bits of a fact word that packs two u32 fields.
+const fn high_half(word: u64) -> u32 {
+    (word >> 32) as u32
 }
 
 const fn lifecycle_word(event: Lifecycle) -> u64 {
@@ -246,6 +320,13 @@ mod tests {
             },
             SourceFacts::Timer,
             SourceFacts::OnDemand { tag: u64::MAX },
+            SourceFacts::ThreadStack {
+                target_process_id: 0x0102_0304,
+                target_thread_id: u32::MAX,
+                tag: 0x0506_0708_090A_0B0C,
+                delay: 0x0D0E_0F10,
+                late: true,
+            },
         ];
         for facts in all {
             assert_eq!(
@@ -285,6 +366,35 @@ mod tests {
         assert_eq!(
             SourceFacts::from_words(Source::OnDemand, [7, 1, 0]),
             invalid(Source::OnDemand)
+        );
+        assert_eq!(
+            SourceFacts::from_words(Source::ThreadStack, [7, 1, 2 << 32]),
+            invalid(Source::ThreadStack),
+            "late is 0 or 1"
+        );
+    }
+
+    #[test]
+    fn thread_stack_facts_pack_two_fields_a_word_as_documented() {
+        let facts = SourceFacts::ThreadStack {
+            target_process_id: 0x0102_0304,
+            target_thread_id: 0x0506_0708,
+            tag: 9,
+            delay: 0x0A0B_0C0D,
+            late: true,
+        };
+        assert_eq!(facts.to_words(), [9, 0x0506_0708_0102_0304, 0x1_0A0B_0C0D]);
+        let on_time = SourceFacts::ThreadStack {
+            target_process_id: 4,
+            target_thread_id: 8,
+            tag: 0,
+            delay: 0,
+            late: false,
+        };
+        assert_eq!(on_time.to_words(), [0, 8 << 32 | 4, 0]);
+        assert_eq!(
+            SourceFacts::from_words(Source::ThreadStack, on_time.to_words()),
+            Ok(on_time)
         );
     }
 }

@@ -28,7 +28,7 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
-    CaptureConfig, DriverImage, Ioctl, PagingExecutive, SourceSet,
+    CaptureConfig, DriverImage, Ioctl, PagingExecutive, SourceSet, ThreadRequestOutcome,
     messages::encode_configure_request, ntstatus::STATUS_SUCCESS,
 };
 use kstack_abi::{
@@ -608,11 +608,19 @@ impl Platform for BenchPlatform {
     }
 }
 
-/// No timer to start or stop.
+/// No timer to start or stop, no thread to queue an APC to.
 struct NoTimer;
 
 impl SourceControl for NoTimer {
     fn set_timer(&self, _period_ms: Option<u32>) {}
+
+    fn queue_thread_capture(
+        &self,
+        _thread_id: u32,
+        _slot: usize,
+    ) -> Result<(), ThreadRequestOutcome> {
+        Err(ThreadRequestOutcome::NoSuchThread)
+    }
 }
 
 /// A whole capture of a registry event whose 32-frame stack the table

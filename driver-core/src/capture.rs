@@ -27,6 +27,7 @@ use crate::{
     sharded_ring::{Counted, ShardedRing, Uncaptured},
     stack_table::{StackTable, Tabled},
     sync::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
+    thread_captures::{self, Slot, ThreadCaptures},
     user_walk_guard::{Refused, UserWalkGuard},
 };
 
@@ -98,6 +99,9 @@ pub struct DriverCore<'a> {
     routines: [AtomicU32; Routine::COUNT],
     /// The threads walking their user stack now.
     user_walkers: UserWalkGuard,
+    /// The slots of capture-threads requests' APCs, and what became of
+    /// their ids and APCs.
+    pub(crate) thread_captures: ThreadCaptures<'a>,
 }
 
 /// A walked stack, before it is a record.
@@ -221,7 +225,54 @@ impl<'a> DriverCore<'a> {
             configuring: AtomicBool::new(false),
             routines: core::array::from_fn(|_| AtomicU32::new(HostRoutine::NotExported as u32)),
             user_walkers: UserWalkGuard::new(),
+            thread_captures: ThreadCaptures::new(&[]),
         }
+    }
+
+    /// The core with `slots` for capture-threads requests' APCs (without,
+    /// every thread id of a request is refused as `no_slot`).
+    #[must_use]
+    pub fn with_thread_slots(mut self, slots: &'a [Slot]) -> Self {
+        self.thread_captures = ThreadCaptures::new(slots);
+        self
+    }
+
+    /// The thread-stack event of the APC in slot `index`, in its thread
+    /// (the kernel routine): counts the delivery, then captures the
+    /// thread's stack, without the tracer's frames, unless the source was
+    /// disabled since the request (then counted as `not_kept`, no walk).
+    /// The caller frees the slot after.
+    ///
+    /// Max IRQL: `APC_LEVEL`.
+    pub fn capture_thread(&self, platform: &impl Platform, index: usize) -> CaptureOutcome {
+        let delivery = self.thread_captures.delivered(index, platform.timestamp());
+        thread_captures::count(&self.thread_captures.counters.delivered);
+        if delivery.late {
+            thread_captures::count(&self.thread_captures.counters.late);
+        }
+        let (process_id, thread_id) = platform.current_ids();
+        if !self.config().sources.contains(Source::ThreadStack) {
+            self.count(platform, Source::ThreadStack, Uncaptured::NotKept);
+            return CaptureOutcome::Disabled;
+        }
+        self.capture(
+            platform,
+            SourceFacts::ThreadStack {
+                target_process_id: process_id,
+                target_thread_id: thread_id,
+                tag: delivery.tag,
+                delay: delivery.delay,
+                late: delivery.late,
+            },
+        )
+    }
+
+    /// The APC in slot `index` was run down (its thread exited first).
+    /// The caller frees the slot after.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL` (the rundown routine's).
+    pub fn thread_run_down(&self) {
+        thread_captures::count(&self.thread_captures.counters.run_down);
     }
 
     /// Records whether `routine` can be called (decided at load, before
@@ -391,11 +442,16 @@ impl<'a> DriverCore<'a> {
         }
         stack.irql = irql;
         let wanted = usize::from(config.frames_to_capture.min(MAX_FRAMES));
-        let (count, os_hash) = platform.walk_stack(
-            u32::from(config.frames_to_skip),
-            &mut stack.frames[..wanted],
-        );
-        stack.count = count.min(wanted);
+        let (count, os_hash) = if source == Source::ThreadStack {
+            self.walk_thread(platform, wanted, &mut stack.frames)
+        } else {
+            let (count, os_hash) = platform.walk_stack(
+                u32::from(config.frames_to_skip),
+                &mut stack.frames[..wanted],
+            );
+            (count.min(wanted), os_hash)
+        };
+        stack.count = count;
         stack.os_hash = os_hash;
         stack.flags = if stack.count == wanted {
             RecordFlags::TRUNCATED
@@ -405,6 +461,33 @@ impl<'a> DriverCore<'a> {
         stack.user_part = self.walk_user(platform, config.user_frames, stack);
         stack.id = stack_id(stack.frames().iter().copied());
         Ok(())
+    }
+
+    /// A thread's own kernel frames, as its APC's kernel routine walks
+    /// them: the walk starts in kstack and in the kernel's APC dispatcher,
+    /// so the frames inside kstack's image and the first frame after them
+    /// (`KiDeliverApc`) are dropped, and at most `wanted` of the thread's
+    /// frames are kept (`frames_to_skip` does not apply). An APC delivered
+    /// from an interrupt also leaves `KiApcInterrupt` above the thread's
+    /// frames.
+    ///
+    /// Max IRQL: `APC_LEVEL`.
+    fn walk_thread(
+        &self,
+        platform: &impl Platform,
+        wanted: usize,
+        frames: &mut [u64],
+    ) -> (usize, u32) {
+        let (walked, os_hash) = platform.walk_stack(0, frames);
+        let walked = walked.min(frames.len());
+        let image = self.image.base..self.image.base.saturating_add(u64::from(self.image.size));
+        let tracer = frames[..walked]
+            .iter()
+            .position(|frame| !image.contains(frame))
+            .map_or(walked, |dispatcher| dispatcher + 1);
+        let kept = (walked - tracer).min(wanted);
+        frames.copy_within(tracer..tracer + kept, 0);
+        (kept, os_hash)
     }
 
     /// Appends the user part to `stack` (its kernel part walked at
@@ -1248,8 +1331,7 @@ pub(crate) mod tests {
     /// The largest valid configuration: every field at its top.
     fn extreme_config() -> CaptureConfig {
         let ids = |base: u32| -> Vec<u32> { (0..8).map(|n| base - n).collect() };
-        let mut sample_every = [u16::MAX; Source::COUNT];
-        sample_every[Source::OnDemand.index()] = 1;
+        let sample_every = Source::ALL.map(|source| if source.is_request() { 1 } else { u16::MAX });
         CaptureConfig {
             sources: SourceSet::ALL,
             frames_to_skip: kstack_abi::config::MAX_FRAMES_TO_SKIP,

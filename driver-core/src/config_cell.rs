@@ -19,13 +19,13 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering, Wait, fence};
 /// one copy of these few words by a running processor.
 pub(crate) struct ConfigCell {
     version: AtomicU64,
-    /// Sources (bits 0-7), frames to skip (8-15) and to capture (16-23),
-    /// the include and exclude list lengths (24-31, 32-39): every field
-    /// of a validated configuration fits its bits.
+    /// Sources (bits 0-15), frames to skip (16-23) and to capture (24-31),
+    /// the include and exclude list lengths (32-39, 40-47): every field
+    /// of a validated configuration fits its bits (see [`Packed`]).
     packed: AtomicU64,
     timer_period_ms: AtomicU32,
     sample_every: [AtomicU32; Source::COUNT],
-    /// `user_frames`, one byte per source.
+    /// `user_frames`, one byte per source (8 sources: every byte).
     user_frames: AtomicU64,
     include: [AtomicU32; MAX_PROCESS_IDS],
     exclude: [AtomicU32; MAX_PROCESS_IDS],
@@ -83,26 +83,25 @@ impl ConfigCell {
 
     /// Reads what one event needs (the caller checks it belongs together).
     fn read_for_event(&self, source: Source, process_id: u32) -> EventConfig {
-        let packed = self.packed.load(Ordering::Relaxed).to_le_bytes();
+        let packed = Packed::from_word(self.packed.load(Ordering::Relaxed));
         EventConfig {
-            enabled: SourceSet::from_bits(u32::from(packed[0]))
-                .is_some_and(|sources| sources.contains(source)),
+            enabled: packed.sources.contains(source),
             admitted: admitted(
                 process_id,
-                stored_ids(&self.include, packed[3]),
-                stored_ids(&self.exclude, packed[4]),
+                stored_ids(&self.include, packed.include_len),
+                stored_ids(&self.exclude, packed.exclude_len),
             ),
             sample_every: u16::try_from(self.sample_every[source.index()].load(Ordering::Relaxed))
                 .unwrap_or(1),
-            frames_to_skip: u16::from(packed[1]),
-            frames_to_capture: u16::from(packed[2]),
+            frames_to_skip: packed.frames_to_skip,
+            frames_to_capture: packed.frames_to_capture,
             user_frames: self.user_frames.load(Ordering::Relaxed).to_le_bytes()[source.index()],
         }
     }
 
     /// Reads every field (the caller checks they belong together).
     fn read(&self) -> CaptureConfig {
-        let packed = self.packed.load(Ordering::Relaxed).to_le_bytes();
+        let packed = Packed::from_word(self.packed.load(Ordering::Relaxed));
         let list = |ids: &[AtomicU32; MAX_PROCESS_IDS], len: u8| {
             let mut copy = [0; MAX_PROCESS_IDS];
             let len = usize::from(len).min(MAX_PROCESS_IDS);
@@ -111,12 +110,12 @@ impl ConfigCell {
             }
             (copy, len)
         };
-        let (include, include_len) = list(&self.include, packed[3]);
-        let (exclude, exclude_len) = list(&self.exclude, packed[4]);
+        let (include, include_len) = list(&self.include, packed.include_len);
+        let (exclude, exclude_len) = list(&self.exclude, packed.exclude_len);
         CaptureConfig {
-            sources: SourceSet::from_bits(u32::from(packed[0])).unwrap_or(SourceSet::EMPTY),
-            frames_to_skip: u16::from(packed[1]),
-            frames_to_capture: u16::from(packed[2]),
+            sources: packed.sources,
+            frames_to_skip: packed.frames_to_skip,
+            frames_to_capture: packed.frames_to_capture,
             // Not validated again: `write` stored a valid filter, and a
             // torn read is thrown away by `load`.
             processes: ProcessFilter::from_stored(&include[..include_len], &exclude[..exclude_len]),
@@ -141,12 +140,15 @@ impl ConfigCell {
         fence(Ordering::Release);
         let include = config.processes.include();
         let exclude = config.processes.exclude();
-        let packed = u64::from(config.sources.bits())
-            | u64::from(config.frames_to_skip) << 8
-            | u64::from(config.frames_to_capture) << 16
-            | (include.len() as u64) << 24
-            | (exclude.len() as u64) << 32;
-        self.packed.store(packed, Ordering::Relaxed);
+        let packed = Packed {
+            sources: config.sources,
+            frames_to_skip: config.frames_to_skip,
+            frames_to_capture: config.frames_to_capture,
+            // At most MAX_PROCESS_IDS (8) each.
+            include_len: u8::try_from(include.len()).unwrap_or(u8::MAX),
+            exclude_len: u8::try_from(exclude.len()).unwrap_or(u8::MAX),
+        };
+        self.packed.store(packed.to_word(), Ordering::Relaxed);
         self.timer_period_ms
             .store(config.timer_period_ms, Ordering::Relaxed);
         for (cell, &every) in self.sample_every.iter().zip(&config.sample_every) {
@@ -163,6 +165,52 @@ impl ConfigCell {
         }
         // Release: the fields are written before the version is even again.
         self.version.store(version + 2, Ordering::Release);
+    }
+}
+
+// Every source's bit fits the two bytes `Packed` gives the sources.
+const _: () = assert!(SourceSet::ALL.bits() <= 0xFFFF);
+
+/// The configuration's small fields, as one word of [`ConfigCell`].
+struct Packed {
+    sources: SourceSet,
+    frames_to_skip: u16,
+    frames_to_capture: u16,
+    include_len: u8,
+    exclude_len: u8,
+}
+
+impl Packed {
+    /// The word: sources in bytes 0 and 1, frames to skip and to capture
+    /// in bytes 2 and 3 (a validated configuration's are at most 64), the
+    /// list lengths in bytes 4 and 5.
+    fn to_word(&self) -> u64 {
+        let [sources_low, sources_high, ..] = self.sources.bits().to_le_bytes();
+        let narrow = |value: u16| u8::try_from(value).unwrap_or(u8::MAX);
+        u64::from_le_bytes([
+            sources_low,
+            sources_high,
+            narrow(self.frames_to_skip),
+            narrow(self.frames_to_capture),
+            self.include_len,
+            self.exclude_len,
+            0,
+            0,
+        ])
+    }
+
+    /// The fields of a word [`Packed::to_word`] made (source bits it never
+    /// writes would read as no source).
+    fn from_word(word: u64) -> Self {
+        let bytes = word.to_le_bytes();
+        Self {
+            sources: SourceSet::from_bits(u32::from(u16::from_le_bytes([bytes[0], bytes[1]])))
+                .unwrap_or(SourceSet::EMPTY),
+            frames_to_skip: u16::from(bytes[2]),
+            frames_to_capture: u16::from(bytes[3]),
+            include_len: bytes[4],
+            exclude_len: bytes[5],
+        }
     }
 }
 

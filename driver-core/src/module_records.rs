@@ -93,6 +93,12 @@ impl DriverCore<'_> {
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the callbacks call it at
     /// `PASSIVE_LEVEL`); `facts.path` must be in non-paged memory.
+    ///
+    /// Never inlined: inlined into the process callback (ABI 12's build
+    /// did so), its header and section grew that callback's frame, which
+    /// every process event's capture and walk sit on
+    /// (`docs/kernel-stack.md`).
+    #[inline(never)]
     pub fn record_module(
         &self,
         platform: &impl Platform,

@@ -63,10 +63,13 @@ pub enum Routine {
     UserWalk,
     /// `PsGetProcessCreateTimeQuadPart`: module records' process keys.
     ProcessKey,
+    /// `KeInsertQueueApc`: the special kernel APCs of capture-threads
+    /// requests.
+    Apc,
 }
 
 impl Routine {
-    pub(crate) const COUNT: usize = 2;
+    pub(crate) const COUNT: usize = 3;
 }
 
 /// The current thread, as far as the user walk cares.

@@ -2,14 +2,20 @@
 //! kstack-abi before it is used; a refused request changes nothing.
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, KSTACK_VERSION, MAX_FRAMES, ReadHeader, RecordFlags, RequestError,
-    Source, SourceFacts, SourceStatus, StatusResponse, decode_record, encode_record,
+    CaptureConfig, HostRoutine, Ioctl, KSTACK_VERSION, MAX_FRAMES, ReadHeader, RecordFlags,
+    RequestError, Source, SourceFacts, SourceStatus, StatusResponse, decode_record, encode_record,
     messages::{READ_HEADER_SIZE, decode_capture_now_request, decode_configure_request},
     ntstatus::{
-        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
-        STATUS_BUFFER_OVERFLOW, STATUS_DEVICE_BUSY, STATUS_NOT_SUPPORTED, STATUS_SUCCESS,
+        KSTACK_STATUS_NO_APC, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
+        KSTACK_STATUS_SOURCE_DISABLED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
+        STATUS_BUFFER_OVERFLOW, STATUS_DEVICE_BUSY, STATUS_INVALID_PARAMETER, STATUS_NOT_SUPPORTED,
+        STATUS_SUCCESS,
     },
     record_flags, record_os_hash, record_timestamp, set_record_os_hash,
+    thread_capture::{
+        CaptureThreadsReply, MAX_THREAD_CAPTURES, ThreadRequestOutcome,
+        decode_capture_threads_request,
+    },
 };
 
 use crate::{
@@ -18,7 +24,11 @@ use crate::{
     platform::{Platform, Routine},
     sharded_ring::{Shard, Uncaptured},
     sync::Ordering,
+    thread_captures::{self, Requested},
 };
+
+/// Record-clock ticks (100 ns) in a millisecond.
+const TICKS_PER_MILLISECOND: u64 = 10_000;
 
 /// Who sent a request, and what the driver holds outside the core.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +48,17 @@ pub trait SourceControl {
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
     fn set_timer(&self, period_ms: Option<u32>);
+
+    /// Queues the special kernel APC of thread-capture slot `slot` (armed)
+    /// to thread `thread_id`, with the references it needs.
+    ///
+    /// # Errors
+    /// What went wrong when it could not; then no routine will run for the
+    /// slot.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    fn queue_thread_capture(&self, thread_id: u32, slot: usize)
+    -> Result<(), ThreadRequestOutcome>;
 }
 
 /// A request's status and the bytes written to its output buffer.
@@ -79,6 +100,7 @@ impl DriverCore<'_> {
             Ioctl::Read => self.read(output, platform, caller.reader),
             Ioctl::Clear => (self.clear(), 0),
             Ioctl::CaptureNow => self.capture_now(input, output, platform),
+            Ioctl::CaptureThreads => self.capture_threads(input, output, platform, control),
         }
     }
 
@@ -129,6 +151,8 @@ impl DriverCore<'_> {
             user_walk: self.routine(Routine::UserWalk),
             process_key: self.routine(Routine::ProcessKey),
             module_records: self.ring.module_records(),
+            apc: self.routine(Routine::Apc),
+            thread_captures: self.thread_captures.status(),
         }
     }
 
@@ -307,6 +331,84 @@ impl DriverCore<'_> {
         };
         (STATUS_SUCCESS, stack.encode(&header, output))
     }
+
+    /// Checks a capture-threads request against its layout and the
+    /// driver's state, in the order `kstack_abi::Ioctl::CaptureThreads`
+    /// documents; a refused request queues and counts nothing.
+    ///
+    /// Never inlined (see [`DriverCore::serve_status`]).
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    #[inline(never)]
+    fn capture_threads(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        platform: &impl Platform,
+        control: &impl SourceControl,
+    ) -> Served {
+        let request = match decode_capture_threads_request(input) {
+            Ok(request) => request,
+            Err(error) => return (error.ntstatus(), 0),
+        };
+        if !self.config().sources.contains(Source::ThreadStack) {
+            return (KSTACK_STATUS_SOURCE_DISABLED, 0);
+        }
+        if self.routine(Routine::Apc) != HostRoutine::Available {
+            return (KSTACK_STATUS_NO_APC, 0);
+        }
+        let requested = Requested {
+            tag: request.tag,
+            at: platform.timestamp(),
+            timeout: u64::from(request.timeout_ms) * TICKS_PER_MILLISECOND,
+        };
+        let own = platform.current_ids().1;
+        let mut outcomes = [ThreadRequestOutcome::Queued; MAX_THREAD_CAPTURES];
+        for (outcome, &thread_id) in outcomes.iter_mut().zip(request.requested()) {
+            *outcome = self.queue_thread_capture(thread_id, own, requested, control);
+            let counters = &self.thread_captures.counters;
+            thread_captures::count(&counters.requested);
+            thread_captures::count(match outcome {
+                ThreadRequestOutcome::Queued => &counters.queued,
+                ThreadRequestOutcome::NoSuchThread => &counters.no_such_thread,
+                ThreadRequestOutcome::NoSlot => &counters.no_slot,
+                ThreadRequestOutcome::NotQueued => &counters.not_queued,
+                ThreadRequestOutcome::SystemThread => &counters.refused_system_thread,
+                ThreadRequestOutcome::Own => &counters.own,
+            });
+        }
+        let reply = CaptureThreadsReply::new(&outcomes[..request.requested().len()]);
+        match reply {
+            Some(reply) => (STATUS_SUCCESS, reply.encode(output)),
+            None => (STATUS_INVALID_PARAMETER, 0),
+        }
+    }
+
+    /// One thread id of a capture-threads request: a slot armed with the
+    /// request and the APC queued through `control`, or why not.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    fn queue_thread_capture(
+        &self,
+        thread_id: u32,
+        own: u32,
+        requested: Requested,
+        control: &impl SourceControl,
+    ) -> ThreadRequestOutcome {
+        if thread_id == own {
+            return ThreadRequestOutcome::Own;
+        }
+        let Some(slot) = self.thread_captures.arm(requested) else {
+            return ThreadRequestOutcome::NoSlot;
+        };
+        match control.queue_thread_capture(thread_id, slot) {
+            Ok(()) => ThreadRequestOutcome::Queued,
+            Err(outcome) => {
+                self.thread_captures.refused(slot);
+                outcome
+            }
+        }
+    }
 }
 
 /// The stack table slot a ring record names, if its stack is tabled (the
@@ -371,12 +473,32 @@ mod tests {
         capture::tests::{FakePlatform, all_registered, registered_core, ring_of_records},
     };
 
+    /// The driver's side of requests, faked: the timer's starts and stops,
+    /// and the thread-capture APCs queued (thread id, slot). Thread ids
+    /// from 1000 up name no thread, 4 is a system thread, 5 is exiting (the
+    /// kernel refuses its APC); any other id takes its APC.
     #[derive(Default)]
-    struct TimerLog(RefCell<Vec<Option<u32>>>);
+    struct TimerLog(RefCell<Vec<Option<u32>>>, RefCell<Vec<(u32, usize)>>);
 
     impl SourceControl for TimerLog {
         fn set_timer(&self, period_ms: Option<u32>) {
             self.0.borrow_mut().push(period_ms);
+        }
+
+        fn queue_thread_capture(
+            &self,
+            thread_id: u32,
+            slot: usize,
+        ) -> Result<(), ThreadRequestOutcome> {
+            match thread_id {
+                1000.. => Err(ThreadRequestOutcome::NoSuchThread),
+                4 => Err(ThreadRequestOutcome::SystemThread),
+                5 => Err(ThreadRequestOutcome::NotQueued),
+                _ => {
+                    self.1.borrow_mut().push((thread_id, slot));
+                    Ok(())
+                }
+            }
         }
     }
 
@@ -541,9 +663,9 @@ mod tests {
             frames_to_skip: 1,
             frames_to_capture: 40,
             processes: ProcessFilter::new(&[8], &[0]).unwrap(),
-            sample_every: Source::ALL.map(|source| if source == Source::OnDemand { 1 } else { 2 }),
+            sample_every: Source::ALL.map(|source| if source.is_request() { 1 } else { 2 }),
             timer_period_ms: 20,
-            user_frames: [1, 2, 3, 4, 5, 0, 62],
+            user_frames: [1, 2, 3, 4, 5, 0, 62, 7],
         };
         assert_eq!(configure(&core, &wanted, &timer), STATUS_SUCCESS);
         assert_eq!(status(&core).config, wanted);
@@ -845,7 +967,7 @@ mod tests {
         );
     }
 
-    /// Facts of an event of `source` (capture-now's come from requests).
+    /// Facts of an event of a callback source (see [`CALLBACK_SOURCES`]).
     fn facts_of(source: Source) -> SourceFacts {
         match source {
             Source::Process => SourceFacts::Process {
@@ -871,9 +993,15 @@ mod tests {
                 target_process_id: 30,
             },
             Source::Timer => SourceFacts::Timer,
-            Source::OnDemand => SourceFacts::OnDemand { tag: 5 },
+            Source::OnDemand | Source::ThreadStack => {
+                unreachable!("{source:?}'s events come from requests")
+            }
         }
     }
+
+    /// The positions in `Source::ALL` of the sources whose events come
+    /// from kernel callbacks: all but the request sources, which are last.
+    const CALLBACK_SOURCES: core::ops::Range<usize> = 0..Source::OnDemand.index();
 
     #[derive(Clone, Debug)]
     enum Step {
@@ -900,11 +1028,11 @@ mod tests {
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            6 => (0_usize..Source::COUNT - 1, 0_u32..3, prop_oneof![Just(0_u8), Just(2_u8)], prop_oneof![Just(4_u32), Just(9_u32)], proptest::bool::weighted(0.2))
+            6 => (CALLBACK_SOURCES, 0_u32..3, prop_oneof![Just(0_u8), Just(2_u8)], prop_oneof![Just(4_u32), Just(9_u32)], proptest::bool::weighted(0.2))
                 .prop_map(|(source, processor, irql, process_id, low_stack)| Step::Event { source, processor, irql, process_id, low_stack }),
             2 => (0_u32..3, prop_oneof![Just(4_u32), Just(9_u32)])
                 .prop_map(|(processor, process_id)| Step::CaptureNow { processor, process_id }),
-            1 => (0_u32..0x80, any::<bool>(), any::<bool>(), 1_u16..4)
+            1 => (0_u32..1 << Source::COUNT, any::<bool>(), any::<bool>(), 1_u16..4)
                 .prop_map(|(sources, include_four, exclude_nine, sample_every)| Step::Configure { sources, include_four, exclude_nine, sample_every }),
             2 => (MIN_READ_BUFFER..MIN_READ_BUFFER * 3).prop_map(Step::Read),
             1 => Just(Step::Clear),
@@ -961,7 +1089,7 @@ mod tests {
                                 .fold(SourceSet::EMPTY, SourceSet::with),
                             processes: ProcessFilter::new(include, exclude).unwrap(),
                             sample_every: Source::ALL.map(|source| {
-                                if source == Source::OnDemand { 1 } else { sample_every }
+                                if source.is_request() { 1 } else { sample_every }
                             }),
                             ..CaptureConfig::default()
                         };
@@ -1621,8 +1749,9 @@ mod tests {
             let wanted = on_demand(ProcessFilter::new(&[8], &[]).unwrap(), true);
             let mut input = encode_configure_request(&wanted);
             assert_eq!(input.len(), CONFIGURE_REQUEST_SIZE);
-            // Configuration bytes 14-15, 30-31 and 103, after the prefix.
-            for offset in [22, 23, 38, 39, 111] {
+            // Configuration bytes 14-15 (the only ones left since ABI 12),
+            // after the prefix.
+            for offset in [22, 23] {
                 input[offset] = 0xFF;
             }
             let result = request(&core, Ioctl::Configure.code(), &input, &mut [], &timer);
@@ -1630,16 +1759,7 @@ mod tests {
             assert_eq!(status(&core).config, wanted);
             let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
             request(&core, Ioctl::Status.code(), &[], &mut out, &timer);
-            assert_eq!(
-                [
-                    out[32 + 14],
-                    out[32 + 15],
-                    out[32 + 30],
-                    out[32 + 31],
-                    out[32 + 103]
-                ],
-                [0; 5]
-            );
+            assert_eq!([out[32 + 14], out[32 + 15]], [0; 2]);
         }
 
         /// `CaptureConfig`, `Ioctl::Configure`: of two bad fields the
@@ -1678,6 +1798,392 @@ mod tests {
                 "an unavailable source before the paging policy"
             );
             assert_eq!(status(&core).config, CaptureConfig::default());
+        }
+    }
+
+    /// `Ioctl::CaptureThreads`: the request-level checks, in their
+    /// documented order; a refused request queues and counts nothing.
+    mod capture_threads {
+        use kstack_abi::{
+            CaptureThreadsRequest, DriverImage, ThreadCaptureStatus,
+            ntstatus::{STATUS_INVALID_BUFFER_SIZE, STATUS_INVALID_PARAMETER},
+            thread_capture::{
+                CAPTURE_THREADS_REPLY_SIZE, CAPTURE_THREADS_REQUEST_SIZE,
+                encode_capture_threads_request,
+            },
+        };
+
+        use super::*;
+        use crate::{
+            StackTable, capture::tests::drain_all, test_support::keep, thread_captures::Slot,
+        };
+
+        /// A core with every source registered, the thread-stack source
+        /// enabled or not, and the APC routine in `apc`'s state.
+        fn core_with(thread_stack: bool, apc: HostRoutine) -> DriverCore<'static> {
+            let core = registered_core(
+                ring_of_records(8, 1),
+                PagingExecutive::NOT_SET,
+                all_registered(),
+            );
+            core.set_routine(Routine::Apc, apc);
+            let sources = if thread_stack {
+                SourceSet::EMPTY.with(Source::ThreadStack)
+            } else {
+                SourceSet::EMPTY
+            };
+            assert_eq!(enable(&core, sources, &TimerLog::default()), STATUS_SUCCESS);
+            core
+        }
+
+        /// A capture-threads request of `input`: its status and the bytes
+        /// returned; the status after it must show nothing counted.
+        fn capture_threads(core: &DriverCore<'_>, input: &[u8]) -> Served {
+            let mut out = [0xAA_u8; CAPTURE_THREADS_REPLY_SIZE];
+            let served = request(
+                core,
+                Ioctl::CaptureThreads.code(),
+                input,
+                &mut out,
+                &TimerLog::default(),
+            );
+            let after = status(core);
+            assert_eq!(after.thread_captures, ThreadCaptureStatus::default());
+            assert_eq!(after.sources[Source::ThreadStack.index()].captured, 0);
+            assert_eq!(after.ring_used, 0, "nothing captured");
+            served
+        }
+
+        fn good_request() -> [u8; CAPTURE_THREADS_REQUEST_SIZE] {
+            encode_capture_threads_request(&CaptureThreadsRequest::new(1, 1000, &[8, 12]).unwrap())
+        }
+
+        #[test]
+        fn a_request_while_the_source_is_disabled_is_refused_first() {
+            for apc in [HostRoutine::Available, HostRoutine::HostStub] {
+                let core = core_with(false, apc);
+                assert_eq!(
+                    capture_threads(&core, &good_request()),
+                    (KSTACK_STATUS_SOURCE_DISABLED, 0),
+                    "{apc:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn a_host_without_apc_delivery_refuses_every_request() {
+            for apc in [HostRoutine::NotExported, HostRoutine::HostStub] {
+                let core = core_with(true, apc);
+                assert_eq!(
+                    capture_threads(&core, &good_request()),
+                    (KSTACK_STATUS_NO_APC, 0),
+                    "{apc:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn a_bad_request_is_refused_before_the_driver_state_is_looked_at() {
+            let core = core_with(false, HostRoutine::NotExported);
+            let good = good_request();
+            let mut other_abi = good;
+            other_abi[0] ^= 0xFF;
+            let mut no_ids = good;
+            no_ids[20] = 0;
+            let mut zero_id = good;
+            zero_id[28..32].fill(0);
+            let mut no_timeout = good;
+            no_timeout[16..20].fill(0);
+            for (input, expected) in [
+                (
+                    &good[..CAPTURE_THREADS_REQUEST_SIZE - 1],
+                    STATUS_INVALID_BUFFER_SIZE,
+                ),
+                (&other_abi[..], STATUS_REVISION_MISMATCH),
+                (&no_ids[..], STATUS_INVALID_PARAMETER),
+                (&zero_id[..], STATUS_INVALID_PARAMETER),
+                (&no_timeout[..], STATUS_INVALID_PARAMETER),
+            ] {
+                assert_eq!(capture_threads(&core, input), (expected, 0));
+            }
+            let mut small = [0_u8; CAPTURE_THREADS_REPLY_SIZE - 1];
+            let served = request(
+                &core,
+                Ioctl::CaptureThreads.code(),
+                &good,
+                &mut small,
+                &TimerLog::default(),
+            );
+            assert_eq!(served, (STATUS_BUFFER_TOO_SMALL, 0));
+        }
+
+        #[test]
+        fn status_reports_the_apc_routine_and_every_counter_in_its_place() {
+            let core = core_with(true, HostRoutine::HostStub);
+            assert_eq!(status(&core).apc, HostRoutine::HostStub);
+            core.set_routine(Routine::Apc, HostRoutine::Available);
+            assert_eq!(status(&core).apc, HostRoutine::Available);
+            let core =
+                core.with_thread_slots(keep((0..3).map(|_| Slot::new()).collect::<Vec<_>>()));
+            let captures = &core.thread_captures;
+            let counters = &captures.counters;
+            for (value, counter) in [
+                &counters.requested,
+                &counters.queued,
+                &counters.no_such_thread,
+                &counters.no_slot,
+                &counters.not_queued,
+                &counters.refused_system_thread,
+                &counters.own,
+                &counters.delivered,
+                &counters.run_down,
+                &counters.late,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                counter.store(100 + value as u64, Ordering::Relaxed);
+            }
+            for tag in 0..2 {
+                captures.arm(requested(tag)).expect("a free slot");
+            }
+            let mut expected: [u64; 12] = core::array::from_fn(|value| 100 + value as u64);
+            expected[10] = 2;
+            expected[11] = 3;
+            assert_eq!(
+                status(&core).thread_captures.fields(),
+                expected,
+                "in ThreadCaptureStatus::FIELD_NAMES order, in_flight and slots from the slots"
+            );
+        }
+
+        fn requested(tag: u64) -> Requested {
+            Requested {
+                tag,
+                at: 0,
+                timeout: 10_000,
+            }
+        }
+
+        /// [`core_with`] (the source on, APCs deliverable) with `slots`
+        /// slots.
+        fn core_with_slots(slots: usize) -> DriverCore<'static> {
+            core_with(true, HostRoutine::Available)
+                .with_thread_slots(keep((0..slots).map(|_| Slot::new()).collect::<Vec<_>>()))
+        }
+
+        /// Sends a capture-threads request for `ids` from `platform`'s
+        /// thread: its status and the outcome of each id.
+        fn send(
+            core: &DriverCore<'_>,
+            platform: &FakePlatform,
+            control: &TimerLog,
+            ids: &[u32],
+        ) -> (NtStatus, Vec<ThreadRequestOutcome>) {
+            let input =
+                encode_capture_threads_request(&CaptureThreadsRequest::new(77, 5, ids).unwrap());
+            let mut out = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
+            let (status, written) = core.serve(
+                Ioctl::CaptureThreads,
+                &input,
+                &mut out,
+                platform,
+                control,
+                Caller::default(),
+            );
+            assert_eq!(
+                written,
+                if status == STATUS_SUCCESS {
+                    CAPTURE_THREADS_REPLY_SIZE
+                } else {
+                    0
+                }
+            );
+            let outcomes = CaptureThreadsReply::decode(&out, ids.len())
+                .map(|reply| reply.outcomes().to_vec())
+                .unwrap_or_default();
+            (status, outcomes)
+        }
+
+        #[test]
+        fn each_id_is_queued_or_says_why_not_and_is_counted_once() {
+            use ThreadRequestOutcome::{
+                NoSlot, NoSuchThread, NotQueued, Own, Queued, SystemThread,
+            };
+            let core = core_with_slots(3);
+            let platform = FakePlatform::default();
+            let own = platform.current_ids().1;
+            let control = TimerLog::default();
+            let (status, outcomes) = send(
+                &core,
+                &platform,
+                &control,
+                &[8, own, 1001, 4, 5, 12, 16, 20],
+            );
+            assert_eq!(status, STATUS_SUCCESS);
+            assert_eq!(
+                outcomes,
+                [
+                    Queued,
+                    Own,
+                    NoSuchThread,
+                    SystemThread,
+                    NotQueued,
+                    Queued,
+                    Queued,
+                    NoSlot
+                ]
+            );
+            let queued = control.1.borrow().clone();
+            assert_eq!(
+                queued.iter().map(|&(id, _)| id).collect::<Vec<_>>(),
+                [8, 12, 16]
+            );
+            let mut slots: Vec<usize> = queued.iter().map(|&(_, slot)| slot).collect();
+            slots.sort_unstable();
+            assert_eq!(
+                slots,
+                [0, 1, 2],
+                "each APC its own slot, the refused ones freed again"
+            );
+            let counted = status_of(&core).thread_captures;
+            assert_eq!(
+                (
+                    counted.requested,
+                    counted.queued,
+                    counted.own,
+                    counted.no_such_thread
+                ),
+                (8, 3, 1, 1)
+            );
+            assert_eq!(
+                (
+                    counted.refused_system_thread,
+                    counted.not_queued,
+                    counted.no_slot,
+                    counted.in_flight
+                ),
+                (1, 1, 1, 3)
+            );
+            assert_eq!(
+                counted.requested,
+                counted.queued
+                    + counted.no_such_thread
+                    + counted.no_slot
+                    + counted.not_queued
+                    + counted.refused_system_thread
+                    + counted.own
+            );
+        }
+
+        fn status_of(core: &DriverCore<'_>) -> StatusResponse {
+            status(core)
+        }
+
+        #[test]
+        fn a_delivered_apc_records_the_thread_without_the_tracer_frames() {
+            let core = DriverCore::new(
+                ring_of_records(8, 1),
+                StackTable::new(&[]),
+                PagingExecutive::NOT_SET,
+                DriverImage {
+                    base: 0x1000,
+                    size: 0x3000,
+                },
+            )
+            .with_thread_slots(keep([Slot::new(), Slot::new()]));
+            for source in Source::ALL {
+                core.set_registration(source, all_registered()[source.index()]);
+            }
+            core.set_routine(Routine::Apc, HostRoutine::Available);
+            assert_eq!(
+                enable(
+                    &core,
+                    SourceSet::EMPTY.with(Source::ThreadStack),
+                    &TimerLog::default()
+                ),
+                STATUS_SUCCESS
+            );
+            let platform = FakePlatform {
+                stack_depth: 9,
+                ..FakePlatform::default()
+            };
+            let control = TimerLog::default();
+            assert_eq!(
+                send(&core, &platform, &control, &[8]).1,
+                [ThreadRequestOutcome::Queued]
+            );
+            let slot = control.1.borrow()[0].1;
+            // The walk: kstack's frames 0x1000..0x3000 (in the image), then
+            // the APC dispatcher 0x4000, then the thread's 0x5000..0x9000.
+            assert!(matches!(
+                core.capture_thread(&platform, slot),
+                CaptureOutcome::Published(_)
+            ));
+            core.thread_captures.release(slot);
+            let records = drain_all(&core);
+            assert_eq!(records.len(), 1);
+            let (header, frames) = &records[0];
+            assert_eq!(frames, &[0x5000, 0x6000, 0x7000, 0x8000, 0x9000]);
+            let (process_id, thread_id) = platform.current_ids();
+            assert!(matches!(
+                header.facts,
+                SourceFacts::ThreadStack { target_process_id, target_thread_id, tag: 77, late: false, .. }
+                    if (target_process_id, target_thread_id) == (process_id, thread_id)
+            ));
+            let counted = status_of(&core).thread_captures;
+            assert_eq!(
+                (
+                    counted.queued,
+                    counted.delivered,
+                    counted.late,
+                    counted.in_flight
+                ),
+                (1, 1, 0, 0)
+            );
+        }
+
+        #[test]
+        fn lateness_is_against_the_timeout_and_run_downs_and_deliveries_to_a_disabled_source_are_counted()
+         {
+            let core = core_with_slots(2);
+            let platform = FakePlatform::default();
+            let control = TimerLog::default();
+            send(&core, &platform, &control, &[8, 12]);
+            let (late, run_down) = (control.1.borrow()[0].1, control.1.borrow()[1].1);
+            // The request's timeout is 5 ms; the fake clock ticks 1 per stamp.
+            let slots = &core.thread_captures;
+            assert!(
+                slots.delivered(late, u64::MAX).late,
+                "a capture after the timeout is late"
+            );
+            core.thread_run_down();
+            slots.release(run_down);
+            assert_eq!(
+                enable(&core, SourceSet::EMPTY, &TimerLog::default()),
+                STATUS_SUCCESS
+            );
+            assert_eq!(
+                core.capture_thread(&platform, late),
+                CaptureOutcome::Disabled
+            );
+            slots.release(late);
+            let status = status_of(&core);
+            let counted = status.thread_captures;
+            assert_eq!(
+                (counted.delivered, counted.run_down, counted.in_flight),
+                (1, 1, 0)
+            );
+            assert_eq!(
+                counted.queued,
+                counted.delivered + counted.run_down + counted.in_flight
+            );
+            let source = &status.sources[Source::ThreadStack.index()];
+            assert_eq!(
+                (source.captured, source.not_kept),
+                (0, 1),
+                "delivered after the source was disabled"
+            );
         }
     }
 }

@@ -35,6 +35,8 @@
 //! on the thread and on kstack's device that keep the APC's routines
 //! mapped) are the driver's; this module knows slots by index only.
 
+use kstack_abi::ThreadCaptureStatus;
+
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const FREE: u32 = 0;
@@ -103,11 +105,64 @@ pub struct Delivery {
     pub late: bool,
 }
 
-/// The slots, over memory the driver allocated with its state.
+/// The slots, over memory the driver allocated with its state, and the
+/// counters of `kstack_abi::ThreadCaptureStatus` (whose docs give their
+/// identities).
 pub struct ThreadCaptures<'a> {
     slots: &'a [Slot],
     /// Where the next claim starts looking, so claims spread over the table.
     next: AtomicU32,
+    pub(crate) counters: ThreadCaptureCounters,
+}
+
+/// One atomic per counted field of [`ThreadCaptureStatus`], from load on
+/// (`in_flight` and `slots` are read off the slots).
+pub(crate) struct ThreadCaptureCounters {
+    /// Thread ids named by accepted requests.
+    pub(crate) requested: AtomicU64,
+    /// APCs queued.
+    pub(crate) queued: AtomicU64,
+    /// Ids no thread had.
+    pub(crate) no_such_thread: AtomicU64,
+    /// Ids refused because every slot was in use.
+    pub(crate) no_slot: AtomicU64,
+    /// Ids whose APC the kernel refused.
+    pub(crate) not_queued: AtomicU64,
+    /// Ids of system threads.
+    pub(crate) refused_system_thread: AtomicU64,
+    /// Ids of the requesting thread itself.
+    pub(crate) own: AtomicU64,
+    /// APCs whose kernel routine ran.
+    pub(crate) delivered: AtomicU64,
+    /// APCs run down at their thread's exit.
+    pub(crate) run_down: AtomicU64,
+    /// Delivered APCs that ran after their request's timeout.
+    pub(crate) late: AtomicU64,
+}
+
+impl ThreadCaptureCounters {
+    /// Every counter 0.
+    fn new() -> Self {
+        Self {
+            requested: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            no_such_thread: AtomicU64::new(0),
+            no_slot: AtomicU64::new(0),
+            not_queued: AtomicU64::new(0),
+            refused_system_thread: AtomicU64::new(0),
+            own: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            run_down: AtomicU64::new(0),
+            late: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Adds one to `counter`.
+///
+/// Max IRQL: any.
+pub(crate) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 impl<'a> ThreadCaptures<'a> {
@@ -119,6 +174,30 @@ impl<'a> ThreadCaptures<'a> {
         Self {
             slots,
             next: AtomicU32::new(0),
+            counters: ThreadCaptureCounters::new(),
+        }
+    }
+
+    /// The counters now, each read on its own, and the slots in use.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn status(&self) -> ThreadCaptureStatus {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let counters = &self.counters;
+        ThreadCaptureStatus {
+            requested: load(&counters.requested),
+            queued: load(&counters.queued),
+            no_such_thread: load(&counters.no_such_thread),
+            no_slot: load(&counters.no_slot),
+            not_queued: load(&counters.not_queued),
+            refused_system_thread: load(&counters.refused_system_thread),
+            own: load(&counters.own),
+            delivered: load(&counters.delivered),
+            run_down: load(&counters.run_down),
+            late: load(&counters.late),
+            in_flight: self.in_flight() as u64,
+            slots: self.slots.len() as u64,
         }
     }
 

@@ -208,7 +208,9 @@ fn inject(facts: SourceFacts) -> NtStatus {
             desired_access,
             ..
         } => return inject_handle_operation(operation, object, desired_access),
-        SourceFacts::Timer | SourceFacts::OnDemand { .. } => return STATUS_NOT_SUPPORTED,
+        SourceFacts::Timer | SourceFacts::OnDemand { .. } | SourceFacts::ThreadStack { .. } => {
+            return STATUS_NOT_SUPPORTED;
+        }
     }
     STATUS_SUCCESS
 }

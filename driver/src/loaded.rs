@@ -207,6 +207,7 @@ pub fn create(
     let (core, routines) = (&driver.recorder.core, &driver.recorder.routines);
     core.set_routine(Routine::UserWalk, routines.user_walk);
     core.set_routine(Routine::ProcessKey, routines.process_key);
+    core.set_routine(Routine::Apc, routines.apc);
     recorder::publish(&driver.recorder);
     LOADED.store(state.as_ptr(), Ordering::Release);
     Ok(driver)
@@ -282,12 +283,15 @@ pub fn register_sources(
         (Source::ObjectHandle, objects),
         (Source::Timer, driver.timer.initialize()),
         (Source::OnDemand, STATUS_SUCCESS),
+        // Requests, not a callback: whether APCs can be queued is the
+        // `Routine::Apc` state, checked per request.
+        (Source::ThreadStack, STATUS_SUCCESS),
     ];
     for (source, status) in results {
-        // The injection build makes every source but the timer and
-        // capture-now (which Wine fires) injectable when the kernel lacks it.
+        // The injection build makes every source but the timer (which Wine
+        // fires) and the request sources injectable when the kernel lacks it.
         #[cfg(feature = "test-injection")]
-        let status = if matches!(source, Source::Timer | Source::OnDemand) {
+        let status = if source == Source::Timer || source.is_request() {
             status
         } else {
             crate::injection::registration(status)

@@ -6,13 +6,15 @@
 //! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
 //! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
 //!
-//! `RtlWalkFrameChain` (the user-stack walk) and
-//! `PsGetProcessCreateTimeQuadPart` (module records' process keys) are
-//! exported by Wine 8 too, but only as stubs that end the host process when
-//! called, and `MmGetSystemRoutineAddress` cannot tell a stub from a
-//! routine. So the driver asks for a name only Wine's ntoskrnl exports
-//! (`wine_ntoskrnl_main_loop`): when it is there, the host is Wine and both
-//! are reported unavailable ([`HostRoutine::HostStub`]) and never called.
+//! `RtlWalkFrameChain` (the user-stack walk),
+//! `PsGetProcessCreateTimeQuadPart` (module records' process keys) and
+//! `KeInsertQueueApc` (capture-threads requests' APCs) are exported by Wine
+//! 8 too, but only as stubs that end the host process when called, and
+//! `MmGetSystemRoutineAddress` cannot tell a stub from a routine. So the
+//! driver asks for a name only Wine's ntoskrnl exports
+//! (`wine_ntoskrnl_main_loop`): when it is there, the host is Wine and all
+//! three are reported unavailable ([`HostRoutine::HostStub`]) and never
+//! called.
 
 use core::{ffi::c_void, ptr};
 
@@ -70,6 +72,8 @@ pub struct Routines {
     pub process_create_time: Option<ProcessCreateTime>,
     /// Whether module records get process keys, and if not why.
     pub process_key: HostRoutine,
+    /// Whether capture-threads requests can queue APCs, and if not why.
+    pub apc: HostRoutine,
 }
 
 /// Looks up `name`, a routine Wine may export only as a stub: its state,
@@ -144,6 +148,9 @@ impl Routines {
             find_unless_stubbed(utf16!("PsGetProcessCreateTimeQuadPart"), wine);
         // SAFETY: as above (`PsGetProcessCreateTimeQuadPart(Process)`, ntifs.h).
         let process_create_time = unsafe { routine(create_time) };
+        // The state only, for now: the APC path that calls it is the next
+        // step of issue 26.
+        let (apc, _) = find_unless_stubbed(utf16!("KeInsertQueueApc"), wine);
         Self {
             allocate_pool2,
             query_system_time,
@@ -155,6 +162,7 @@ impl Routines {
             user_walk,
             process_create_time,
             process_key,
+            apc,
         }
     }
 }

@@ -6,7 +6,8 @@ use std::fmt;
 use kstack_abi::{
     ABI_VERSION, DecodeError, Ioctl,
     ntstatus::{
-        KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
+        KSTACK_STATUS_NO_APC, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
+        KSTACK_STATUS_SOURCE_DISABLED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
         STATUS_BUFFER_TOO_SMALL, STATUS_DEVICE_BUSY, STATUS_INVALID_BUFFER_SIZE,
         STATUS_INVALID_DEVICE_REQUEST, STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_1,
         STATUS_INVALID_PARAMETER_2, STATUS_INVALID_PARAMETER_3, STATUS_INVALID_PARAMETER_4,
@@ -279,6 +280,15 @@ pub fn explain(status: NtStatus) -> &'static str {
              driver between this program and kstack (a filter) uses much of the stack: try again, or \
              capture from a callback source instead"
         }
+        KSTACK_STATUS_SOURCE_DISABLED => {
+            "the threadstack source is disabled, so no thread's stack was requested: enable it first \
+             (kstack config --enable threadstack), then request again"
+        }
+        KSTACK_STATUS_NO_APC => {
+            "this host cannot deliver the kernel APCs that capture other threads' stacks (under Wine, \
+             KeInsertQueueApc is a stub that would end the host); nothing was queued. `kstack status` \
+             shows why (apc)"
+        }
         _ => "unexpected status",
     }
 }
@@ -341,6 +351,28 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("0xe0b50001"), "{text}");
+    }
+
+    #[test]
+    fn the_capture_threads_refusals_say_what_to_do() {
+        let disabled = ClientError::Refused {
+            request: Ioctl::CaptureThreads,
+            status: KSTACK_STATUS_SOURCE_DISABLED,
+        }
+        .to_string();
+        assert!(
+            disabled.contains("--enable threadstack") && disabled.contains("0xe0b50004"),
+            "{disabled}"
+        );
+        let no_apc = ClientError::Refused {
+            request: Ioctl::CaptureThreads,
+            status: KSTACK_STATUS_NO_APC,
+        }
+        .to_string();
+        assert!(
+            no_apc.contains("APCs") && no_apc.contains("Wine") && no_apc.contains("0xe0b50005"),
+            "{no_apc}"
+        );
     }
 
     #[test]

@@ -3,15 +3,19 @@
 use std::process::ExitCode;
 
 use kstack_abi::{
-    CaptureConfig, Ioctl, MAX_RECORD_SIZE, Source, SourceSet, StatusResponse,
+    CaptureConfig, CaptureThreadsRequest, Ioctl, MAX_RECORD_SIZE, Source, SourceSet,
+    StatusResponse,
     ioctl::{MAX_INPUT_LENGTH, MIN_READ_BUFFER},
     messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
     ntstatus::NtStatus,
+    thread_capture::{
+        CAPTURE_THREADS_REPLY_SIZE, MAX_THREAD_CAPTURES, encode_capture_threads_request,
+    },
 };
 use kstack_client::device::{Device, session, transport::Transport};
 use kstack_driver_core::{
-    Caller, DriverCore, Platform, ShardedRing, SourceControl, SourceRegistration, StackTable,
-    UserThread, UserWalkFailure, Word,
+    Caller, DriverCore, Platform, Routine, ShardedRing, SourceControl, SourceRegistration,
+    StackTable, UserThread, UserWalkFailure, Word,
     sharded_ring::{ring_words, shards_over},
 };
 
@@ -118,7 +122,8 @@ fn generate(random: &mut Random) -> Request {
                 Ioctl::Configure => {
                     let config = CaptureConfig {
                         sources: SourceSet::from_bits(
-                            u32::try_from(random.next() & 0xFE).unwrap_or(0),
+                            u32::try_from(random.next() & u64::from(SourceSet::ALL.bits()))
+                                .unwrap_or(0),
                         )
                         .unwrap_or(SourceSet::EMPTY)
                         .without(Source::Timer),
@@ -132,6 +137,7 @@ fn generate(random: &mut Random) -> Request {
                     encode_configure_request(&config).to_vec()
                 }
                 Ioctl::CaptureNow => encode_capture_now_request(random.next()).to_vec(),
+                Ioctl::CaptureThreads => capture_threads_request(random),
                 Ioctl::Status | Ioctl::Read | Ioctl::Clear => Vec::new(),
             };
             for _ in 0..random.below(3) {
@@ -144,6 +150,7 @@ fn generate(random: &mut Random) -> Request {
                 Ioctl::Status => STATUS_RESPONSE_SIZE,
                 Ioctl::Read => MIN_READ_BUFFER,
                 Ioctl::CaptureNow => MAX_RECORD_SIZE,
+                Ioctl::CaptureThreads => CAPTURE_THREADS_REPLY_SIZE,
                 Ioctl::Configure | Ioctl::Clear => 0,
             };
             Request {
@@ -153,6 +160,25 @@ fn generate(random: &mut Random) -> Request {
             }
         }
     }
+}
+
+/// A capture-threads request of 0 to 65 ids, not checked: each id odd, so
+/// no thread has it (Windows' thread ids are multiples of 4) and no APC
+/// ever reaches a real thread, or now and then 0; any timeout up to past
+/// the bound.
+fn capture_threads_request(random: &mut Random) -> Vec<u8> {
+    let ids: Vec<u32> = (0..random.below(MAX_THREAD_CAPTURES + 2))
+        .map(|_| {
+            if random.below(16) == 0 {
+                0
+            } else {
+                u32::try_from(random.next() >> 33).unwrap_or(0) * 2 + 1
+            }
+        })
+        .collect();
+    let timeout_ms = u32::try_from(random.below(70_000)).unwrap_or(0);
+    let request = CaptureThreadsRequest::unchecked(random.next(), timeout_ms, &ids);
+    encode_capture_threads_request(&request).to_vec()
 }
 
 /// What the reference answers.
@@ -214,6 +240,7 @@ pub fn run() -> ExitCode {
         };
         reference.set_registration(source, registration);
     }
+    reference.set_routine(Routine::Apc, status.apc);
     let mut mismatches = 0_u64;
     for case in 0..cases {
         let request = generate(&mut random);

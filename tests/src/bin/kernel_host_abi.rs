@@ -10,11 +10,13 @@
 //! `before_boot`, `host_stub`), user parts their `UserPart::name`.
 //!
 //! - `{"op":"facts"}`: the control codes (`status`, `configure`, `read`,
-//!   `clear`, `capture_now`, `inject`, `fault_probe`), the lengths
-//!   (`min_read_buffer`, `max_record_size`, `status_size`,
-//!   `fault_probe_reply_size`, `max_input_length`),
-//!   `fault_probe_mapped_value`, `abi_version`, `sources` (names in
-//!   `Source::ALL` order) and `default_user_frames` by source name.
+//!   `clear`, `capture_now`, `capture_threads`, `inject`, `fault_probe`),
+//!   the lengths (`min_read_buffer`, `max_record_size`, `status_size`,
+//!   `fault_probe_reply_size`, `capture_threads_reply_size`,
+//!   `max_input_length`), `fault_probe_mapped_value`,
+//!   `max_thread_captures`, `thread_capture_slots`, `abi_version`,
+//!   `sources` (names in `Source::ALL` order), `default_user_frames` by
+//!   source name, and kstack's own `statuses` by their Rust names.
 //! - `{"op":"configure", ...}`: keys `sources` (names), `user_frames` and
 //!   `sample_every` (objects by source name), `timer_period_ms`, `include`,
 //!   `exclude` (process ids), `frames_to_capture`, `frames_to_skip`, all
@@ -24,6 +26,12 @@
 //! - `{"op":"capture_now","tag":N}`, `{"op":"fault_probe","target":"mapped"}`
 //!   and `{"op":"inject","source":NAME,"facts":{...}}` (the facts as
 //!   `decode_read` writes them): `{"input":"<hex>"}`.
+//! - `{"op":"capture_threads","tag":N,"timeout_ms":N,"thread_ids":[...]}`:
+//!   `{"input":"<hex>"}`; `"validate": false` encodes the fields as given
+//!   (a zero id, no ids, over 64 ids: `count` is their number, the first
+//!   64 sent), so a test can send what the driver must refuse.
+//! - `{"op":"decode_capture_threads_reply","reply":"<hex>","count":N}`:
+//!   `{"outcomes":[...]}`, one outcome name per requested id.
 //! - `{"op":"decode_status","reply":"<hex>"}`: every `StatusResponse`
 //!   field under its Rust name, sources by name.
 //! - `{"op":"decode_read","reply":"<hex>"}`: `{"header":{...},"entries":[...]}`,
@@ -39,10 +47,10 @@ use std::{
 };
 
 use kstack_abi::{
-    ABI_VERSION, Altitude, CaptureConfig, DriverImage, Entry, Ioctl, ModuleFlags, ModuleHeader,
-    ModuleRecord, PagingExecutive, ProcessFilter, ReadHeader, RecordFlags, RecordHeader,
-    RecordView, Source, SourceFacts, SourceStatus, StackTableStatus, StatusResponse, UserPart,
-    decode_entry,
+    ABI_VERSION, Altitude, CaptureConfig, CaptureThreadsReply, CaptureThreadsRequest, DriverImage,
+    Entry, Ioctl, ModuleFlags, ModuleHeader, ModuleRecord, PagingExecutive, ProcessFilter,
+    ReadHeader, RecordFlags, RecordHeader, RecordView, Source, SourceFacts, SourceStatus,
+    StackTableStatus, StatusResponse, ThreadCaptureStatus, UserPart, decode_entry,
     ioctl::{FAULT_PROBE_CODE, INJECT_CODE, MAX_INPUT_LENGTH, MIN_READ_BUFFER},
     messages::{
         FAULT_PROBE_REPLY_SIZE, FaultProbe, STATUS_RESPONSE_SIZE, encode_capture_now_request,
@@ -50,6 +58,10 @@ use kstack_abi::{
     },
     ntstatus,
     source_facts::{HandleOperation, Lifecycle, ObjectKind},
+    thread_capture::{
+        CAPTURE_THREADS_REPLY_SIZE, MAX_THREAD_CAPTURES, THREAD_CAPTURE_SLOTS,
+        encode_capture_threads_request,
+    },
 };
 use kstack_tests::stack_bounds;
 use serde_json::{Map, Value, json};
@@ -108,6 +120,15 @@ fn answer(line: &str) -> Reply {
             let source = named(&Source::ALL, field(&request, "source")?)?;
             let facts = parse_facts(source, field(&request, "facts")?)?;
             Ok(input(&encode_inject_request(&facts)))
+        }
+        "capture_threads" => capture_threads(&request).map(|bytes| input(&bytes)),
+        "decode_capture_threads_reply" => {
+            keys(&request, &["reply", "count"])?;
+            let count = number(field(&request, "count")?, "count")?;
+            let reply = CaptureThreadsReply::decode(&hex_field(&request, "reply")?, count)
+                .map_err(|error| error.to_string())?;
+            let outcomes: Vec<String> = reply.outcomes().iter().map(name_of).collect();
+            Ok(json!({ "outcomes": outcomes }))
         }
         "decode_status" => {
             let bytes = reply_bytes(&request)?;
@@ -188,9 +209,14 @@ fn input(bytes: &[u8]) -> Value {
 /// The bytes of the request's `reply` (hex), its only key.
 fn reply_bytes(request: &Request) -> Result<Vec<u8>, String> {
     keys(request, &["reply"])?;
-    let text = field(request, "reply")?
+    hex_field(request, "reply")
+}
+
+/// The bytes of the request's member `name` (hex).
+fn hex_field(request: &Request, name: &str) -> Result<Vec<u8>, String> {
+    let text = field(request, name)?
         .as_str()
-        .ok_or("\"reply\" is a hex string")?;
+        .ok_or_else(|| format!("{name:?} is a hex string"))?;
     let nibble = |byte: u8| char::from(byte).to_digit(16);
     text.as_bytes()
         .chunks(2)
@@ -199,7 +225,7 @@ fn reply_bytes(request: &Request) -> Result<Vec<u8>, String> {
             _ => None,
         })
         .collect::<Option<Vec<u8>>>()
-        .ok_or_else(|| "\"reply\" is not hex (two digits a byte)".to_owned())
+        .ok_or_else(|| format!("{name:?} is not hex (two digits a byte)"))
 }
 
 /// `values`, one per source in [`Source::ALL`] order, as an object by name.
@@ -243,6 +269,7 @@ fn facts() -> Value {
         "read": Ioctl::Read.code(),
         "clear": Ioctl::Clear.code(),
         "capture_now": Ioctl::CaptureNow.code(),
+        "capture_threads": Ioctl::CaptureThreads.code(),
         "inject": INJECT_CODE,
         "fault_probe": FAULT_PROBE_CODE,
         "min_read_buffer": MIN_READ_BUFFER,
@@ -250,6 +277,9 @@ fn facts() -> Value {
         "status_size": STATUS_RESPONSE_SIZE,
         "fault_probe_reply_size": FAULT_PROBE_REPLY_SIZE,
         "fault_probe_mapped_value": FaultProbe::MAPPED_VALUE,
+        "capture_threads_reply_size": CAPTURE_THREADS_REPLY_SIZE,
+        "max_thread_captures": MAX_THREAD_CAPTURES,
+        "thread_capture_slots": THREAD_CAPTURE_SLOTS,
         "max_input_length": MAX_INPUT_LENGTH,
         "abi_version": ABI_VERSION,
         "sources": Source::ALL.map(name_of),
@@ -264,6 +294,8 @@ fn facts() -> Value {
             "STATUS_NOT_SUPPORTED": unsigned(ntstatus::STATUS_NOT_SUPPORTED),
             "KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED": unsigned(ntstatus::KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED),
             "KSTACK_STATUS_STACK_TOO_LOW": unsigned(ntstatus::KSTACK_STATUS_STACK_TOO_LOW),
+            "KSTACK_STATUS_SOURCE_DISABLED": unsigned(ntstatus::KSTACK_STATUS_SOURCE_DISABLED),
+            "KSTACK_STATUS_NO_APC": unsigned(ntstatus::KSTACK_STATUS_NO_APC),
         },
     })
 }
@@ -315,12 +347,42 @@ fn configure(request: &Request) -> Result<Vec<u8>, String> {
     };
     config.processes = ProcessFilter::new(&list("include")?, &list("exclude")?)
         .map_err(|error| error.to_string())?;
-    match request.get("validate") {
-        None | Some(Value::Bool(true)) => config.validate().map_err(|error| error.to_string())?,
-        Some(Value::Bool(false)) => {}
-        Some(other) => return Err(format!("validate: {other} is not a boolean")),
+    if validate(request)? {
+        config.validate().map_err(|error| error.to_string())?;
     }
     Ok(encode_configure_request(&config).to_vec())
+}
+
+/// The capture-threads request's input for the request's `tag`,
+/// `timeout_ms` and `thread_ids`, checked unless `"validate": false`.
+fn capture_threads(request: &Request) -> Result<Vec<u8>, String> {
+    keys(request, &["tag", "timeout_ms", "thread_ids", "validate"])?;
+    let thread_ids = field(request, "thread_ids")?
+        .as_array()
+        .ok_or("thread_ids is a list of thread ids")?
+        .iter()
+        .map(|id| number(id, "thread_ids"))
+        .collect::<Result<Vec<u32>, _>>()?;
+    let request_fields = CaptureThreadsRequest::unchecked(
+        number(field(request, "tag")?, "tag")?,
+        number(field(request, "timeout_ms")?, "timeout_ms")?,
+        &thread_ids,
+    );
+    if validate(request)? {
+        request_fields
+            .validate()
+            .map_err(|error| error.to_string())?;
+    }
+    Ok(encode_capture_threads_request(&request_fields).to_vec())
+}
+
+/// The request's `validate` member: true when absent.
+fn validate(request: &Request) -> Result<bool, String> {
+    match request.get("validate") {
+        None => Ok(true),
+        Some(Value::Bool(validate)) => Ok(*validate),
+        Some(other) => Err(format!("validate: {other} is not a boolean")),
+    }
 }
 
 /// The JSON object of `$value`'s fields, each under its Rust name: as it
@@ -378,6 +440,21 @@ fn status_json(status: &StatusResponse) -> Value {
         user_walk => name_of(user_walk),
         process_key => name_of(process_key),
         module_records,
+        apc => name_of(apc),
+        thread_captures => fields_json!(thread_captures, ThreadCaptureStatus {
+            requested,
+            queued,
+            no_such_thread,
+            no_slot,
+            not_queued,
+            refused_system_thread,
+            own,
+            delivered,
+            run_down,
+            late,
+            in_flight,
+            slots,
+        }),
     });
     value["abi_version"] = ABI_VERSION.into();
     value
@@ -564,6 +641,19 @@ fn facts_json(facts: &SourceFacts) -> Value {
         }),
         SourceFacts::Timer => json!({}),
         SourceFacts::OnDemand { tag } => json!({ "tag": tag }),
+        SourceFacts::ThreadStack {
+            target_process_id,
+            target_thread_id,
+            tag,
+            delay,
+            late,
+        } => json!({
+            "target_process_id": target_process_id,
+            "target_thread_id": target_thread_id,
+            "tag": tag,
+            "delay": delay,
+            "late": late,
+        }),
     }
 }
 
@@ -606,6 +696,13 @@ fn parse_facts(source: Source, value: &Value) -> Result<SourceFacts, String> {
         Source::OnDemand => SourceFacts::OnDemand {
             tag: number(get("tag")?, "tag")?,
         },
+        Source::ThreadStack => SourceFacts::ThreadStack {
+            target_process_id: id("target_process_id")?,
+            target_thread_id: id("target_thread_id")?,
+            tag: number(get("tag")?, "tag")?,
+            delay: id("delay")?,
+            late: get("late")?.as_bool().ok_or("late is a boolean")?,
+        },
     };
     // Every key was read above, so a key left over is one the source lacks.
     let known = facts_json(&facts);
@@ -618,7 +715,8 @@ fn parse_facts(source: Source, value: &Value) -> Result<SourceFacts, String> {
 #[cfg(test)]
 mod tests {
     use kstack_abi::{
-        ConfigError, DecodeError, HostRoutine, MAX_RECORD_SIZE, ModuleEvent,
+        CaptureThreadsError, ConfigError, DecodeError, HostRoutine, MAX_RECORD_SIZE, ModuleEvent,
+        ThreadRequestOutcome,
         config::DEFAULT_USER_FRAMES,
         encode_record,
         messages::{
@@ -627,6 +725,7 @@ mod tests {
         },
         module_record::encode_module_record,
         stack_id,
+        thread_capture::decode_capture_threads_request,
     };
     use kstack_client::device::test_support::{read_reply, record_bytes, sample_status};
 
@@ -655,18 +754,26 @@ mod tests {
     #[test]
     fn facts_are_the_abi_s_codes_lengths_and_sources() {
         let value = ask(&json!({"op": "facts"}));
-        for (ioctl, key) in
-            Ioctl::ALL
-                .into_iter()
-                .zip(["status", "configure", "read", "clear", "capture_now"])
-        {
+        let codes = [
+            "status",
+            "configure",
+            "read",
+            "clear",
+            "capture_now",
+            "capture_threads",
+        ];
+        assert_eq!(codes.len(), Ioctl::ALL.len());
+        for (ioctl, key) in Ioctl::ALL.into_iter().zip(codes) {
             assert_eq!(value[key], ioctl.code(), "{key}");
         }
         assert_eq!(value["inject"], INJECT_CODE);
         assert_eq!(value["fault_probe"], FAULT_PROBE_CODE);
         assert_eq!(value["min_read_buffer"], 592);
-        assert_eq!(value["status_size"], 1336);
-        assert_eq!(value["max_input_length"], 112);
+        assert_eq!(value["status_size"], 1584);
+        assert_eq!(value["max_input_length"], 280);
+        assert_eq!(value["capture_threads_reply_size"], 64);
+        assert_eq!(value["max_thread_captures"], 64);
+        assert_eq!(value["thread_capture_slots"], 256);
         assert_eq!(
             value["sources"],
             json!([
@@ -676,14 +783,24 @@ mod tests {
                 "registry",
                 "object_handle",
                 "timer",
-                "on_demand"
+                "on_demand",
+                "thread_stack"
             ])
         );
+        assert_eq!(
+            value["statuses"]["KSTACK_STATUS_SOURCE_DISABLED"],
+            0xE0B5_0004_u32
+        );
+        assert_eq!(value["statuses"]["KSTACK_STATUS_NO_APC"], 0xE0B5_0005_u32);
         assert_eq!(
             value["default_user_frames"]["registry"],
             DEFAULT_USER_FRAMES
         );
         assert_eq!(value["default_user_frames"]["image_load"], 0);
+        assert_eq!(
+            value["default_user_frames"]["thread_stack"],
+            DEFAULT_USER_FRAMES
+        );
         assert!(refused(&json!({"op": "facts", "extra": 1})).contains("extra"));
     }
 
@@ -790,6 +907,13 @@ mod tests {
             },
             SourceFacts::Timer,
             SourceFacts::OnDemand { tag: 99 },
+            SourceFacts::ThreadStack {
+                target_process_id: 4,
+                target_thread_id: 8,
+                tag: u64::MAX,
+                delay: 12,
+                late: true,
+            },
         ];
         for facts in every_source {
             let source = name_of(facts.source());
@@ -801,6 +925,95 @@ mod tests {
         assert!(refused(&extra).contains("tag"));
         let missing = json!({"op": "inject", "source": "registry", "facts": {}});
         assert!(refused(&missing).contains("notify_class"));
+    }
+
+    #[test]
+    fn capture_threads_encodes_its_request_and_refuses_what_the_abi_refuses() {
+        let reply = ask(&json!({
+            "op": "capture_threads", "tag": u64::MAX, "timeout_ms": 60_000, "thread_ids": [8, 12, 8],
+        }));
+        assert_eq!(
+            decode_capture_threads_request(&input_bytes(&reply)),
+            Ok(CaptureThreadsRequest::new(u64::MAX, 60_000, &[8, 12, 8]).unwrap())
+        );
+        let zero_id =
+            json!({"op": "capture_threads", "tag": 1, "timeout_ms": 5, "thread_ids": [8, 0]});
+        let error = CaptureThreadsError::ZeroThreadId { index: 1 };
+        assert_eq!(refused(&zero_id), error.to_string());
+        let mut unchecked = zero_id;
+        unchecked["validate"] = json!(false);
+        assert_eq!(
+            decode_capture_threads_request(&input_bytes(&ask(&unchecked))),
+            Err(DecodeError::CaptureThreads(error))
+        );
+        let too_many: Vec<u32> = (1..=65).collect();
+        let unchecked = json!({
+            "op": "capture_threads", "tag": 1, "timeout_ms": 5, "thread_ids": too_many,
+            "validate": false,
+        });
+        assert_eq!(
+            decode_capture_threads_request(&input_bytes(&ask(&unchecked))),
+            Err(DecodeError::CaptureThreads(CaptureThreadsError::Count {
+                count: 65
+            }))
+        );
+        for (request, names) in [
+            (
+                json!({"op": "capture_threads", "tag": 1, "timeout_ms": 0, "thread_ids": [8]}),
+                "timeout",
+            ),
+            (
+                json!({"op": "capture_threads", "tag": 1, "timeout_ms": 5, "thread_ids": []}),
+                "0 thread ids",
+            ),
+            (
+                json!({"op": "capture_threads", "tag": 1, "timeout_ms": 5, "thread_ids": [-1]}),
+                "thread_ids",
+            ),
+            (
+                json!({"op": "capture_threads", "tag": 1, "timeout_ms": 5, "thread_id": [8]}),
+                "unknown key",
+            ),
+            (
+                json!({"op": "capture_threads", "tag": 1, "thread_ids": [8]}),
+                "timeout_ms",
+            ),
+        ] {
+            let error = refused(&request);
+            assert!(error.contains(names), "{request}: {error}");
+        }
+    }
+
+    #[test]
+    fn decode_capture_threads_reply_names_each_outcome_in_request_order() {
+        let outcomes = [
+            ThreadRequestOutcome::Own,
+            ThreadRequestOutcome::Queued,
+            ThreadRequestOutcome::NoSuchThread,
+            ThreadRequestOutcome::NoSlot,
+            ThreadRequestOutcome::NotQueued,
+            ThreadRequestOutcome::SystemThread,
+        ];
+        let mut reply = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
+        CaptureThreadsReply::new(&outcomes)
+            .unwrap()
+            .encode(&mut reply);
+        let value =
+            ask(&json!({"op": "decode_capture_threads_reply", "reply": hex(&reply), "count": 6}));
+        assert_eq!(
+            value,
+            json!({"outcomes": ["own", "queued", "no_such_thread", "no_slot", "not_queued", "system_thread"]})
+        );
+        let error = refused(
+            &json!({"op": "decode_capture_threads_reply", "reply": hex(&reply), "count": 5}),
+        );
+        assert!(error.contains("byte 5"), "{error}");
+        let error = refused(
+            &json!({"op": "decode_capture_threads_reply", "reply": hex(&reply[..63]), "count": 6}),
+        );
+        assert!(error.contains("63 bytes"), "{error}");
+        let error = refused(&json!({"op": "decode_capture_threads_reply", "reply": hex(&reply)}));
+        assert!(error.contains("count"), "{error}");
     }
 
     /// The client's sample status with a proven paging state, both
@@ -815,6 +1028,9 @@ mod tests {
             fraction: 3,
         };
         status.stack_table.sent = u64::MAX;
+        status.apc = HostRoutine::Available;
+        status.thread_captures =
+            ThreadCaptureStatus::from_fields(core::array::from_fn(|field| 300 + field as u64));
         let mut next = 100_u64;
         for source in &mut status.sources {
             let mut count = || {
@@ -847,8 +1063,8 @@ mod tests {
 
         assert_eq!(
             value.as_object().unwrap().len(),
-            21,
-            "20 fields and abi_version"
+            23,
+            "22 fields and abi_version"
         );
         assert_eq!(value["abi_version"], ABI_VERSION);
         assert_eq!(value["driver_version"], json!([0, 1, 0]));
@@ -913,6 +1129,14 @@ mod tests {
         }
         assert_eq!(value["user_walk"], "host_stub");
         assert_eq!(value["process_key"], "not_exported");
+        assert_eq!(value["apc"], "available");
+        for (name, count) in ThreadCaptureStatus::FIELD_NAMES
+            .into_iter()
+            .zip(status.thread_captures.fields())
+        {
+            assert_eq!(value["thread_captures"][name], count, "{name}");
+        }
+        assert_eq!(value["thread_captures"].as_object().unwrap().len(), 12);
     }
 
     #[test]
@@ -944,7 +1168,10 @@ mod tests {
                 );
             }
         }
-        assert_eq!(value["sources"]["on_demand"]["user_parts"]["no_stack"], 219);
+        assert_eq!(
+            value["sources"]["thread_stack"]["user_parts"]["no_stack"],
+            236
+        );
     }
 
     #[test]
@@ -954,7 +1181,7 @@ mod tests {
         let error = refused(
             &json!({"op": "decode_status", "reply": hex(&bytes[..STATUS_RESPONSE_SIZE - 1])}),
         );
-        assert!(error.contains("1335"), "{error}");
+        assert!(error.contains("1583"), "{error}");
     }
 
     /// A read payload's trace record with kernel and user frames, and the

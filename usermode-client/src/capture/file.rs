@@ -60,7 +60,9 @@ const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// so captures saved by the ABI 5 client read the same; ABI 7 added the
 /// `STACK_BY_ID` flag, which older captures never set; ABI 9 added module
 /// records, which older captures never hold; ABI 10 shortened records
-/// without frames, whose older 72-byte form reads the same.
+/// without frames, whose older 72-byte form reads the same; ABI 11 added a
+/// user-part outcome and ABI 12 the thread-stack source, which older
+/// captures never hold.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
@@ -666,20 +668,39 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 11"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 12"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(
             decoded(&older_abi).unwrap_err(),
             CaptureError::AbiVersion(4)
         );
-        let mut previous_abi = bytes.clone();
-        previous_abi[12..16].copy_from_slice(&5_u32.to_le_bytes());
-        assert_eq!(
-            decoded(&previous_abi),
-            decoded(&bytes),
-            "ABI 5's records are read as they are"
-        );
+        for previous in [5_u32, 11] {
+            let mut previous_abi = bytes.clone();
+            previous_abi[12..16].copy_from_slice(&previous.to_le_bytes());
+            assert_eq!(
+                decoded(&previous_abi),
+                decoded(&bytes),
+                "ABI {previous}'s records are read as they are"
+            );
+        }
+    }
+
+    #[test]
+    fn a_thread_stack_record_round_trips() {
+        let records = [record(
+            1,
+            SourceFacts::ThreadStack {
+                target_process_id: 4,
+                target_thread_id: 8,
+                tag: 3,
+                delay: 12_345,
+                late: true,
+            },
+            &[0xFFFF_F801_2340_0010, 0x7FF6_0000_1000],
+        )];
+        let bytes = saved(&sample_map(), &records);
+        assert_eq!(decoded(&bytes).unwrap().1, records);
     }
 
     #[test]

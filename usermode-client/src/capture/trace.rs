@@ -149,6 +149,22 @@ impl TraceRecord {
             ),
             SourceFacts::Timer => "timer sample".to_owned(),
             SourceFacts::OnDemand { tag } => format!("capture-now, tag {tag}"),
+            SourceFacts::ThreadStack {
+                target_process_id,
+                target_thread_id,
+                tag,
+                delay,
+                late,
+            } => format!(
+                "thread {target_thread_id} of process {target_process_id} on request, tag \
+                 {tag}, {}{}",
+                delay_text(delay),
+                if late {
+                    " (late: after the request's timeout)"
+                } else {
+                    ""
+                }
+            ),
         }
     }
 
@@ -342,6 +358,30 @@ pub fn facts_json(facts: &SourceFacts) -> Value {
         }),
         SourceFacts::Timer => json!({}),
         SourceFacts::OnDemand { tag } => json!({ "tag": tag }),
+        SourceFacts::ThreadStack {
+            target_process_id,
+            target_thread_id,
+            tag,
+            delay,
+            late,
+        } => json!({
+            "target_process_id": target_process_id,
+            "target_thread_id": target_thread_id,
+            "tag": tag,
+            "delay_100ns": delay,
+            "late": late,
+        }),
+    }
+}
+
+/// A thread-stack record's delay from its request, in words (the ABI's
+/// 100 ns units, saturated at `u32::MAX`).
+fn delay_text(delay: u32) -> String {
+    let millis = f64::from(delay) / 10_000.0;
+    if delay == u32::MAX {
+        format!("at least {millis:.1} ms after the request")
+    } else {
+        format!("{millis:.1} ms after the request")
     }
 }
 
@@ -597,6 +637,13 @@ mod tests {
             },
             SourceFacts::Timer,
             SourceFacts::OnDemand { tag: 5 },
+            SourceFacts::ThreadStack {
+                target_process_id: 8,
+                target_thread_id: 12,
+                tag: 5,
+                delay: 1,
+                late: true,
+            },
         ];
         for facts in all {
             let mut record = sample();
@@ -607,5 +654,35 @@ mod tests {
         let mut create = sample();
         create.header.facts = all[0];
         assert_eq!(create.facts_text(), "process 8 created by 4");
+    }
+
+    #[test]
+    fn a_thread_stack_record_says_which_thread_and_when() {
+        let mut record = sample();
+        let facts = |delay, late| SourceFacts::ThreadStack {
+            target_process_id: 8,
+            target_thread_id: 12,
+            tag: 5,
+            delay,
+            late,
+        };
+        record.header.facts = facts(12_345, false);
+        assert_eq!(
+            record.facts_text(),
+            "thread 12 of process 8 on request, tag 5, 1.2 ms after the request"
+        );
+        assert_eq!(
+            record.to_json(&no_modules())["facts"],
+            json!({
+                "target_process_id": 8, "target_thread_id": 12, "tag": 5, "delay_100ns": 12_345,
+                "late": false,
+            })
+        );
+        record.header.facts = facts(u32::MAX, true);
+        assert_eq!(
+            record.facts_text(),
+            "thread 12 of process 8 on request, tag 5, at least 429496.7 ms after the request \
+             (late: after the request's timeout)"
+        );
     }
 }

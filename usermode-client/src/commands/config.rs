@@ -14,7 +14,8 @@ use super::live::open_device;
 pub struct ConfigArgs {
     /// Sources to enable (comma-separated names, or `all`). Capture-now
     /// (`selftest`) always answers; `ondemand` decides whether its record
-    /// is also kept in the ring.
+    /// is also kept in the ring. Capture-threads requests are refused
+    /// unless `threadstack` is enabled.
     #[arg(long, value_parser = parse_sources)]
     enable: Option<SourceSet>,
     /// Sources to disable (comma-separated names, or `all`).
@@ -41,14 +42,16 @@ pub struct ConfigArgs {
     #[arg(long, value_parser = parse_exclude)]
     exclude_pid: Option<Pids>,
     /// Keep one event in N per source: `timer=10,registry=100` (1 keeps
-    /// every event; 1 to 65535; `ondemand` is always 1). Sources not named
+    /// every event; 1 to 65535; `ondemand` and `threadstack` are always
+    /// 1). Sources not named
     /// keep their rate. Each processor keeps its first event and then every
     /// N-th; the others are counted as `sampled-out` in `kstack status`.
     #[arg(long, value_parser = parse_sampling)]
     sample: Option<PerSource<u16>>,
     /// The most user-mode frames to walk after the kernel frames, per
     /// source: `registry=20,object=0` (0 to 62; 0: none; `timer` only 0).
-    /// Sources not named keep theirs (30 by default, timer 0). A record
+    /// Sources not named keep theirs (by default 30 for registry, ondemand
+    /// and threadstack, 0 for the others). A record
     /// holds at most 62 frames in all: the user part gets what the kernel
     /// part leaves. Each record says what happened to its user part;
     /// `kstack status` counts the outcomes.

@@ -343,6 +343,8 @@ mod tests {
                 user_walk: kstack_abi::HostRoutine::Available,
                 process_key: kstack_abi::HostRoutine::Available,
                 module_records: 0,
+                apc: kstack_abi::HostRoutine::Available,
+                thread_captures: kstack_abi::ThreadCaptureStatus::default(),
             };
             let mut bytes = vec![0; STATUS_RESPONSE_SIZE];
             status.encode(&mut bytes);

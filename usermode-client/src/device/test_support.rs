@@ -4,7 +4,8 @@
 use kstack_abi::{
     Altitude, CaptureConfig, DriverImage, HostRoutine, MAX_RECORD_SIZE, PagingExecutive,
     ProcessFilter, ReadHeader, RecordFlags, RecordHeader, Source, SourceFacts, SourceStatus,
-    StackTableStatus, StatusResponse, encode_record, messages::READ_HEADER_SIZE, stack_id,
+    StackTableStatus, StatusResponse, ThreadCaptureStatus, encode_record,
+    messages::READ_HEADER_SIZE, stack_id,
 };
 
 /// One encoded record of `stack`'s stack (process 4, thread 8, shard 0,
@@ -62,13 +63,25 @@ pub fn read_reply(payload: &[u8], declared: u32, more_pending: bool, dropped: u6
 }
 
 /// A status with every part set (two shards, a process filter, timer
-/// sampling, a stack table in use, module records), as report and live
-/// view tests and the deliverables' JSON check read it.
+/// sampling, a stack table in use, module records, thread ids requested
+/// and none queued), as report and live view tests and the deliverables'
+/// JSON check read it.
 ///
 /// # Panics
 /// Never: the process filter's lists are valid.
 #[must_use]
 pub fn sample_status() -> StatusResponse {
+    let mut sources = [SourceStatus {
+        available: true,
+        captured: 1,
+        sampled_out: 1,
+        ..SourceStatus::ZERO
+    }; Source::COUNT];
+    // No thread capture was delivered: its source counted nothing.
+    sources[Source::ThreadStack.index()] = SourceStatus {
+        available: true,
+        ..SourceStatus::ZERO
+    };
     StatusResponse {
         driver_version: (0, 1, 0),
         paging_executive: PagingExecutive::NOT_SET,
@@ -86,12 +99,7 @@ pub fn sample_status() -> StatusResponse {
         cleared: 0,
         read: 6,
         sequences_spent: 9,
-        sources: [SourceStatus {
-            available: true,
-            captured: 1,
-            sampled_out: 1,
-            ..SourceStatus::ZERO
-        }; Source::COUNT],
+        sources,
         driver_image: DriverImage {
             base: 0x1_4000_0000,
             size: 0x3_0000,
@@ -111,5 +119,13 @@ pub fn sample_status() -> StatusResponse {
         user_walk: HostRoutine::HostStub,
         process_key: HostRoutine::HostStub,
         module_records: 2,
+        apc: HostRoutine::HostStub,
+        thread_captures: ThreadCaptureStatus {
+            requested: 3,
+            no_such_thread: 2,
+            own: 1,
+            slots: 256,
+            ..ThreadCaptureStatus::default()
+        },
     }
 }

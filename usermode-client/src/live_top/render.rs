@@ -60,7 +60,8 @@ pub fn draw(frame: &mut Frame<'_>, model: &LiveTop, symbolizer: &Symbolizer, lim
         Constraint::Length(8),
         Constraint::Length(8),
         Constraint::Length(9),
-        Constraint::Length(8),
+        // The longest source name, `threadstack`.
+        Constraint::Length(11),
         Constraint::Length(16),
         Constraint::Fill(1),
     ];
@@ -125,10 +126,10 @@ mod tests {
             drawn(&model, limits, 100, 8),
             [
                 "kstack top --live | sort rate | sources all, pid all | r/c/s sort, f source, space pause, q quit",
-                "  rate/s window/s     count source   stack            top frames",
-                "     1.0      2.0         4 timer    3a1e4141c1219cc3 kstack.sys+0x10",
-                "                                                      ntoskrnl.exe+0x20",
-                "     1.0      0.5         1 ondemand 7027853893b4eef5 0x42",
+                "  rate/s window/s     count source      stack            top frames",
+                "     1.0      2.0         4 timer       3a1e4141c1219cc3 kstack.sys+0x10",
+                "                                                         ntoskrnl.exe+0x20",
+                "     1.0      0.5         1 ondemand    7027853893b4eef5 0x42",
                 "",
                 "",
                 "ring 3 records in 1/8 KiB, 0 dropped (0 since start), 6 read | here: 5 records, 2 unique stacks",
@@ -165,7 +166,7 @@ mod tests {
         assert_eq!(
             lines[2..4],
             [
-                "     3.0      3.0         3 timer    3a1e4141c1219cc3 kstack.sys+0x10",
+                "     3.0      3.0         3 timer       3a1e4141c1219cc3 kstack.sys+0x10",
                 ""
             ],
             "one row, one frame"

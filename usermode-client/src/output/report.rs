@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use kstack_abi::{
     ABI_VERSION, CaptureConfig, HostRoutine, KSTACK_VERSION, PagingExecutive, PagingInEffect,
     ProcessFilter, Source, StatusResponse, UserPart,
-    host_routine::{PROCESS_KEY_ROUTINE, USER_WALK_ROUTINE},
+    host_routine::{APC_ROUTINE, PROCESS_KEY_ROUTINE, USER_WALK_ROUTINE},
     paging::ASSUME_IN_EFFECT_VALUE,
 };
 use serde_json::{Value, json};
@@ -79,8 +79,8 @@ pub fn status(status: &StatusResponse) -> String {
     let _ = writeln!(
         out,
         "not captured: {} filtered (process filter), {} sampled out, {} skipped (IRQL too high \
-         for the paging policy), {} skipped (kernel stack below 8 KiB), {} capture-now answered \
-         only (on-demand disabled)",
+         for the paging policy), {} skipped (kernel stack below 8 KiB), {} not kept (source \
+         disabled: capture-now answered only, thread captures delivered after)",
         sum(|source| source.filtered),
         sum(|source| source.sampled_out),
         sum(|source| source.skipped_irql),
@@ -89,6 +89,7 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(out, "{}", user_parts_text(status));
     let _ = writeln!(out, "{}", module_records_text(status));
+    let _ = writeln!(out, "{}", thread_captures_text(status));
     let altitude = |altitude: kstack_abi::Altitude| {
         if altitude.is_some() {
             altitude.to_string()
@@ -210,6 +211,31 @@ fn module_records_text(status: &StatusResponse) -> String {
     )
 }
 
+/// The thread captures' line of the `kstack status` report: whether APCs
+/// can be queued, then every counter (their identities:
+/// `kstack_abi::ThreadCaptureStatus`).
+fn thread_captures_text(status: &StatusResponse) -> String {
+    let captures = &status.thread_captures;
+    format!(
+        "thread captures: APCs {}; {} thread ids requested: {} queued, {} no such thread, {} no \
+         free slot, {} not queued (thread exiting), {} system threads refused, {} the requesting \
+         thread; queued: {} delivered ({} late), {} run down, {} in flight (of {} slots)",
+        routine_text(status.apc, APC_ROUTINE),
+        captures.requested,
+        captures.queued,
+        captures.no_such_thread,
+        captures.no_slot,
+        captures.not_queued,
+        captures.refused_system_thread,
+        captures.own,
+        captures.delivered,
+        captures.late,
+        captures.run_down,
+        captures.in_flight,
+        captures.slots
+    )
+}
+
 /// A routine's state in `kstack status --json`.
 fn routine_json(state: HostRoutine, routine: &str) -> Value {
     json!({
@@ -223,7 +249,7 @@ fn source_table(out: &mut String, status: &StatusResponse) {
     let config = &status.config;
     let _ = writeln!(
         out,
-        "{:<10} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  registration",
+        "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  registration",
         "source",
         "available",
         "enabled",
@@ -239,7 +265,7 @@ fn source_table(out: &mut String, status: &StatusResponse) {
         let state = &status.sources[source.index()];
         let _ = writeln!(
             out,
-            "{:<10} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  {:#010x}",
+            "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  {:#010x}",
             source.name(),
             if state.available { "yes" } else { "no" },
             if config.sources.contains(source) {
@@ -308,6 +334,8 @@ pub fn status_json(status: &StatusResponse) -> Value {
         "user_walk": routine_json(status.user_walk, USER_WALK_ROUTINE),
         "process_key": routine_json(status.process_key, PROCESS_KEY_ROUTINE),
         "module_records": status.module_records,
+        "apc": routine_json(status.apc, APC_ROUTINE),
+        "thread_captures": thread_captures_json(&status.thread_captures),
         "ring": {
             "capacity_bytes": status.ring_capacity,
             "used": status.ring_used,
@@ -348,6 +376,16 @@ fn stack_table_json(table: &kstack_abi::StackTableStatus) -> Value {
         value[name] = json!(count);
     }
     value
+}
+
+/// The thread captures' part of `status --json`: every field by its name.
+fn thread_captures_json(captures: &kstack_abi::ThreadCaptureStatus) -> Value {
+    kstack_abi::ThreadCaptureStatus::FIELD_NAMES
+        .into_iter()
+        .zip(captures.fields())
+        .map(|(name, value)| (name.to_owned(), json!(value)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// The JSON name of how "in effect" was decided.
@@ -440,9 +478,9 @@ mod tests {
         let mut config = CaptureConfig::default();
         assert_eq!(
             user_frames_text(&config),
-            "user frames only for registry: 30, ondemand: 30"
+            "user frames only for registry: 30, ondemand: 30, threadstack: 30"
         );
-        config.user_frames = [30, 30, 30, 20, 30, 0, 30];
+        config.user_frames = [30, 30, 30, 20, 30, 0, 30, 30];
         assert_eq!(
             user_frames_text(&config),
             "user frames up to 30 (registry: 20, timer: none)"
@@ -492,7 +530,8 @@ mod tests {
         );
         assert!(
             text.contains(
-                "keep up to 32, user frames only for registry: 30, ondemand: 30, processes 4, 8 only (and never 0)"
+                "keep up to 32, user frames only for registry: 30, ondemand: 30, threadstack: 30, \
+                 processes 4, 8 only (and never 0)"
             ),
             "{text}"
         );
@@ -508,6 +547,16 @@ mod tests {
                 "module records: 2 (image loads and process exits, for naming user frames); \
                  process keys: unavailable (PsGetProcessCreateTimeQuadPart is exported by the \
                  host (Wine) only as a stub)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "thread captures: APCs unavailable (KeInsertQueueApc is exported by the host \
+                 (Wine) only as a stub); 3 thread ids requested: 0 queued, 2 no such thread, 0 no \
+                 free slot, 0 not queued (thread exiting), 0 system threads refused, 1 the \
+                 requesting thread; queued: 0 delivered (0 late), 0 run down, 0 in flight (of \
+                 256 slots)"
             ),
             "{text}"
         );
@@ -552,6 +601,20 @@ mod tests {
         assert_eq!(value["config"]["processes"]["exclude"], json!([0]));
         assert_eq!(value["driver_image"]["base"], "0x140000000");
         assert_eq!(value["driver_image"]["size"], 0x3_0000);
+        assert_eq!(value["apc"]["available"], false);
+        assert_eq!(
+            value["apc"]["reason"],
+            "KeInsertQueueApc is exported by the host (Wine) only as a stub"
+        );
+        assert_eq!(
+            value["thread_captures"],
+            json!({
+                "requested": 3, "queued": 0, "no_such_thread": 2, "no_slot": 0, "not_queued": 0,
+                "refused_system_thread": 0, "own": 1, "delivered": 0, "run_down": 0, "late": 0,
+                "in_flight": 0, "slots": 256,
+            })
+        );
+        assert_eq!(value["sources"][7]["name"], "threadstack");
     }
 
     #[test]
