@@ -40,6 +40,7 @@ use kstack_driver_core::{
     SourceRegistration, StackEntry, StackTable, UserThread, UserWalkFailure, Word,
     sharded_ring::{Counted, ring_words, shards_over},
     stack_table::Tabled,
+    user_walk_guard::UserWalkGuard,
 };
 
 /// Frames per benchmarked record (the default `frames_to_capture`).
@@ -635,11 +636,14 @@ fn capture_an_event(c: &mut Criterion) {
     let words = ring_memory();
     let shards = ring_shards(&words);
     let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
+    let walkers = UserWalkGuard::new();
     let core = DriverCore::new(
         ShardedRing::new(&shards),
         StackTable::new(&entries),
         PagingExecutive::NOT_SET,
         DriverImage::default(),
+        &[],
+        &walkers,
     );
     core.set_registration(
         Source::Registry,

@@ -98,7 +98,7 @@ pub struct DriverCore<'a> {
     /// values), set once at load.
     routines: [AtomicU32; Routine::COUNT],
     /// The threads walking their user stack now.
-    user_walkers: UserWalkGuard,
+    user_walkers: &'a UserWalkGuard,
     /// The slots of capture-threads requests' APCs, and what became of
     /// their ids and APCs.
     pub(crate) thread_captures: ThreadCaptures<'a>,
@@ -205,13 +205,19 @@ impl<'a> DriverCore<'a> {
     /// The state at load: nothing enabled, default frame counts, and every
     /// source unavailable until [`DriverCore::set_registration`] says
     /// otherwise. `table` may have no entries (off). `image` is where the
-    /// driver itself is loaded.
+    /// driver itself is loaded. `thread_slots` are the slots of
+    /// capture-threads requests' APCs (none: every id is refused as
+    /// `no_slot`). `user_walkers` is the user walks' re-entry guard (4 KiB,
+    /// kept outside the core so that the core is small enough to be built
+    /// on a kernel stack).
     #[must_use]
     pub fn new(
         ring: ShardedRing<'a>,
         table: StackTable<'a>,
         paging: PagingExecutive,
         image: DriverImage,
+        thread_slots: &'a [Slot],
+        user_walkers: &'a UserWalkGuard,
     ) -> Self {
         Self {
             ring,
@@ -224,13 +230,14 @@ impl<'a> DriverCore<'a> {
             cleared: AtomicU64::new(0),
             configuring: AtomicBool::new(false),
             routines: core::array::from_fn(|_| AtomicU32::new(HostRoutine::NotExported as u32)),
-            user_walkers: UserWalkGuard::new(),
-            thread_captures: ThreadCaptures::new(&[]),
+            user_walkers,
+            thread_captures: ThreadCaptures::new(thread_slots),
         }
     }
 
-    /// The core with `slots` for capture-threads requests' APCs (without,
-    /// every thread id of a request is refused as `no_slot`).
+    /// The core with `slots` for capture-threads requests' APCs, in place
+    /// of its own (tests).
+    #[cfg(test)]
     #[must_use]
     pub fn with_thread_slots(mut self, slots: &'a [Slot]) -> Self {
         self.thread_captures = ThreadCaptures::new(slots);
@@ -265,6 +272,15 @@ impl<'a> DriverCore<'a> {
                 late: delivery.late,
             },
         )
+    }
+
+    /// How many thread-capture APCs may still run a routine (slots not
+    /// free): what unload waits for.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn thread_captures_in_flight(&self) -> usize {
+        self.thread_captures.in_flight()
     }
 
     /// The APC in slot `index` was run down (its thread exited first).
@@ -789,6 +805,8 @@ pub(crate) mod tests {
             StackTable::new(entries),
             paging,
             DriverImage::default(),
+            &[],
+            crate::test_support::keep(UserWalkGuard::new()),
         );
         for source in Source::ALL {
             core.set_registration(source, registrations[source.index()]);

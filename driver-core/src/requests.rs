@@ -1816,6 +1816,7 @@ mod tests {
         use super::*;
         use crate::{
             StackTable, capture::tests::drain_all, test_support::keep, thread_captures::Slot,
+            user_walk_guard::UserWalkGuard,
         };
 
         /// A core with every source registered, the thread-stack source
@@ -2090,8 +2091,9 @@ mod tests {
                     base: 0x1000,
                     size: 0x3000,
                 },
-            )
-            .with_thread_slots(keep([Slot::new(), Slot::new()]));
+                keep([Slot::new(), Slot::new()]),
+                keep(UserWalkGuard::new()),
+            );
             for source in Source::ALL {
                 core.set_registration(source, all_registered()[source.index()]);
             }

@@ -77,6 +77,16 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Frees the slot: the routine's last touch of it (see
+    /// [`ThreadCaptures::release`]).
+    ///
+    /// Max IRQL: any.
+    pub fn release(&self) {
+        self.state.store(FREE, Ordering::Release);
+    }
+}
+
 impl Default for Slot {
     fn default() -> Self {
         Self::new()
@@ -297,7 +307,7 @@ impl<'a> ThreadCaptures<'a> {
     ///
     /// Max IRQL: any.
     pub fn release(&self, index: usize) {
-        self.slots[index].state.store(FREE, Ordering::Release);
+        self.slots[index].release();
     }
 
     /// How many slots are not free: APCs queued whose routine has not

@@ -20,7 +20,8 @@
 //! that hash than the window holds: the walk is skipped and counted
 //! ([`kstack_abi::UserPart::GuardFull`]), never waited for.
 //!
-//! Safe at any IRQL: atomics only, no waiting.
+//! Safe at any IRQL: atomics only, no waiting. All-zero bytes are an empty
+//! guard (a slot holding 0 is free), so the driver makes it in zeroed pool.
 
 use crate::sync::{AtomicU32, Ordering};
 

@@ -118,10 +118,14 @@ pub unsafe extern "system" fn driver_entry(
     }
     driver_fields.DriverUnload = Some(driver_unload);
     // SAFETY: `driver` is the kernel's driver object for this load.
-    if let Err(status) = unsafe { device::create(driver) } {
-        loaded::destroy();
-        return status;
-    }
+    let device = match unsafe { device::create(driver) } {
+        Ok(device) => device,
+        Err(status) => {
+            loaded::destroy();
+            return status;
+        }
+    };
+    loaded.tables.thread_stacks.set_device(device);
     STATUS_SUCCESS
 }
 

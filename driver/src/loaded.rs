@@ -13,12 +13,13 @@ use core::{
     sync::atomic::{AtomicPtr, Ordering},
 };
 
-use kstack_abi::{DriverImage, PagingExecutive, Source};
+use kstack_abi::{DriverImage, PagingExecutive, Source, ThreadRequestOutcome};
 use kstack_driver_core::{
     DriverCore, Routine, Shard, ShardedRing, SourceControl, SourceRegistration, StackEntry,
     StackTable, Word,
     ring::WORD_SIZE,
     sharded_ring::{ring_words, shard_count, shards_over},
+    user_walk_guard::UserWalkGuard,
 };
 use wdk_sys::{
     DRIVER_OBJECT, LARGE_INTEGER, NTSTATUS, STATUS_INSUFFICIENT_RESOURCES, STATUS_SUCCESS,
@@ -33,7 +34,8 @@ use crate::{
     routines::Routines,
     sources::{
         image_load, object_handles::ObjectCallbacks, process,
-        registry_operations::RegistryCallback, thread, timer::TimerSource,
+        registry_operations::RegistryCallback, thread, thread_stack::ThreadStackSource,
+        timer::TimerSource,
     },
     unicode::utf16,
 };
@@ -45,11 +47,25 @@ pub struct LoadedDriver {
     pub timer: TimerSource,
     pub registry: RegistryCallback,
     pub objects: ObjectCallbacks,
+    /// The tables made in zeroed pool, in a block of their own (see
+    /// `destroy`).
+    pub tables: &'static ZeroedTables,
     /// The ring's block, as allocated (the shards start at its first
     /// 128-byte boundary).
     ring_block: NonNull<u8>,
     /// Where unload records what it left allocated.
     parameters: Option<ParametersKey>,
+}
+
+/// The parts of the state whose initial value is all-zero bytes (each
+/// type's docs say so), made in place in zeroed pool: together about
+/// 36 KiB, they must never be built on a kernel stack.
+#[repr(C)]
+pub struct ZeroedTables {
+    /// The thread-capture slots and their APCs.
+    pub thread_stacks: ThreadStackSource,
+    /// The user walks' re-entry guard.
+    user_walkers: UserWalkGuard,
 }
 
 /// The loaded driver; null before `DriverEntry` publishes it and after
@@ -77,7 +93,21 @@ impl SourceControl for LoadedDriver {
             None => self.timer.stop(),
         }
     }
+
+    fn queue_thread_capture(
+        &self,
+        thread_id: u32,
+        slot: usize,
+    ) -> Result<(), ThreadRequestOutcome> {
+        self.tables
+            .thread_stacks
+            .queue(&self.recorder.routines, thread_id, slot)
+    }
 }
+
+/// How long unload waits for thread-capture APCs still queued: 500 pauses
+/// of 10 ms.
+const APC_WAITS: u32 = 500;
 
 /// Bytes of the ring's block for `shards` shards, `capacity` bytes of
 /// records in all and `entries` stack table entries: room to align the
@@ -177,31 +207,62 @@ pub fn create(
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
     let ring_block = pool::allocate(&routines, ring_bytes, pool::TAG_RING)
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-    let Some(state) = pool::allocate(&routines, size_of::<LoadedDriver>(), pool::TAG_STATE) else {
+    let Some(tables) = pool::allocate(&routines, size_of::<ZeroedTables>(), pool::TAG_TABLES)
+    else {
         // SAFETY: allocated just above, unused.
         unsafe { pool::free(ring_block, pool::TAG_RING) };
         return Err(STATUS_INSUFFICIENT_RESOURCES);
     };
+    let Some(state) = pool::allocate(&routines, size_of::<LoadedDriver>(), pool::TAG_STATE) else {
+        // SAFETY: both allocated just above, unused.
+        unsafe { pool::free(tables, pool::TAG_TABLES) };
+        // SAFETY: as above.
+        unsafe { pool::free(ring_block, pool::TAG_RING) };
+        return Err(STATUS_INSUFFICIENT_RESOURCES);
+    };
+    // SAFETY: the block is `size_of::<ZeroedTables>()` bytes, not yet
+    // shared; all-zero bytes are the tables' initial state (their docs).
+    unsafe { tables.as_ptr().write_bytes(0, size_of::<ZeroedTables>()) };
+    // SAFETY: zeroed above into valid tables, aligned (pool alignment is
+    // 16), freed only by `destroy` once no APC can use them.
+    let tables: &'static ZeroedTables = unsafe { tables.cast().as_ref() };
     // SAFETY: the block was just allocated with the size `lay_out_ring`
     // needs, and is freed only by `destroy`, after every user is gone.
     let (ring, table) = unsafe { lay_out_ring(ring_block, processors, capacity, entries) };
     let state = state.cast::<LoadedDriver>();
+    let place = state.as_ptr();
+    // The state is written field by field, in place: as one value it would
+    // be built on DriverEntry's stack first (several KiB, past the 4 KiB a
+    // frame may take without stack probes, which the kernel does not link).
     // SAFETY: the block is sized and aligned (pool alignment is 16) for a
-    // LoadedDriver and not yet shared.
+    // LoadedDriver and not yet shared; each field is written once, below,
+    // before anything reads the state.
     unsafe {
-        state.as_ptr().write(LoadedDriver {
-            recorder: Recorder {
-                core: DriverCore::new(ring, table, paging, image),
-                clock: Clock::start(&routines),
-                routines,
-            },
-            timer: TimerSource::new(),
-            registry: RegistryCallback::new(),
-            objects: ObjectCallbacks::new(),
-            ring_block,
-            parameters: parameters.copied(),
-        });
+        (&raw mut (*place).recorder.core).write(DriverCore::new(
+            ring,
+            table,
+            paging,
+            image,
+            &tables.thread_stacks.slots,
+            &tables.user_walkers,
+        ));
     }
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).recorder.clock).write(Clock::start(&routines)) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).recorder.routines).write(routines) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).timer).write(TimerSource::new()) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).registry).write(RegistryCallback::new()) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).objects).write(ObjectCallbacks::new()) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).tables).write(tables) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).ring_block).write(ring_block) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).parameters).write(parameters.copied()) };
     // SAFETY: initialized above; it lives until `destroy`.
     let driver = unsafe { state.as_ref() };
     let (core, routines) = (&driver.recorder.core, &driver.recorder.routines);
@@ -234,6 +295,18 @@ pub fn destroy() {
         // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.
         let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
     }
+    // A queued APC's routine may still run (it needs only its slot, its
+    // KAPC and the device reference it holds; the gate keeps it out of the
+    // rest): wait for them, bounded, and leave their block allocated if a
+    // thread never lets its APC run.
+    let mut waits = 0;
+    while driver.recorder.core.thread_captures_in_flight() != 0 && waits < APC_WAITS {
+        // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.
+        let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
+        waits += 1;
+    }
+    let apcs_done = driver.recorder.core.thread_captures_in_flight() == 0;
+    let tables = NonNull::from(driver.tables).cast::<u8>();
     recorder::retire();
     LOADED.store(ptr::null_mut(), Ordering::Release);
     let ring_block = driver.ring_block;
@@ -243,8 +316,13 @@ pub fn destroy() {
     unsafe {
         ptr::drop_in_place(state.as_ptr());
     }
-    // SAFETY: both blocks came from `create` and are freed once.
+    // SAFETY: the blocks came from `create` and are freed once; the APCs'
+    // only when none can run any more.
     unsafe { pool::free(ring_block, pool::TAG_RING) };
+    if apcs_done {
+        // SAFETY: as above.
+        unsafe { pool::free(tables, pool::TAG_TABLES) };
+    }
     // SAFETY: as above.
     unsafe { pool::free(state.cast(), pool::TAG_STATE) };
     // What this load left allocated (0 when everything was freed), for

@@ -18,6 +18,9 @@ use crate::routines::Routines;
 pub const TAG_RING: u32 = u32::from_le_bytes(*b"KsRg");
 /// The per-load driver state.
 pub const TAG_STATE: u32 = u32::from_le_bytes(*b"KsSt");
+/// The tables made in zeroed pool: the thread-capture slots and their
+/// `KAPC`s, the user walks' re-entry guard.
+pub const TAG_TABLES: u32 = u32::from_le_bytes(*b"KsTb");
 
 static OUTSTANDING: AtomicU32 = AtomicU32::new(0);
 

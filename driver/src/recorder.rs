@@ -79,6 +79,22 @@ pub fn record(facts: impl FnOnce() -> Option<SourceFacts>) -> Option<CaptureOutc
     with_recorder(|recorder| Some(recorder.core.capture(&recorder.platform(), facts()?))).flatten()
 }
 
+/// The thread-stack event of the APC in slot `index`, in its thread: its
+/// capture, unless unload has begun.
+///
+/// Max IRQL: `APC_LEVEL`.
+pub fn capture_thread(index: usize) {
+    let _ = with_recorder(|recorder| recorder.core.capture_thread(&recorder.platform(), index));
+}
+
+/// An APC of the thread-stack source was run down, counted unless unload
+/// has begun.
+///
+/// Max IRQL: `PASSIVE_LEVEL`.
+pub fn thread_run_down() {
+    let _ = with_recorder(|recorder| recorder.core.thread_run_down());
+}
+
 /// Writes one module record for a load-image or process callback (see
 /// `kstack_driver_core::module_records`): `facts` runs only when the driver
 /// is loaded, with the routines it may need (the process key's).

@@ -15,13 +15,19 @@
 //! (`wine_ntoskrnl_main_loop`): when it is there, the host is Wine and all
 //! three are reported unavailable ([`HostRoutine::HostStub`]) and never
 //! called.
+//!
+//! `KeInitializeApc` and `KeInsertQueueApc` are exported by every x64
+//! Windows but not documented (no WDK header declares them), so they are
+//! looked up rather than imported, and queueing APCs counts as available
+//! only when both are there.
 
 use core::{ffi::c_void, ptr};
 
 use kstack_abi::HostRoutine;
 
 use wdk_sys::{
-    LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING, PEPROCESS, PEX_CALLBACK_FUNCTION,
+    BOOLEAN, KAPC, KPRIORITY, KPROCESSOR_MODE, LARGE_INTEGER, NTSTATUS, PCUNICODE_STRING,
+    PEPROCESS, PETHREAD, PEX_CALLBACK_FUNCTION, PKNORMAL_ROUTINE, PVOID,
     ntddk::MmGetSystemRoutineAddress,
 };
 
@@ -56,6 +62,27 @@ pub type QuerySystemInformation =
 /// `PsGetProcessCreateTimeQuadPart(Process)`: the process's creation time.
 pub type ProcessCreateTime = unsafe extern "system" fn(PEPROCESS) -> i64;
 
+/// A special kernel APC's kernel routine (`PKKERNEL_ROUTINE`).
+pub type ApcKernelRoutine =
+    unsafe extern "system" fn(*mut KAPC, *mut PKNORMAL_ROUTINE, *mut PVOID, *mut PVOID, *mut PVOID);
+/// An APC's rundown routine (`PKRUNDOWN_ROUTINE`).
+pub type ApcRundownRoutine = unsafe extern "system" fn(*mut KAPC);
+/// `KeInitializeApc(Apc, Thread, Environment, KernelRoutine,
+/// RundownRoutine, NormalRoutine, ProcessorMode, NormalContext)`.
+pub type InitializeApc = unsafe extern "system" fn(
+    *mut KAPC,
+    PETHREAD,
+    u32,
+    ApcKernelRoutine,
+    Option<ApcRundownRoutine>,
+    PKNORMAL_ROUTINE,
+    KPROCESSOR_MODE,
+    PVOID,
+);
+/// `KeInsertQueueApc(Apc, SystemArgument1, SystemArgument2, Increment)`:
+/// whether the APC was queued.
+pub type InsertQueueApc = unsafe extern "system" fn(*mut KAPC, PVOID, PVOID, KPRIORITY) -> BOOLEAN;
+
 /// What was found.
 pub struct Routines {
     pub allocate_pool2: Option<AllocatePool2>,
@@ -74,6 +101,10 @@ pub struct Routines {
     pub process_key: HostRoutine,
     /// Whether capture-threads requests can queue APCs, and if not why.
     pub apc: HostRoutine,
+    /// `KeInitializeApc`, only when APCs can be queued ([`Routines::apc`]).
+    pub initialize_apc: Option<InitializeApc>,
+    /// `KeInsertQueueApc`, only when APCs can be queued.
+    pub insert_queue_apc: Option<InsertQueueApc>,
 }
 
 /// Looks up `name`, a routine Wine may export only as a stub: its state,
@@ -148,9 +179,20 @@ impl Routines {
             find_unless_stubbed(utf16!("PsGetProcessCreateTimeQuadPart"), wine);
         // SAFETY: as above (`PsGetProcessCreateTimeQuadPart(Process)`, ntifs.h).
         let process_create_time = unsafe { routine(create_time) };
-        // The state only, for now: the APC path that calls it is the next
-        // step of issue 26.
-        let (apc, _) = find_unless_stubbed(utf16!("KeInsertQueueApc"), wine);
+        let (apc, insert) = find_unless_stubbed(utf16!("KeInsertQueueApc"), wine);
+        let initialize = find(utf16!("KeInitializeApc"));
+        let (apc, initialize, insert) = match apc {
+            HostRoutine::Available if initialize.is_null() => {
+                (HostRoutine::NotExported, ptr::null_mut(), ptr::null_mut())
+            }
+            HostRoutine::Available => (apc, initialize, insert),
+            _ => (apc, ptr::null_mut(), ptr::null_mut()),
+        };
+        // SAFETY: as above (the prototypes in the type aliases: the
+        // kernel's, undocumented).
+        let initialize_apc = unsafe { routine(initialize) };
+        // SAFETY: as above.
+        let insert_queue_apc = unsafe { routine(insert) };
         Self {
             allocate_pool2,
             query_system_time,
@@ -163,6 +205,8 @@ impl Routines {
             process_create_time,
             process_key,
             apc,
+            initialize_apc,
+            insert_queue_apc,
         }
     }
 }

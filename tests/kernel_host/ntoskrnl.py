@@ -940,6 +940,14 @@ def memcpy(k, site, destination, source, size):
     return destination
 
 
+@routine("memmove", None, LEARN + "wdm/nf-wdm-rtlmovememory: any IRQL on non-paged memory; the ranges may overlap")
+def memmove(k, site, destination, source, size):
+    k.check_range(destination, size, site, "memmove")
+    if size:
+        k.machine.write(destination, k.machine.read(source, size))
+    return destination
+
+
 @routine("memset", None, LEARN + "wdm/nf-wdm-rtlfillmemory: any IRQL on non-paged memory")
 def memset(k, site, destination, value, size):
     k.check_range(destination, size, site, "memset")

@@ -11,4 +11,5 @@ pub mod object_handles;
 pub mod process;
 pub mod registry_operations;
 pub mod thread;
+pub mod thread_stack;
 pub mod timer;

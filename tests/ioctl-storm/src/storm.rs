@@ -9,7 +9,8 @@ use kstack_abi::{
     messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
     ntstatus::NtStatus,
     thread_capture::{
-        CAPTURE_THREADS_REPLY_SIZE, MAX_THREAD_CAPTURES, encode_capture_threads_request,
+        CAPTURE_THREADS_REPLY_SIZE, MAX_THREAD_CAPTURES, THREAD_CAPTURE_SLOTS,
+        ThreadRequestOutcome, encode_capture_threads_request,
     },
 };
 use kstack_client::device::{Device, session, transport::Transport};
@@ -17,6 +18,8 @@ use kstack_driver_core::{
     Caller, DriverCore, Platform, Routine, ShardedRing, SourceControl, SourceRegistration,
     StackTable, UserThread, UserWalkFailure, Word,
     sharded_ring::{ring_words, shards_over},
+    thread_captures::Slot,
+    user_walk_guard::UserWalkGuard,
 };
 
 /// A user-mode stand-in for the kernel, for the reference's capture-now.
@@ -61,11 +64,20 @@ impl Platform for UserPlatform {
     }
 }
 
-/// The reference has no timer to start.
+/// The reference has no timer to start, and no threads: every thread id
+/// names none (the storm sends odd ids, which no Windows thread has).
 struct NoTimer;
 
 impl SourceControl for NoTimer {
     fn set_timer(&self, _period_ms: Option<u32>) {}
+
+    fn queue_thread_capture(
+        &self,
+        _thread_id: u32,
+        _slot: usize,
+    ) -> Result<(), ThreadRequestOutcome> {
+        Err(ThreadRequestOutcome::NoSuchThread)
+    }
 }
 
 /// xorshift64*: small, seeded, reproducible.
@@ -228,11 +240,15 @@ pub fn run() -> ExitCode {
     let words: Vec<Word> = ring_words(16 * MAX_RECORD_SIZE).collect();
     let shards: Vec<_> = shards_over(&words, 1).collect();
     // The table is off: requests answer the same either way.
+    let walkers = UserWalkGuard::new();
+    let slots: Vec<Slot> = (0..THREAD_CAPTURE_SLOTS).map(|_| Slot::new()).collect();
     let reference = DriverCore::new(
         ShardedRing::new(&shards),
         StackTable::new(&[]),
         status.paging_executive,
         status.driver_image,
+        &slots,
+        &walkers,
     );
     for source in Source::ALL {
         let registration = SourceRegistration {
