@@ -6,6 +6,7 @@ A case returns its evidence (one line) or raises: an AssertionError for a
 wrong result, a BugCheck for what would stop a Windows machine.
 """
 
+from host import SERVICE_KEY
 from ntoskrnl import APC, DISPATCH, NON_PAGED_POOL_NX, PASSIVE, STATUS_SUCCESS
 
 CASES = []
@@ -477,6 +478,143 @@ def registry_altitude_taken(w):
     check(status["sources"]["registry"]["registration"] == 0, "the registry source did not register")
     finished(w, handle, client)
     return f"altitude 385290 held by another driver: registered at {altitude['whole']}.{altitude['fraction']}"
+
+
+def thread_stacks(w, before_load=None):
+    """Loaded with the thread-stack source on."""
+    return started(w, {"sources": ["thread_stack"]}, before_load=before_load)
+
+
+def thread_captures(w, handle, client):
+    return w.status(handle, client)["thread_captures"]
+
+
+@case
+def thread_stack_in_the_thread_at_apc_level(w):
+    handle, client = thread_stacks(w)
+    target = w.user_thread()
+    status, outcomes = w.capture_threads(handle, client, [target.id], tag=41)
+    check(status == STATUS_SUCCESS and outcomes == ["queued"], f"0x{status:08X} {outcomes}")
+    counted = thread_captures(w, handle, client)
+    check((counted["queued"], counted["in_flight"]) == (1, 1), f"{counted}")
+    check(w.kernel.ledger.references.get(target.object) == 1, "the queued APC holds no reference on its thread")
+    w.kernel.deliver_apcs(target)
+    record = only_trace(w, handle, client, "thread_stack")
+    facts = record["facts"]
+    check((facts["target_process_id"], facts["target_thread_id"], facts["tag"], facts["late"]) == (target.process.id, target.id, 41, False), f"facts {facts}")
+    check((record["process_id"], record["thread_id"], record["irql"]) == (target.process.id, target.id, APC), "the record is not the target thread's at APC_LEVEL")
+    kernel = record["frames"][: record["kernel_frames"]]
+    check(kernel == target.kernel_frames, f"kernel frames {[w.kernel.name_site(frame) for frame in kernel]}, not the thread's own {[hex(frame) for frame in target.kernel_frames]}")
+    check(record["frames"][record["kernel_frames"] :] == target.user_frames, "the user frames are not the thread's")
+    counted = thread_captures(w, handle, client)
+    check((counted["delivered"], counted["in_flight"], counted["late"]) == (1, 0, 0), f"{counted}")
+    check(not any(w.kernel.ledger.references.values()), "a reference is still held after the APC ran")
+    finished(w, handle, client)
+    return (
+        f"a special kernel APC ran in thread {target.id} at APC_LEVEL: its {len(kernel)} kernel frames without kstack's and KiDeliverApc, "
+        f"its {record['user_frame_count']} user frames; thread and device references dropped"
+    )
+
+
+@case
+def thread_stack_run_down_at_thread_exit(w):
+    handle, client = thread_stacks(w)
+    target = w.user_thread()
+    w.capture_threads(handle, client, [target.id])
+    w.kernel.thread_exit(target)
+    check(not traces(w, handle, client), "a record from a run-down APC")
+    counted = thread_captures(w, handle, client)
+    check((counted["queued"], counted["run_down"], counted["delivered"], counted["in_flight"]) == (1, 1, 0, 0), f"{counted}")
+    check(not any(w.kernel.ledger.references.values()), "a reference is still held after the rundown")
+    finished(w, handle, client)
+    return "the thread exited with the APC queued: its rundown routine ran at PASSIVE_LEVEL, counted run_down, references dropped, slot free"
+
+
+@case
+def thread_stack_outcomes_of_each_id(w):
+    handle, client = thread_stacks(w)
+    exiting = w.user_thread()
+    exiting.exiting = True
+    ids = [w.user_thread().id, 999_999, w.system_thread().id, client.id, exiting.id]
+    status, outcomes = w.capture_threads(handle, client, ids)
+    expected = ["queued", "no_such_thread", "system_thread", "own", "not_queued"]
+    check(status == STATUS_SUCCESS and outcomes == expected, f"0x{status:08X} {outcomes}")
+    counted = thread_captures(w, handle, client)
+    parts = ("queued", "no_such_thread", "no_slot", "not_queued", "refused_system_thread", "own")
+    check(counted["requested"] == len(ids) == sum(counted[part] for part in parts), f"{counted}")
+    check(counted["in_flight"] == 1, f"in flight {counted['in_flight']}")
+    finished_with_apcs_delivered(w, handle, client)
+    return f"one request, five ids: {', '.join(outcomes)}; requested = the sum of the outcomes; refused ids hold no slot or reference"
+
+
+def finished_with_apcs_delivered(w, handle, client):
+    """Every thread takes its queued APCs, then the usual end."""
+    for thread in list(w.kernel.apc_threads()):
+        w.kernel.deliver_apcs(thread)
+    finished(w, handle, client)
+
+
+@case
+def thread_stack_late_and_no_slot(w):
+    handle, client = thread_stacks(w)
+    slots = thread_captures(w, handle, client)["slots"]
+    threads = [w.user_thread(w.process()) for _ in range(slots)]
+    for start in range(0, slots, 64):
+        status, outcomes = w.capture_threads(handle, client, [thread.id for thread in threads[start : start + 64]], timeout_ms=1)
+        check(status == STATUS_SUCCESS and set(outcomes) == {"queued"}, f"0x{status:08X} {set(outcomes)}")
+    extra = w.user_thread()
+    status, outcomes = w.capture_threads(handle, client, [extra.id])
+    check(outcomes == ["no_slot"], f"{outcomes} with every slot in use")
+    w.kernel.advance(20)
+    w.kernel.deliver_apcs(threads[0])
+    record = only_trace(w, handle, client, "thread_stack")
+    check(record["facts"]["late"] and record["facts"]["delay"] >= 20 * 10_000, f"facts {record['facts']}")
+    counted = thread_captures(w, handle, client)
+    check((counted["late"], counted["no_slot"], counted["in_flight"]) == (1, 1, slots - 1), f"{counted}")
+    finished_with_apcs_delivered(w, handle, client)
+    return f"{slots} APCs in flight fill every slot: the next id is no_slot; one delivered 20 ms after a 1 ms timeout is recorded late and counted"
+
+
+@case
+def unload_waits_for_apcs_in_flight(w):
+    handle, client = thread_stacks(w)
+    target = w.user_thread()
+    w.capture_threads(handle, client, [target.id])
+    w.close(handle, client)
+    w.kernel.running_threads.append(target)
+    w.unload()
+    check(not target.apcs, "the APC is still queued after unload")
+    return "unload with an APC queued to a thread that runs: it waited until the APC's kernel routine ran (no capture past the closed gate), then freed everything"
+
+
+@case
+def unload_with_an_apc_that_never_runs(w):
+    handle, client = thread_stacks(w)
+    target = w.user_thread()
+    w.capture_threads(handle, client, [target.id])
+    w.close(handle, client)
+    leftover = w.unload(leaves={"KsTb"})
+    parameters = w.kernel.registry.get((SERVICE_KEY + r"\Parameters").lower(), {})
+    written = parameters.get("lastunloadpoolallocations")
+    check(written is not None and int.from_bytes(written[1], "little") == 1, f"LastUnloadPoolAllocations {written}")
+    w.kernel.thread_exit(target)
+    check(not any(w.kernel.ledger.references.values()), "the run-down APC left a reference")
+    return f"a thread that never runs keeps its APC queued: unload gave up after its bound, left only the APC block ({leftover}) and said so in LastUnloadPoolAllocations; the rundown at the thread's exit then dropped the thread's and the device's references"
+
+
+@case
+def thread_stacks_refused_without_apcs_or_with_the_source_off(w):
+    handle, client = started(w)
+    status, _ = w.capture_threads(handle, client, [w.user_thread().id])
+    check(status == status_code(w, "KSTACK_STATUS_SOURCE_DISABLED"), f"0x{status:08X} with the source off")
+    finished(w, handle, client)
+    w.kernel.absent_routines = {"KeInitializeApc"}
+    handle, client = thread_stacks(w)
+    check(w.status(handle, client)["apc"] == "not_exported", "status does not say APCs are unavailable")
+    status, _ = w.capture_threads(handle, client, [w.user_thread().id])
+    check(status == status_code(w, "KSTACK_STATUS_NO_APC"), f"0x{status:08X} without KeInitializeApc")
+    finished(w, handle, client)
+    return "source off: KSTACK_STATUS_SOURCE_DISABLED; a kernel without KeInitializeApc: status apc not_exported and KSTACK_STATUS_NO_APC; nothing queued or counted"
 
 
 @case

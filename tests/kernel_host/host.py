@@ -109,24 +109,41 @@ class Windows:
             self.check_clean("after the failed DriverEntry")
         return status
 
-    def unload(self):
-        """DriverUnload, then Verifier's unload checks."""
+    def unload(self, leaves=frozenset()):
+        """DriverUnload, then Verifier's unload checks. `leaves`: the tags of
+        pool blocks the driver documents it leaves allocated in this case
+        (each must be left, with the device references its APCs hold);
+        returns what was left."""
         unload = self.machine.read_u64(self.driver + 0x68)
         if not unload:
             raise BugCheck(0xCE, "the driver has no DriverUnload: it could never be stopped")
         self.kernel.run(unload, [self.driver], PASSIVE, self.system_thread())
         self.loaded = False
-        self.check_clean("at unload")
+        self.check_clean("at unload", leaves)
+        return ", ".join(sorted(leaves))
 
-    def check_clean(self, when):
+    def check_clean(self, when, leaves=frozenset()):
+        """Verifier's checks once the driver is gone: nothing allocated,
+        registered or referenced, but the pool blocks of the tags in
+        `leaves`, which must be left, and the references the APCs still
+        queued hold (their thread and the device)."""
         ledger = self.kernel.ledger
         problems = []
+        left = {tag_text(block["tag"]) for block in ledger.pool.values()}
+        if not set(leaves) <= left:
+            problems.append(f"pool tagged {sorted(set(leaves) - left)} was freed, though an APC may still use it")
+        held = set()
+        for entry in self.kernel.apcs.values():
+            if entry["queued"]:
+                held |= {entry["thread"].object, self.kernel.device_address}
         for address, block in ledger.pool.items():
+            if tag_text(block["tag"]) in leaves:
+                continue
             problems.append(f"{block['size']} bytes of pool (tag '{tag_text(block['tag'])}') allocated at {self.kernel.name_site(block['site'])} never freed")
         for entry in ledger.live_registrations():
             problems.append(f"{entry['kind']} registered at {self.kernel.name_site(entry['site'])} not undone")
         for target, count in ledger.references.items():
-            if count:
+            if count and target not in held:
                 problems.append(f"{count} reference(s) to object 0x{target:X} not dropped")
         if self.kernel.device is not None:
             problems.append("the device object is still there")
@@ -221,6 +238,14 @@ class Windows:
     def capture_now(self, file_object, thread, stack_left=None, tag=7):
         request = self.bridge.ask(op="capture_now", tag=tag)
         return self.control(file_object, thread, "capture_now", request["input"], self.bridge.facts["min_read_buffer"], stack_left)
+
+    def capture_threads(self, file_object, thread, thread_ids, tag=1, timeout_ms=1000):
+        """A capture-threads request: its status and each id's outcome."""
+        request = self.bridge.ask(op="capture_threads", tag=tag, timeout_ms=timeout_ms, thread_ids=thread_ids)
+        status, reply = self.control(file_object, thread, "capture_threads", request["input"], self.bridge.facts["capture_threads_reply_size"])
+        if status != STATUS_SUCCESS:
+            return status, None
+        return status, self.bridge.ask(op="decode_capture_threads_reply", reply=reply.hex(), count=len(thread_ids))["outcomes"]
 
     # --- callbacks, as Windows fires them -------------------------------------
 

@@ -170,6 +170,7 @@ class Kernel:
         self.dpcs = {}
         self.completed_irps = {}
         self.apcs = {}
+        self.device_address = None
 
     def take_registry_altitude(self, altitude):
         """Another driver's registry callback at `altitude`."""
@@ -234,6 +235,15 @@ class Kernel:
 
             return Callout(entry["kernel"], self.kernel_routine_arguments(apc, entry), stack, back)
         return None
+
+    def advance(self, milliseconds):
+        """Time passes: the system time and the performance counter (10 MHz)."""
+        self.time += milliseconds * 10_000
+        self.counter += milliseconds * 10_000
+
+    def apc_threads(self):
+        """The threads with APCs queued."""
+        return {entry["thread"] for entry in self.apcs.values() if entry["queued"]}
 
     def thread_exit(self, thread):
         """`thread` exits: no APC can be queued to it any more, and each one
@@ -418,6 +428,7 @@ def io_create_device(k, site, driver, extension_size, name, device_type, charact
     k.machine.write_u64(driver + 0x08, device)
     k.machine.write_u64(out, device)
     k.device = {"address": device, "name": k.machine.read_unicode_string(name) if name else None, "driver": driver}
+    k.device_address = device
     k.ledger.register("device", device, site)
     return STATUS_SUCCESS
 
@@ -605,6 +616,12 @@ def ke_initialize_apc(k, site, apc, thread, environment, kernel_routine, rundown
     owner_of(k, thread, "thread", "KeInitializeApc", site)
     if not kernel_routine:
         k.violation("KeInitializeApc without a kernel routine", site)
+    # The KAPC as wdm.h lays it out on x64: Type, Size, Thread, the list
+    # entry, the three routines, the normal context, the two system
+    # arguments, the environment, the mode, Inserted.
+    k.machine.write(apc, struct.pack("<BBBBI", 0x12, 0, 0x58, 0, 0) + struct.pack("<Q", thread) + b"\0" * 16)
+    k.machine.write(apc + 0x20, struct.pack("<QQQQQQ", kernel_routine, rundown_routine, normal_routine, context, 0, 0))
+    k.machine.write(apc + 0x50, bytes([environment & 0xFF, mode & 0xFF, 0]))
     k.apcs[apc] = {
         "thread": k.objects[thread][1],
         "kernel": kernel_routine,
@@ -625,6 +642,8 @@ def ke_insert_queue_apc(k, site, apc, argument1, argument2, increment):
         return 0
     entry["queued"] = True
     entry["arguments"] = (argument1, argument2)
+    k.machine.write(apc + 0x40, struct.pack("<QQ", argument1, argument2))
+    k.machine.write(apc + 0x52, b"\1")
     entry["thread"].apcs.append(apc)
     return 1
 
