@@ -244,43 +244,34 @@ impl<'a> DriverCore<'a> {
         self
     }
 
-    /// The thread-stack event of the APC in slot `index`, in its thread
-    /// (the kernel routine): counts the delivery, then captures the
-    /// thread's stack, without the tracer's frames, unless the source was
-    /// disabled since the request (then counted as `not_kept`, no walk).
-    /// The caller frees the slot after.
+    /// The APC in slot `index` is delivered (its kernel routine runs in
+    /// its thread): counts the delivery, and returns the facts of its
+    /// thread-stack event for [`DriverCore::capture`], which captures the
+    /// thread's stack without the tracer's frames; or `None`, counted as
+    /// `not_kept` with no walk, when the source was disabled since the
+    /// request. The caller frees the slot after.
     ///
     /// Max IRQL: `APC_LEVEL`.
-    pub fn capture_thread(&self, platform: &impl Platform, index: usize) -> CaptureOutcome {
+    pub fn thread_delivered(&self, platform: &impl Platform, index: usize) -> Option<SourceFacts> {
         let delivery = self.thread_captures.delivered(index, platform.timestamp());
         thread_captures::count(&self.thread_captures.counters.delivered);
         if delivery.late {
             thread_captures::count(&self.thread_captures.counters.late);
         }
         let (process_id, thread_id) = platform.current_ids();
-        if !self.config().sources.contains(Source::ThreadStack) {
+        // Only what the event needs of the configuration: a whole copy
+        // would cost the APC's routine stack the capture path has not got.
+        if !self.event_config(Source::ThreadStack, process_id).enabled {
             self.count(platform, Source::ThreadStack, Uncaptured::NotKept);
-            return CaptureOutcome::Disabled;
+            return None;
         }
-        self.capture(
-            platform,
-            SourceFacts::ThreadStack {
-                target_process_id: process_id,
-                target_thread_id: thread_id,
-                tag: delivery.tag,
-                delay: delivery.delay,
-                late: delivery.late,
-            },
-        )
-    }
-
-    /// How many thread-capture APCs may still run a routine (slots not
-    /// free): what unload waits for.
-    ///
-    /// Max IRQL: any.
-    #[must_use]
-    pub fn thread_captures_in_flight(&self) -> usize {
-        self.thread_captures.in_flight()
+        Some(SourceFacts::ThreadStack {
+            target_process_id: process_id,
+            target_thread_id: thread_id,
+            tag: delivery.tag,
+            delay: delivery.delay,
+            late: delivery.late,
+        })
     }
 
     /// The APC in slot `index` was run down (its thread exited first).

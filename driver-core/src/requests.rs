@@ -2118,8 +2118,11 @@ mod tests {
             let slot = control.1.borrow()[0].1;
             // The walk: kstack's frames 0x1000..0x3000 (in the image), then
             // the APC dispatcher 0x4000, then the thread's 0x5000..0x9000.
+            let facts = core
+                .thread_delivered(&platform, slot)
+                .expect("the source is on");
             assert!(matches!(
-                core.capture_thread(&platform, slot),
+                core.capture(&platform, facts),
                 CaptureOutcome::Published(_)
             ));
             core.thread_captures.release(slot);
@@ -2165,10 +2168,7 @@ mod tests {
                 enable(&core, SourceSet::EMPTY, &TimerLog::default()),
                 STATUS_SUCCESS
             );
-            assert_eq!(
-                core.capture_thread(&platform, late),
-                CaptureOutcome::Disabled
-            );
+            assert_eq!(core.thread_delivered(&platform, late), None);
             slots.release(late);
             let status = status_of(&core);
             let counted = status.thread_captures;

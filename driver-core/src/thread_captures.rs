@@ -93,6 +93,81 @@ impl Default for Slot {
     }
 }
 
+/// Who frees the slots' memory when unload cannot wait for every APC: the
+/// count of APCs that may still run a routine, and whether unload has
+/// given up waiting. Unload waits (bounded) for the count to reach 0; if a
+/// thread never lets its APC run, unload abandons the memory instead of
+/// freeing it, and the last routine to finish frees it. Exactly one of
+/// them frees: unload when nothing was pending as it abandoned, else the
+/// routine that took the count from 1 to 0 after. All-zero bytes are its
+/// initial state (nothing pending, not abandoned).
+pub struct Retirement {
+    state: AtomicU64,
+}
+
+/// Set in [`Retirement`]'s state once unload has given up waiting.
+const ABANDONED: u64 = 1 << 63;
+
+impl Retirement {
+    /// Nothing pending, not abandoned.
+    #[cfg(not(loom))]
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            state: AtomicU64::new(0),
+        }
+    }
+
+    /// Nothing pending, not abandoned.
+    #[cfg(loom)]
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            state: AtomicU64::new(0),
+        }
+    }
+
+    /// An APC is about to be queued: one more that may run a routine.
+    ///
+    /// Max IRQL: any.
+    pub fn queued(&self) {
+        self.state.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An APC is done (its routine finished, or the kernel refused it):
+    /// whether the caller must now free the memory (it was the last, and
+    /// unload abandoned it).
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn done(&self) -> bool {
+        self.state.fetch_sub(1, Ordering::AcqRel) == ABANDONED | 1
+    }
+
+    /// How many APCs may still run a routine.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn pending(&self) -> u64 {
+        self.state.load(Ordering::Acquire) & !ABANDONED
+    }
+
+    /// Unload gives up waiting: whether it must free the memory now
+    /// (nothing was pending); otherwise the last routine will.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn abandon(&self) -> bool {
+        self.state.fetch_or(ABANDONED, Ordering::AcqRel) & !ABANDONED == 0
+    }
+}
+
+impl Default for Retirement {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// What a request wrote into its slot, as the APC's routine reads it back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Requested {
@@ -362,6 +437,22 @@ mod tests {
         table.refused(index);
         assert_eq!(table.in_flight(), 0);
         assert_eq!(table.arm(requested(2)), Some(index));
+    }
+
+    #[test]
+    fn the_memory_is_freed_once_by_unload_or_by_the_last_routine() {
+        let retirement = Retirement::new();
+        assert!(retirement.abandon(), "nothing pending: unload frees");
+        let retirement = Retirement::new();
+        retirement.queued();
+        retirement.queued();
+        assert!(!retirement.done(), "not abandoned: unload will free");
+        assert_eq!(retirement.pending(), 1);
+        assert!(!retirement.abandon(), "one pending: its routine will free");
+        assert!(
+            retirement.done(),
+            "the last routine after unload gave up frees"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use kstack_driver_core::{
     stack_table::Tabled,
     stack_table::TestTable,
     test_support::keep,
-    thread_captures::{Requested, Slot, ThreadCaptures},
+    thread_captures::{Requested, Retirement, Slot, ThreadCaptures},
 };
 #[cfg(loom)]
 use loom::{
@@ -342,6 +342,27 @@ fn an_apc_routine_and_the_next_claim_of_its_slot() {
         assert_eq!(table.requested(claimed), second);
         let delivery = routine.join().unwrap();
         assert_eq!((delivery.tag, delivery.delay, delivery.late), (1, 2, false));
+    });
+}
+
+/// Unload gives up waiting while two APCs' routines finish: the slots'
+/// memory is freed exactly once, by unload or by the last routine.
+#[test]
+fn the_slots_memory_is_freed_once_when_unload_gives_up() {
+    model(|| {
+        let retirement = keep(Retirement::new());
+        retirement.queued();
+        retirement.queued();
+        let routines: Vec<_> = (0..2)
+            .map(|_| thread::spawn(move || usize::from(retirement.done())))
+            .collect();
+        let frees = usize::from(retirement.abandon())
+            + routines
+                .into_iter()
+                .map(|routine| routine.join().unwrap())
+                .sum::<usize>();
+        assert_eq!(frees, 1);
+        assert_eq!(retirement.pending(), 0);
     });
 }
 

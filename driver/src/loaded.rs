@@ -59,13 +59,32 @@ pub struct LoadedDriver {
 
 /// The parts of the state whose initial value is all-zero bytes (each
 /// type's docs say so), made in place in zeroed pool: together about
-/// 36 KiB, they must never be built on a kernel stack.
+/// 36 KiB, they must never be built on a kernel stack. The thread-capture
+/// slots come first, so the block is where they are
+/// ([`free_abandoned_tables`]).
 #[repr(C)]
 pub struct ZeroedTables {
     /// The thread-capture slots and their APCs.
     pub thread_stacks: ThreadStackSource,
     /// The user walks' re-entry guard.
     user_walkers: UserWalkGuard,
+}
+
+const _: () = assert!(core::mem::offset_of!(ZeroedTables, thread_stacks) == 0);
+
+/// Frees the tables' block, which unload abandoned to the last APC still
+/// queued (see `Retirement`).
+///
+/// # Safety
+/// `thread_stacks` is the abandoned block's, and its last user calls this,
+/// once.
+///
+/// Max IRQL: `APC_LEVEL` (an APC's routine).
+pub unsafe fn free_abandoned_tables(thread_stacks: &ThreadStackSource) {
+    let block = NonNull::from(thread_stacks).cast::<u8>();
+    // SAFETY: the slots are at the block's start (asserted above); the
+    // block came from `create` and nothing uses it any more (caller).
+    unsafe { pool::free(block, pool::TAG_TABLES) };
 }
 
 /// The loaded driver; null before `DriverEntry` publishes it and after
@@ -297,16 +316,17 @@ pub fn destroy() {
     }
     // A queued APC's routine may still run (it needs only its slot, its
     // KAPC and the device reference it holds; the gate keeps it out of the
-    // rest): wait for them, bounded, and leave their block allocated if a
-    // thread never lets its APC run.
+    // rest): wait for them, bounded; if a thread does not let its APC run
+    // in time, its routine frees the tables when it is the last.
+    let retirement = &driver.tables.thread_stacks.retirement;
     let mut waits = 0;
-    while driver.recorder.core.thread_captures_in_flight() != 0 && waits < APC_WAITS {
+    while retirement.pending() != 0 && waits < APC_WAITS {
         // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.
         let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
         waits += 1;
     }
-    let apcs_done = driver.recorder.core.thread_captures_in_flight() == 0;
     let tables = NonNull::from(driver.tables).cast::<u8>();
+    let free_tables = retirement.abandon();
     recorder::retire();
     LOADED.store(ptr::null_mut(), Ordering::Release);
     let ring_block = driver.ring_block;
@@ -319,7 +339,7 @@ pub fn destroy() {
     // SAFETY: the blocks came from `create` and are freed once; the APCs'
     // only when none can run any more.
     unsafe { pool::free(ring_block, pool::TAG_RING) };
-    if apcs_done {
+    if free_tables {
         // SAFETY: as above.
         unsafe { pool::free(tables, pool::TAG_TABLES) };
     }

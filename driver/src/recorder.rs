@@ -80,11 +80,15 @@ pub fn record(facts: impl FnOnce() -> Option<SourceFacts>) -> Option<CaptureOutc
 }
 
 /// The thread-stack event of the APC in slot `index`, in its thread: its
-/// capture, unless unload has begun.
+/// capture, unless unload has begun (then not even counted).
 ///
 /// Max IRQL: `APC_LEVEL`.
 pub fn capture_thread(index: usize) {
-    let _ = with_recorder(|recorder| recorder.core.capture_thread(&recorder.platform(), index));
+    let _ = with_recorder(|recorder| {
+        let platform = recorder.platform();
+        let facts = recorder.core.thread_delivered(&platform, index)?;
+        Some(recorder.core.capture(&platform, facts))
+    });
 }
 
 /// An APC of the thread-stack source was run down, counted unless unload

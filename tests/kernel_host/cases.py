@@ -395,7 +395,7 @@ def kstack_own_stack_use_within_its_bounds(w):
     measured apart."""
     handle, client = started(
         w,
-        {"sources": ["process", "thread", "image_load", "registry", "object_handle", "on_demand", "timer"], "user_frames": {"process": 5, "thread": 5, "image_load": 5, "object_handle": 5}},
+        {"sources": ["process", "thread", "image_load", "registry", "object_handle", "on_demand", "timer", "thread_stack"], "user_frames": {"process": 5, "thread": 5, "image_load": 5, "object_handle": 5}},
         before_load=lambda w: w.set_paging_executive(1),
     )
 
@@ -404,6 +404,8 @@ def kstack_own_stack_use_within_its_bounds(w):
         return "module record" if any("record_module" in name for name in names) else "capture"
 
     actor = w.user_thread()
+    target = w.user_thread()
+    w.capture_threads(handle, client, [target.id])
     w.machine.measure_stack = path
     w.kernel.stack_use.clear()
     w.fire_process(actor, w.process())
@@ -412,6 +414,7 @@ def kstack_own_stack_use_within_its_bounds(w):
     w.fire_registry(actor)
     w.fire_object(actor, w.process())
     w.fire_timer(actor)
+    w.kernel.deliver_apcs(target)
     callbacks = dict(w.kernel.stack_use)
     w.kernel.stack_use.clear()
     status, _ = w.capture_now(handle, client)
@@ -427,7 +430,7 @@ def kstack_own_stack_use_within_its_bounds(w):
         return max(found)
 
     captured = sorted(entry.rsplit("::", 1)[-1] for entry, which, kind in callbacks if which == "caller" and kind == "capture")
-    check(captured == ["on_handle", "on_image", "on_process", "on_registry", "on_thread", "on_tick"], f"callbacks measured: {captured}")
+    check(captured == ["on_apc", "on_handle", "on_image", "on_process", "on_registry", "on_thread", "on_tick"], f"callbacks measured: {captured}")
     callback, callback_entry = deepest(callbacks, "caller", "capture")
     request, _ = deepest(capture_now, "caller", "capture")
     callout = max(deepest(callbacks, "callout", "capture")[0], deepest(capture_now, "callout", "capture")[0])
@@ -598,8 +601,12 @@ def unload_with_an_apc_that_never_runs(w):
     written = parameters.get("lastunloadpoolallocations")
     check(written is not None and int.from_bytes(written[1], "little") == 1, f"LastUnloadPoolAllocations {written}")
     w.kernel.thread_exit(target)
+    check(not w.kernel.ledger.pool, "the abandoned block is still allocated after its last APC ran down")
     check(not any(w.kernel.ledger.references.values()), "the run-down APC left a reference")
-    return f"a thread that never runs keeps its APC queued: unload gave up after its bound, left only the APC block ({leftover}) and said so in LastUnloadPoolAllocations; the rundown at the thread's exit then dropped the thread's and the device's references"
+    return (
+        f"a thread that never runs keeps its APC queued: unload gave up after its bound and left the APCs' block ({leftover}), "
+        "saying so in LastUnloadPoolAllocations; the rundown at the thread's exit then freed the block and dropped the thread's and the device's references"
+    )
 
 
 @case

@@ -281,7 +281,7 @@ const MINIMUM_WINDOWS_TEXT: &str = "Windows 10 version 1903 (x64)";
 /// Windows 8; `CmRegisterCallbackEx`; `KeQueryPerformanceCounter`, HAL's
 /// before Windows 8; `ZwQuerySystemInformation`, declared only in user-mode
 /// headers). Data exports are imported, as the WDK declares them.
-const KERNEL_IMPORTS: [(&str, Windows); 54] = [
+const KERNEL_IMPORTS: [(&str, Windows); 57] = [
     ("ExAllocatePoolWithTag", Windows::W2000),
     ("ExFreePoolWithTag", Windows::W2000),
     ("IoCreateDevice", Windows::W2000),
@@ -305,6 +305,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 54] = [
     ("MmGetSystemRoutineAddress", Windows::W2000),
     ("ObOpenObjectByPointer", Windows::W2000),
     ("ObfDereferenceObject", Windows::W2000),
+    ("ObfReferenceObject", Windows::W2000),
     ("ObRegisterCallbacks", Windows::VistaSp1),
     ("ObUnRegisterCallbacks", Windows::VistaSp1),
     ("PsGetCurrentProcessId", Windows::W2000),
@@ -314,6 +315,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 54] = [
     ("PsGetThreadProcessId", Windows::VistaSp1),
     ("PsIsSystemThread", Windows::Xp),
     ("PsLookupProcessByProcessId", Windows::W2000),
+    ("PsLookupThreadByThreadId", Windows::W2000),
     ("PsProcessType", Windows::W2000),
     ("PsRemoveCreateThreadNotifyRoutine", Windows::Xp),
     ("PsRemoveLoadImageNotifyRoutine", Windows::Xp),
@@ -335,6 +337,7 @@ const KERNEL_IMPORTS: [(&str, Windows); 54] = [
     ("ZwSetValueKey", Windows::W2000),
     ("__C_specific_handler", Windows::Xp),
     ("memcpy", Windows::W2000),
+    ("memmove", Windows::W2000),
     ("memset", Windows::W2000),
 ];
 

@@ -15,10 +15,11 @@
 //!   reference as its last call: the I/O manager does not unload a driver
 //!   while one of its device objects is referenced, so the routines' code
 //!   is there whenever the kernel calls them, also after `DriverUnload`;
-//! - the slots and their `KAPC`s are a block of their own, which unload
-//!   frees only once no APC is in flight, and otherwise leaves allocated
-//!   (`loaded::destroy`): a thread that never runs again costs that block,
-//!   never a `KAPC` in freed memory.
+//! - the slots and their `KAPC`s live in a block of their own, freed once
+//!   no APC can run a routine any more: by unload, which waits (bounded)
+//!   for that, or, when a thread does not let its APC run in time, by the
+//!   last of those APCs' routines (`Retirement`), so no `KAPC` is ever in
+//!   freed memory and nothing stays allocated for good.
 //!
 //! Residual window, as for any driver that drops the reference on its own
 //! device last: the routine's epilogue after that call.
@@ -31,7 +32,7 @@ use core::{
 };
 
 use kstack_abi::{ThreadRequestOutcome, thread_capture::THREAD_CAPTURE_SLOTS};
-use kstack_driver_core::thread_captures::Slot;
+use kstack_driver_core::thread_captures::{Retirement, Slot};
 use wdk_sys::{
     DEVICE_OBJECT, KAPC, PETHREAD, PKNORMAL_ROUTINE, PVOID,
     ntddk::{ObfDereferenceObject, ObfReferenceObject, PsIsSystemThread, PsLookupThreadByThreadId},
@@ -39,7 +40,7 @@ use wdk_sys::{
 
 use crate::{
     kernel::{self, KERNEL_MODE, id_to_handle},
-    recorder,
+    loaded, recorder,
     routines::Routines,
 };
 
@@ -62,6 +63,8 @@ pub struct ThreadStackSource {
     threads: [AtomicPtr<c_void>; SLOTS],
     /// The core's bookkeeping of the same slots.
     pub slots: [Slot; SLOTS],
+    /// The APCs that may still run a routine, and who frees this block.
+    pub retirement: Retirement,
     /// kstack's device object, referenced once per queued APC.
     device: AtomicPtr<DEVICE_OBJECT>,
 }
@@ -113,6 +116,7 @@ impl ThreadStackSource {
         }
         // SAFETY: kstack's own device object, alive while the driver is.
         unsafe { ObfReferenceObject(device.cast()) };
+        self.retirement.queued();
         self.threads[index].store(thread.cast(), Ordering::Relaxed);
         let apc = self.apcs[index].get();
         // SAFETY: the slot is this request's (armed, not queued), so no one
@@ -135,6 +139,9 @@ impl ThreadStackSource {
         // as the first system argument.
         let queued = unsafe { insert(apc, ptr::without_provenance_mut(index), ptr::null_mut(), 0) };
         if queued == 0 {
+            // Unload waits for requests to leave before it can abandon
+            // the block, so this is never the one to free it.
+            let _ = self.retirement.done();
             self.threads[index].store(ptr::null_mut(), Ordering::Relaxed);
             // SAFETY: the thread's reference taken above, for an APC that
             // will never run.
@@ -147,9 +154,10 @@ impl ThreadStackSource {
     }
 
     /// The end of a queued APC, whichever routine ran (its capture or its
-    /// count done): frees the slot, then drops the thread's reference, then
-    /// the device's, last. Nothing of `self` is touched after the slot is
-    /// freed: unload may free the block then.
+    /// count done): frees the slot, frees the block too when unload gave up
+    /// on it and this was the last APC, then drops the thread's reference,
+    /// then the device's, last. Nothing of `self` is touched after the slot
+    /// is freed: unload may free the block then.
     ///
     /// # Safety
     /// Called once per queued APC, by its routine, with its slot's index.
@@ -159,6 +167,11 @@ impl ThreadStackSource {
         let thread = self.threads[index].swap(ptr::null_mut(), Ordering::Relaxed);
         let device = self.device.load(Ordering::Acquire);
         self.slots[index].release();
+        if self.retirement.done() {
+            // SAFETY: unload abandoned the block and this was its last
+            // user; nothing touches it after.
+            unsafe { loaded::free_abandoned_tables(self) };
+        }
         // SAFETY: the reference `queue` took for this APC.
         unsafe { ObfDereferenceObject(thread) };
         // SAFETY: as above; the last thing this routine does in kstack.
