@@ -178,6 +178,22 @@ pub enum Ioctl {
     /// callback's: the process filter (the captured thread's process) and
     /// the stack check apply (see [`crate::SourceStatus`]); the source is
     /// never sampled (its `sample_every` is 1).
+    ///
+    /// The record's kernel frames are the thread's own: the walk starts in
+    /// kstack and in the kernel's APC dispatcher, so the frames inside
+    /// kstack's image ([`crate::StatusResponse::driver_image`]) and the first
+    /// frame after them (`KiDeliverApc`) are dropped; the configuration's
+    /// `frames_to_skip` does not apply, `frames_to_capture` bounds the
+    /// thread's frames. An APC delivered from an interrupt (a running
+    /// thread) also leaves the kernel's `KiApcInterrupt` on top. The user
+    /// part is the thread's, walked as for every source (`user_frames`).
+    ///
+    /// While the driver unloads, an APC still queued is neither captured
+    /// nor counted when it runs. Unload waits (up to 5 s) for queued APCs;
+    /// a thread that does not let its APC run by then keeps kstack's image
+    /// loaded until it does (or exits), and that last APC frees the memory
+    /// its slot was in (`LastUnloadPoolAllocations` counts it as left at
+    /// unload).
     CaptureThreads,
 }
 
