@@ -252,6 +252,10 @@ impl<'a> DriverCore<'a> {
     /// request. The caller frees the slot after.
     ///
     /// Max IRQL: `APC_LEVEL`.
+    // Never inlined: its clock arithmetic then has a frame of its own, gone
+    // before the capture starts, instead of growing the APC routine's frame
+    // under the whole capture path (docs/kernel-stack.md).
+    #[inline(never)]
     pub fn thread_delivered(&self, platform: &impl Platform, index: usize) -> Option<SourceFacts> {
         let delivery = self.thread_captures.delivered(index, platform.timestamp());
         thread_captures::count(&self.thread_captures.counters.delivered);

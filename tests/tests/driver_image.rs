@@ -842,6 +842,7 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
         "on_image",
         "on_registry",
         "on_handle",
+        "thread_stack::on_apc",
     ]
     .map(largest)
     .into_iter()
