@@ -125,7 +125,7 @@ pub unsafe extern "system" fn driver_entry(
             return status;
         }
     };
-    loaded.tables.thread_stacks.set_device(device);
+    loaded.thread_stacks.set_device(device);
     STATUS_SUCCESS
 }
 

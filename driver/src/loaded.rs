@@ -47,44 +47,16 @@ pub struct LoadedDriver {
     pub timer: TimerSource,
     pub registry: RegistryCallback,
     pub objects: ObjectCallbacks,
-    /// The tables made in zeroed pool, in a block of their own (see
-    /// `destroy`).
-    pub tables: &'static ZeroedTables,
+    /// The thread-capture slots and their APCs, in a block of their own
+    /// (see `ThreadStackSource::retire`).
+    pub thread_stacks: &'static ThreadStackSource,
+    /// The user walks' re-entry guard, in a block of its own.
+    user_walkers: NonNull<UserWalkGuard>,
     /// The ring's block, as allocated (the shards start at its first
     /// 128-byte boundary).
     ring_block: NonNull<u8>,
     /// Where unload records what it left allocated.
     parameters: Option<ParametersKey>,
-}
-
-/// The parts of the state whose initial value is all-zero bytes (each
-/// type's docs say so), made in place in zeroed pool: together about
-/// 36 KiB, they must never be built on a kernel stack. The thread-capture
-/// slots come first, so the block is where they are
-/// ([`free_abandoned_tables`]).
-#[repr(C)]
-pub struct ZeroedTables {
-    /// The thread-capture slots and their APCs.
-    pub thread_stacks: ThreadStackSource,
-    /// The user walks' re-entry guard.
-    user_walkers: UserWalkGuard,
-}
-
-const _: () = assert!(core::mem::offset_of!(ZeroedTables, thread_stacks) == 0);
-
-/// Frees the tables' block, which unload abandoned to the last APC still
-/// queued (see `Retirement`).
-///
-/// # Safety
-/// `thread_stacks` is the abandoned block's, and its last user calls this,
-/// once.
-///
-/// Max IRQL: `APC_LEVEL` (an APC's routine).
-pub unsafe fn free_abandoned_tables(thread_stacks: &ThreadStackSource) {
-    let block = NonNull::from(thread_stacks).cast::<u8>();
-    // SAFETY: the slots are at the block's start (asserted above); the
-    // block came from `create` and nothing uses it any more (caller).
-    unsafe { pool::free(block, pool::TAG_TABLES) };
 }
 
 /// The loaded driver; null before `DriverEntry` publishes it and after
@@ -118,8 +90,7 @@ impl SourceControl for LoadedDriver {
         thread_id: u32,
         slot: usize,
     ) -> Result<(), ThreadRequestOutcome> {
-        self.tables
-            .thread_stacks
+        self.thread_stacks
             .queue(&self.recorder.routines, thread_id, slot)
     }
 }
@@ -226,29 +197,37 @@ pub fn create(
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
     let ring_block = pool::allocate(&routines, ring_bytes, pool::TAG_RING)
         .ok_or(STATUS_INSUFFICIENT_RESOURCES)?;
-    let Some(tables) = pool::allocate(&routines, size_of::<ZeroedTables>(), pool::TAG_TABLES)
-    else {
+    let Some(thread_stacks) = ThreadStackSource::create(&routines) else {
         // SAFETY: allocated just above, unused.
         unsafe { pool::free(ring_block, pool::TAG_RING) };
         return Err(STATUS_INSUFFICIENT_RESOURCES);
     };
-    let Some(state) = pool::allocate(&routines, size_of::<LoadedDriver>(), pool::TAG_STATE) else {
-        // SAFETY: both allocated just above, unused.
-        unsafe { pool::free(tables, pool::TAG_TABLES) };
+    // SAFETY: all-zero bytes are an empty guard (its docs); 4-byte aligned.
+    let Some(user_walkers) =
+        (unsafe { pool::allocate_zeroed::<UserWalkGuard>(&routines, pool::TAG_GUARD) })
+    else {
+        // SAFETY: allocated just above, no APC queued.
+        unsafe { thread_stacks.free() };
         // SAFETY: as above.
         unsafe { pool::free(ring_block, pool::TAG_RING) };
         return Err(STATUS_INSUFFICIENT_RESOURCES);
     };
-    // SAFETY: the block is `size_of::<ZeroedTables>()` bytes, not yet
-    // shared; all-zero bytes are the tables' initial state (their docs).
-    unsafe { tables.as_ptr().write_bytes(0, size_of::<ZeroedTables>()) };
-    // SAFETY: zeroed above into valid tables, aligned (pool alignment is
-    // 16), freed only by `destroy` once no APC can use them.
-    let tables: &'static ZeroedTables = unsafe { tables.cast().as_ref() };
+    let Some(state) = pool::allocate(&routines, size_of::<LoadedDriver>(), pool::TAG_STATE) else {
+        // SAFETY: all allocated just above, unused.
+        unsafe { pool::free(user_walkers.cast(), pool::TAG_GUARD) };
+        // SAFETY: as above, no APC queued.
+        unsafe { thread_stacks.free() };
+        // SAFETY: as above.
+        unsafe { pool::free(ring_block, pool::TAG_RING) };
+        return Err(STATUS_INSUFFICIENT_RESOURCES);
+    };
     // SAFETY: the block was just allocated with the size `lay_out_ring`
     // needs, and is freed only by `destroy`, after every user is gone.
     let (ring, table) = unsafe { lay_out_ring(ring_block, processors, capacity, entries) };
     let state = state.cast::<LoadedDriver>();
+    // SAFETY: made in its zeroed block above, freed only by `destroy` after
+    // the core that uses it is gone.
+    let user_walkers_guard: &'static UserWalkGuard = unsafe { user_walkers.as_ref() };
     let place = state.as_ptr();
     // The state is written field by field, in place: as one value it would
     // be built on DriverEntry's stack first (several KiB, past the 4 KiB a
@@ -262,8 +241,8 @@ pub fn create(
             table,
             paging,
             image,
-            &tables.thread_stacks.slots,
-            &tables.user_walkers,
+            &thread_stacks.slots,
+            user_walkers_guard,
         ));
     }
     // SAFETY: as above.
@@ -277,7 +256,9 @@ pub fn create(
     // SAFETY: as above.
     unsafe { (&raw mut (*place).objects).write(ObjectCallbacks::new()) };
     // SAFETY: as above.
-    unsafe { (&raw mut (*place).tables).write(tables) };
+    unsafe { (&raw mut (*place).thread_stacks).write(thread_stacks) };
+    // SAFETY: as above.
+    unsafe { (&raw mut (*place).user_walkers).write(user_walkers) };
     // SAFETY: as above.
     unsafe { (&raw mut (*place).ring_block).write(ring_block) };
     // SAFETY: as above.
@@ -317,16 +298,17 @@ pub fn destroy() {
     // A queued APC's routine may still run (it needs only its slot, its
     // KAPC and the device reference it holds; the gate keeps it out of the
     // rest): wait for them, bounded; if a thread does not let its APC run
-    // in time, its routine frees the tables when it is the last.
-    let retirement = &driver.tables.thread_stacks.retirement;
+    // in time, the last APC's routine frees their block.
     let mut waits = 0;
-    while retirement.pending() != 0 && waits < APC_WAITS {
+    while driver.thread_stacks.pending() && waits < APC_WAITS {
         // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.
         let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
         waits += 1;
     }
-    let tables = NonNull::from(driver.tables).cast::<u8>();
-    let free_tables = retirement.abandon();
+    // SAFETY: the gate is drained, so no request can queue an APC any more;
+    // nothing below touches the block.
+    unsafe { driver.thread_stacks.retire() };
+    let user_walkers = driver.user_walkers;
     recorder::retire();
     LOADED.store(ptr::null_mut(), Ordering::Release);
     let ring_block = driver.ring_block;
@@ -336,13 +318,10 @@ pub fn destroy() {
     unsafe {
         ptr::drop_in_place(state.as_ptr());
     }
-    // SAFETY: the blocks came from `create` and are freed once; the APCs'
-    // only when none can run any more.
+    // SAFETY: the blocks came from `create` and are freed once.
     unsafe { pool::free(ring_block, pool::TAG_RING) };
-    if free_tables {
-        // SAFETY: as above.
-        unsafe { pool::free(tables, pool::TAG_TABLES) };
-    }
+    // SAFETY: as above (the core that used it is gone).
+    unsafe { pool::free(user_walkers.cast(), pool::TAG_GUARD) };
     // SAFETY: as above.
     unsafe { pool::free(state.cast(), pool::TAG_STATE) };
     // What this load left allocated (0 when everything was freed), for

@@ -18,9 +18,10 @@ use crate::routines::Routines;
 pub const TAG_RING: u32 = u32::from_le_bytes(*b"KsRg");
 /// The per-load driver state.
 pub const TAG_STATE: u32 = u32::from_le_bytes(*b"KsSt");
-/// The tables made in zeroed pool: the thread-capture slots and their
-/// `KAPC`s, the user walks' re-entry guard.
-pub const TAG_TABLES: u32 = u32::from_le_bytes(*b"KsTb");
+/// The thread-capture slots and their `KAPC`s.
+pub const TAG_APCS: u32 = u32::from_le_bytes(*b"KsAp");
+/// The user walks' re-entry guard.
+pub const TAG_GUARD: u32 = u32::from_le_bytes(*b"KsUw");
 
 static OUTSTANDING: AtomicU32 = AtomicU32::new(0);
 
@@ -45,6 +46,21 @@ pub fn allocate(routines: &Routines, bytes: usize, tag: u32) -> Option<NonNull<u
     let memory = NonNull::new(memory.cast::<u8>())?;
     OUTSTANDING.fetch_add(1, Ordering::Relaxed);
     Some(memory)
+}
+
+/// A `T` made in place in zeroed pool (for tables larger than a kernel
+/// stack, which must never be built on one), freed with [`free`] and `tag`.
+///
+/// # Safety
+/// All-zero bytes are a valid `T`, and `T` needs no more than the pool's
+/// 16-byte alignment.
+///
+/// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
+pub unsafe fn allocate_zeroed<T>(routines: &Routines, tag: u32) -> Option<NonNull<T>> {
+    let memory = allocate(routines, size_of::<T>(), tag)?;
+    // SAFETY: the block is `size_of::<T>()` bytes and not yet shared.
+    unsafe { memory.as_ptr().write_bytes(0, size_of::<T>()) };
+    Some(memory.cast())
 }
 
 /// Frees memory from [`allocate`].

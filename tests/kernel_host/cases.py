@@ -596,7 +596,7 @@ def unload_with_an_apc_that_never_runs(w):
     target = w.user_thread()
     w.capture_threads(handle, client, [target.id])
     w.close(handle, client)
-    leftover = w.unload(leaves={"KsTb"})
+    leftover = w.unload(leaves={"KsAp"})
     parameters = w.kernel.registry.get((SERVICE_KEY + r"\Parameters").lower(), {})
     written = parameters.get("lastunloadpoolallocations")
     check(written is not None and int.from_bytes(written[1], "little") == 1, f"LastUnloadPoolAllocations {written}")

@@ -284,8 +284,9 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     let (start, end) = kstack_image_range(&context.package)?;
     expect("/driver_image/base", Value::from(format!("{start:#x}")))?;
     expect("/driver_image/size", Value::from(end - start))?;
-    // The state block and the ring: all the driver allocates.
-    expect("/pool_allocations", Value::from(2))?;
+    // The state block, the ring, the thread-capture slots and the
+    // user-walk guard: all the driver allocates.
+    expect("/pool_allocations", Value::from(4))?;
     let sources = status["sources"].as_array().cloned().unwrap_or_default();
     for source in &sources {
         let name = source["name"].as_str().unwrap_or_default();
@@ -317,7 +318,7 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
             || format!("source {name} counted something at load: {source}"),
         )?;
     }
-    ensure(sources.len() == 7, || {
+    ensure(sources.len() == kstack_abi::Source::COUNT, || {
         format!("{} sources reported", sources.len())
     })
 }
@@ -1005,8 +1006,9 @@ fn release_driver_refuses_injection(context: &Context) -> WineResult<()> {
 
 /// Under Wine the driver finds `RtlWalkFrameChain` exported as a stub and
 /// never calls it: status says why; the records of every source that asks
-/// for user frames (registry and on-demand by default, the image source
-/// opted in) say their user part is unavailable, the others' (the timer,
+/// for user frames (registry, on-demand and thread-stack by default, the
+/// image source opted in; thread-stack requests are refused under Wine, so
+/// it makes no records) say their user part is unavailable, the others' (the timer,
 /// and the process, thread and object sources, off by default) say off;
 /// per source, the outcomes add up to the records made; and the host keeps
 /// serving every source and request (the injection build fires the
@@ -1075,8 +1077,12 @@ fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
             .filter(|&name| expected_part(name) == "unavailable")
             .collect();
         ensure(
-            walking == BTreeSet::from(["image", "ondemand", "registry"]),
-            || format!("registry and on-demand by default, image opted in: {walking:?}"),
+            walking == BTreeSet::from(["image", "ondemand", "registry", "threadstack"]),
+            || {
+                format!(
+                    "registry, on-demand and thread-stack by default, image opted in: {walking:?}"
+                )
+            },
         )?;
         let mut seen = BTreeSet::new();
         for record in &records {

@@ -15,11 +15,12 @@
 //!   reference as its last call: the I/O manager does not unload a driver
 //!   while one of its device objects is referenced, so the routines' code
 //!   is there whenever the kernel calls them, also after `DriverUnload`;
-//! - the slots and their `KAPC`s live in a block of their own, freed once
-//!   no APC can run a routine any more: by unload, which waits (bounded)
-//!   for that, or, when a thread does not let its APC run in time, by the
-//!   last of those APCs' routines (`Retirement`), so no `KAPC` is ever in
-//!   freed memory and nothing stays allocated for good.
+//! - the slots and their `KAPC`s are a block of their own
+//!   ([`ThreadStackSource::create`]), freed once no APC can run a routine
+//!   any more: by unload, which waits (bounded) for that, or, when a thread
+//!   does not let its APC run in time, by the last of those APCs' routines
+//!   (`Retirement`), so no `KAPC` is ever in freed memory and nothing stays
+//!   allocated for good.
 //!
 //! Residual window, as for any driver that drops the reference on its own
 //! device last: the routine's epilogue after that call.
@@ -27,7 +28,7 @@
 use core::{
     cell::UnsafeCell,
     ffi::c_void,
-    ptr,
+    ptr::{self, NonNull},
     sync::atomic::{AtomicPtr, Ordering},
 };
 
@@ -40,7 +41,7 @@ use wdk_sys::{
 
 use crate::{
     kernel::{self, KERNEL_MODE, id_to_handle},
-    loaded, recorder,
+    pool, recorder,
     routines::Routines,
 };
 
@@ -53,8 +54,8 @@ const ORIGINAL_APC_ENVIRONMENT: u32 = 0;
 
 /// The kernel's side of the thread-capture slots. All-zero bytes are its
 /// initial state (every KAPC not initialized, every slot free, no thread,
-/// no device), so it is made in place in zeroed pool (`loaded::create`):
-/// at about 32 KiB it is larger than a kernel stack.
+/// no device, nothing pending), so it is made in place in zeroed pool: at
+/// about 32 KiB it is larger than a kernel stack.
 #[repr(C)]
 pub struct ThreadStackSource {
     /// One `KAPC` per slot, the kernel's while its APC is queued.
@@ -74,6 +75,49 @@ pub struct ThreadStackSource {
 unsafe impl Sync for ThreadStackSource {}
 
 impl ThreadStackSource {
+    /// The source in a zeroed block of its own.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL` (`DriverEntry`).
+    pub fn create(routines: &Routines) -> Option<&'static Self> {
+        // SAFETY: all-zero bytes are a valid source (the type's docs); its
+        // alignment is 8.
+        let block = unsafe { pool::allocate_zeroed::<Self>(routines, pool::TAG_APCS) }?;
+        // SAFETY: made above, freed only by `free` once nothing uses it.
+        Some(unsafe { block.as_ref() })
+    }
+
+    /// Frees the block.
+    ///
+    /// # Safety
+    /// No APC is queued and nothing uses the source any more.
+    ///
+    /// Max IRQL: `APC_LEVEL`.
+    pub unsafe fn free(&self) {
+        // SAFETY: the block came from `create` (the caller's contract).
+        unsafe { pool::free(NonNull::from(self).cast(), pool::TAG_APCS) };
+    }
+
+    /// Whether an APC may still run a routine.
+    ///
+    /// Max IRQL: any.
+    pub fn pending(&self) -> bool {
+        self.retirement.pending() != 0
+    }
+
+    /// Unload is done with the source: frees it now if no APC is pending,
+    /// else leaves it to the last APC's routine.
+    ///
+    /// # Safety
+    /// No request can queue an APC any more, and the caller touches the
+    /// source no more.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub unsafe fn retire(&self) {
+        if self.retirement.abandon() {
+            // SAFETY: nothing pending, and the caller is done with it.
+            unsafe { self.free() };
+        }
+    }
     /// The device the APCs keep referenced, once it exists.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
@@ -170,7 +214,7 @@ impl ThreadStackSource {
         if self.retirement.done() {
             // SAFETY: unload abandoned the block and this was its last
             // user; nothing touches it after.
-            unsafe { loaded::free_abandoned_tables(self) };
+            unsafe { self.free() };
         }
         // SAFETY: the reference `queue` took for this APC.
         unsafe { ObfDereferenceObject(thread) };
