@@ -1078,11 +1078,7 @@ fn user_frames_unavailable_under_wine(context: &Context) -> WineResult<()> {
             .collect();
         ensure(
             walking == BTreeSet::from(["image", "ondemand", "registry", "threadstack"]),
-            || {
-                format!(
-                    "registry, on-demand and thread-stack by default, image opted in: {walking:?}"
-                )
-            },
+            || format!("the defaults and image opted in: {walking:?}"),
         )?;
         let mut seen = BTreeSet::new();
         for record in &records {
