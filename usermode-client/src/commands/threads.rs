@@ -355,14 +355,17 @@ mod tests {
 
     use clap::Parser;
     use kstack_abi::{
-        CaptureThreadsReply, CaptureThreadsRequest, Ioctl, RecordFlags, SourceSet, StatusResponse,
+        CaptureThreadsReply, CaptureThreadsRequest, Ioctl, RecordFlags, RecordHeader, SourceSet,
+        StatusResponse, UserPart,
         messages::{STATUS_RESPONSE_SIZE, decode_configure_request},
         ntstatus::{STATUS_DEVICE_BUSY, STATUS_SUCCESS},
         thread_capture::decode_capture_threads_request,
     };
     use kstack_client::{
         device::{
-            test_support::{read_reply, record_bytes, sample_status},
+            test_support::{
+                encoded_record, read_reply, record_bytes, record_header, sample_status,
+            },
             transport::Reply,
         },
         naming::modules::ModuleMap,
@@ -452,6 +455,8 @@ mod tests {
         }
     }
 
+    /// The record of `thread_id` (of process 4) for a request of `tag`,
+    /// captured in that thread: two kernel frames, one user frame.
     fn thread_stack(sequence: u64, tag: u64, thread_id: u32, late: bool) -> Vec<u8> {
         let facts = SourceFacts::ThreadStack {
             target_process_id: 4,
@@ -460,7 +465,16 @@ mod tests {
             delay: 12_345,
             late,
         };
-        record_bytes(sequence, facts, RecordFlags::NONE, &FRAMES, &FRAMES)
+        let header = RecordHeader {
+            thread_id,
+            // 2025-11-24T16:00:00Z.
+            timestamp: 134_084_736_000_000_000,
+            irql: 1,
+            user_frame_count: 1,
+            user_part: UserPart::Captured,
+            ..record_header(sequence, facts, RecordFlags::NONE, &FRAMES)
+        };
+        encoded_record(&header, &FRAMES)
     }
 
     fn tids(ids: &[u32]) -> Vec<Target> {
@@ -474,6 +488,15 @@ mod tests {
 
     fn no_modules() -> Symbolizer {
         Symbolizer::new(ModuleMap::default())
+    }
+
+    /// Names the kernel frames of [`FRAMES`].
+    fn kernel() -> Symbolizer {
+        Symbolizer::new(ModuleMap::new([kstack_client::naming::modules::Module {
+            base: 0xFFFF_F800_0000_0000,
+            size: 0x100_0000,
+            name: "ntoskrnl.exe".to_owned(),
+        }]))
     }
 
     fn captured_facts(answer: &Answer) -> Option<SourceFacts> {
@@ -547,19 +570,28 @@ mod tests {
         assert!(driver.read_requests >= 3, "read until the timeout");
 
         let mut text = Vec::new();
-        write_text(&answers, &no_modules(), false, 200, &mut text).unwrap();
+        write_text(&answers, &kernel(), false, 200, &mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
-        assert!(
-            text.contains(
-                "thread 14 of process 4 on request, tag 1958, 1.2 ms after the request \
-                 (late: after the request's timeout)"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("\nthread 15: no such thread (it may have exited)\n")
-                && text.ends_with("\nthread 16: no answer within 200 ms\n"),
-            "{text}"
+        // docs/client.md shows this output: keep them equal.
+        assert_eq!(
+            text,
+            "#3 shard 0 threadstack 2025-11-24T16:00:00Z pid 4 tid 12 cpu 0 irql 1 stack \
+             dfcbf187c61bc1e7 os-hash 00000001: thread 12 of process 4 on request, tag 1958, \
+             1.2 ms after the request user part: captured
+   0  0xfffff80000001000  ntoskrnl.exe+0x1000
+   1  0xfffff80000002000  ntoskrnl.exe+0x2000
+  -- user mode --
+   2  0x00007ff600003000
+#4 shard 0 threadstack 2025-11-24T16:00:00Z pid 4 tid 14 cpu 0 irql 1 stack \
+             dfcbf187c61bc1e7 os-hash 00000001: thread 14 of process 4 on request, tag 1958, \
+             1.2 ms after the request (late: after the request's timeout) user part: captured
+   0  0xfffff80000001000  ntoskrnl.exe+0x1000
+   1  0xfffff80000002000  ntoskrnl.exe+0x2000
+  -- user mode --
+   2  0x00007ff600003000
+thread 15: no such thread (it may have exited)
+thread 16: no answer within 200 ms
+"
         );
         assert_eq!(
             summary_text(&answers, 200),
@@ -656,8 +688,9 @@ mod tests {
         assert_eq!(objects[0]["source"], "threadstack");
         assert_eq!(objects[0]["facts"]["late"], true);
         assert_eq!(objects[0]["facts"]["delay_100ns"], 12_345);
-        assert_eq!(objects[0]["user_frames"], json!([]));
-        assert_eq!(objects[0]["frames"].as_array().unwrap().len(), 3);
+        assert_eq!(objects[0]["thread_id"], 12);
+        assert_eq!(objects[0]["user_frames"], json!(["0x7ff600003000"]));
+        assert_eq!(objects[0]["frames"].as_array().unwrap().len(), 2);
         assert_eq!(
             (&objects[0]["outcome"], &objects[0]["answered"]),
             (&json!("queued"), &json!(true))
