@@ -381,11 +381,11 @@ mod tests {
     ];
 
     /// A driver that answers status, configure, capture-threads and read
-    /// requests: each thread id's outcome by `outcome`, reads from
-    /// `reads` (then empty), configurations kept.
+    /// requests: each thread id queued unless `refused` says otherwise,
+    /// reads from `reads` (then empty), configurations kept.
     struct FakeDriver {
         status: StatusResponse,
-        outcome: fn(u32) -> ThreadRequestOutcome,
+        refused: BTreeMap<u32, ThreadRequestOutcome>,
         reads: VecDeque<Vec<Vec<u8>>>,
         read_requests: usize,
         configured: Vec<CaptureConfig>,
@@ -401,7 +401,7 @@ mod tests {
                     config: CaptureConfig::default(),
                     ..sample_status()
                 },
-                outcome: |_| ThreadRequestOutcome::Queued,
+                refused: BTreeMap::new(),
                 reads: reads.into(),
                 read_requests: 0,
                 configured: Vec::new(),
@@ -430,7 +430,12 @@ mod tests {
                 let outcomes: Vec<_> = request
                     .requested()
                     .iter()
-                    .map(|&id| (self.outcome)(id))
+                    .map(|id| {
+                        self.refused
+                            .get(id)
+                            .copied()
+                            .unwrap_or(ThreadRequestOutcome::Queued)
+                    })
                     .collect();
                 let mut bytes = vec![0; 64];
                 CaptureThreadsReply::new(&outcomes)
@@ -527,13 +532,7 @@ mod tests {
                 thread_stack(5, TAG, 12, true),
             ],
         ]);
-        driver.outcome = |id| {
-            if id == 15 {
-                ThreadRequestOutcome::NoSuchThread
-            } else {
-                ThreadRequestOutcome::Queued
-            }
-        };
+        driver.refused = [(15, ThreadRequestOutcome::NoSuchThread)].into();
         let targets = tids(&[12, 14, 15, 16]);
         let answers = capture(
             &mut driver,
@@ -605,13 +604,7 @@ thread 16: no answer within 200 ms
             thread_stack(1, TAG, 14, false),
             thread_stack(2, TAG, 12, false),
         ]]);
-        driver.outcome = |id| {
-            if id == 16 {
-                ThreadRequestOutcome::SystemThread
-            } else {
-                ThreadRequestOutcome::Queued
-            }
-        };
+        driver.refused = [(16, ThreadRequestOutcome::SystemThread)].into();
         let started = Instant::now();
         let answers = capture(
             &mut driver,
@@ -633,10 +626,10 @@ thread 16: no answer within 200 ms
                 .all(|(_, a)| matches!(a, Answer::Captured(_)))
         );
         // Nothing queued: nothing to read.
-        let mut refused = FakeDriver::new(vec![]);
-        refused.outcome = |_| ThreadRequestOutcome::NoSlot;
+        let mut full = FakeDriver::new(vec![]);
+        full.refused = [(12, ThreadRequestOutcome::NoSlot)].into();
         let answers = capture(
-            &mut refused,
+            &mut full,
             &tids(&[12]),
             60_000,
             TAG,
@@ -645,19 +638,13 @@ thread 16: no answer within 200 ms
         )
         .unwrap();
         assert_eq!(answers[0].1, Answer::Refused(ThreadRequestOutcome::NoSlot));
-        assert_eq!(refused.read_requests, 0);
+        assert_eq!(full.read_requests, 0);
     }
 
     #[test]
     fn json_has_one_object_per_thread() {
         let mut driver = FakeDriver::new(vec![vec![thread_stack(1, TAG, 12, true)]]);
-        driver.outcome = |id| {
-            if id == 13 {
-                ThreadRequestOutcome::Own
-            } else {
-                ThreadRequestOutcome::Queued
-            }
-        };
+        driver.refused = [(13, ThreadRequestOutcome::Own)].into();
         let targets = vec![
             Target {
                 thread_id: 12,

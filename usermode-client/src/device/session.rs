@@ -56,6 +56,20 @@ fn command(
     check(request, reply.status)
 }
 
+/// Sends a request whose reply the driver writes into `output`; returns
+/// the bytes it wrote.
+fn ask<'a>(
+    transport: &mut impl Transport,
+    request: Ioctl,
+    input: &[u8],
+    output: &'a mut [u8],
+) -> Result<&'a [u8], ClientError> {
+    let reply = transport.control(request.code(), input, output);
+    check(request, reply.status)?;
+    let output: &'a [u8] = output;
+    Ok(output.get(..reply.information).unwrap_or(output))
+}
+
 fn check(request: Ioctl, status: NtStatus) -> Result<(), ClientError> {
     if status == STATUS_SUCCESS {
         Ok(())
@@ -96,13 +110,12 @@ pub fn clear(transport: &mut impl Transport) -> Result<(), ClientError> {
 /// The driver's refusal or a malformed reply.
 pub fn capture_now(transport: &mut impl Transport, tag: u64) -> Result<TraceRecord, ClientError> {
     let mut output = [0_u8; MAX_RECORD_SIZE];
-    let reply = transport.control(
-        Ioctl::CaptureNow.code(),
+    let written = ask(
+        transport,
+        Ioctl::CaptureNow,
         &encode_capture_now_request(tag),
         &mut output,
-    );
-    check(Ioctl::CaptureNow, reply.status)?;
-    let written = output.get(..reply.information).unwrap_or(&output);
+    )?;
     let (record, _) = decode_record(written)
         .map_err(|error| ClientError::from_reply(Ioctl::CaptureNow, error))?;
     Ok(TraceRecord::from(&record))
@@ -138,13 +151,12 @@ pub fn capture_threads(
     let mut outcomes = Vec::with_capacity(thread_ids.len());
     for request in &requests {
         let mut output = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
-        let reply = transport.control(
-            Ioctl::CaptureThreads.code(),
+        let written = ask(
+            transport,
+            Ioctl::CaptureThreads,
             &encode_capture_threads_request(request),
             &mut output,
-        );
-        check(Ioctl::CaptureThreads, reply.status)?;
-        let written = output.get(..reply.information).unwrap_or(&output);
+        )?;
         let decoded = CaptureThreadsReply::decode(written, request.requested().len())
             .map_err(|error| ClientError::from_reply(Ioctl::CaptureThreads, error))?;
         outcomes.extend_from_slice(decoded.outcomes());
