@@ -4,7 +4,7 @@
 use std::fmt;
 
 use kstack_abi::{
-    ABI_VERSION, DecodeError, Ioctl,
+    ABI_VERSION, CaptureThreadsError, DecodeError, HostRoutine, Ioctl,
     ntstatus::{
         KSTACK_STATUS_NO_APC, KSTACK_STATUS_PAGING_EXECUTIVE_REQUIRED,
         KSTACK_STATUS_SOURCE_DISABLED, KSTACK_STATUS_STACK_TOO_LOW, NtStatus,
@@ -15,7 +15,7 @@ use kstack_abi::{
     },
 };
 
-use crate::capture::file::CaptureError;
+use crate::{capture::file::CaptureError, toolhelp::ThreadListError};
 
 /// Win32 `ERROR_FILE_NOT_FOUND` / `ERROR_PATH_NOT_FOUND`: no such device.
 const ERROR_FILE_NOT_FOUND: u32 = 2;
@@ -82,6 +82,17 @@ pub enum ClientError {
     },
     /// A configuration the driver would refuse, caught before sending.
     InvalidConfig(kstack_abi::ConfigError),
+    /// A capture-threads request the driver would refuse, caught before
+    /// sending.
+    InvalidThreadRequest(CaptureThreadsError),
+    /// The driver's status says it cannot queue the kernel APCs that
+    /// capture other threads' stacks (Wine), so nothing was asked.
+    NoApc {
+        /// The driver's APC routine, as its status reports it.
+        apc: HostRoutine,
+    },
+    /// The threads of a process could not be listed.
+    ThreadList(ThreadListError),
     /// A read's header and records disagree.
     CountMismatch {
         /// Records the header declares.
@@ -135,12 +146,17 @@ impl ClientError {
             Self::Open {
                 code: ERROR_ACCESS_DENIED,
             } => exit_code::ACCESS_DENIED,
-            Self::NeedsWindows | Self::SymbolsNeedWindows | Self::Open { .. } => {
+            Self::NeedsWindows
+            | Self::SymbolsNeedWindows
+            | Self::Open { .. }
+            | Self::ThreadList(ThreadListError::NeedsWindows | ThreadListError::Snapshot { .. }) => {
                 exit_code::DRIVER_UNAVAILABLE
             }
-            Self::Refused { .. } => exit_code::REQUEST_REFUSED,
+            Self::Refused { .. } | Self::NoApc { .. } => exit_code::REQUEST_REFUSED,
             Self::AbiMismatch { .. } => exit_code::ABI_MISMATCH,
-            Self::InvalidConfig(_) => exit_code::USAGE,
+            Self::InvalidConfig(_)
+            | Self::InvalidThreadRequest(_)
+            | Self::ThreadList(ThreadListError::NoThreads { .. }) => exit_code::USAGE,
             Self::Malformed { .. } | Self::CountMismatch { .. } | Self::ReaderFailed => {
                 exit_code::MALFORMED_REPLY
             }
@@ -213,6 +229,17 @@ impl fmt::Display for ClientError {
                  the running kstack.sys"
             ),
             Self::InvalidConfig(error) => write!(f, "invalid configuration: {error}"),
+            Self::InvalidThreadRequest(error) => {
+                write!(f, "invalid capture-threads request: {error}")
+            }
+            Self::NoApc { apc } => write!(
+                f,
+                "the driver reports that {} {}: {}",
+                kstack_abi::host_routine::APC_ROUTINE,
+                apc.reason().unwrap_or("is not available"),
+                explain(KSTACK_STATUS_NO_APC)
+            ),
+            Self::ThreadList(error) => error.fmt(f),
             Self::CountMismatch { declared, found } => write!(
                 f,
                 "the driver's read reply declares {declared} records but holds {found}"
@@ -373,6 +400,38 @@ mod tests {
             no_apc.contains("APCs") && no_apc.contains("Wine") && no_apc.contains("0xe0b50005"),
             "{no_apc}"
         );
+    }
+
+    #[test]
+    fn a_host_without_apcs_is_explained_before_anything_is_asked() {
+        let error = ClientError::NoApc {
+            apc: HostRoutine::HostStub,
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains("KeInsertQueueApc is exported by the host (Wine) only as a stub")
+                && text.contains("under Wine")
+                && text.contains("`kstack status` shows why"),
+            "{text}"
+        );
+        assert_eq!(error.exit_code(), exit_code::REQUEST_REFUSED);
+    }
+
+    #[test]
+    fn thread_listing_and_request_errors_have_their_exit_codes() {
+        let missing = ClientError::ThreadList(ThreadListError::NoThreads { process_id: 9 });
+        assert!(missing.to_string().contains("process 9"), "{missing}");
+        assert_eq!(missing.exit_code(), exit_code::USAGE);
+        assert_eq!(
+            ClientError::ThreadList(ThreadListError::NeedsWindows).exit_code(),
+            exit_code::DRIVER_UNAVAILABLE
+        );
+        let bad = ClientError::InvalidThreadRequest(CaptureThreadsError::Timeout { value: 0 });
+        assert_eq!(
+            bad.to_string(),
+            "invalid capture-threads request: timeout is 0 ms; it must be 1 to 60000 ms"
+        );
+        assert_eq!(bad.exit_code(), exit_code::USAGE);
     }
 
     #[test]

@@ -6,13 +6,16 @@
 //! The rooms, each depending only on those listed before it:
 //! - [`clock`]: the records' clock (Windows system time) as text and
 //!   Unix time;
+//! - [`toolhelp`]: Toolhelp snapshots of the running processes (Windows):
+//!   the snapshot handle, and the threads of a process;
 //! - [`naming`]: kernel and user-mode module lists, PDB symbols, and the
 //!   symbolizer that names every frame;
 //! - [`capture`]: trace records with their stacks put back together, saved
 //!   capture files, and records grouped by stack;
 //! - [`error`]: everything that can go wrong, each with its exit code;
 //! - [`device`]: the transport to the driver, the Windows device handle,
-//!   and the conversations (status, read, configure) over it;
+//!   and the conversations (status, read, configure, capture threads)
+//!   over it;
 //! - [`output`]: reports, flamegraph SVGs, and exports for other tools;
 //! - [`live_top`]: the model and drawing of `kstack top --live`.
 
@@ -23,3 +26,4 @@ pub mod error;
 pub mod live_top;
 pub mod naming;
 pub mod output;
+pub mod toolhelp;

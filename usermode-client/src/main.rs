@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand};
 use kstack_client::error::{self, ClientError};
 
 use commands::{
-    clear, config, export, flamegraph, folded, modules, output, read, save, selftest, status, top,
-    watch,
+    clear, config, export, flamegraph, folded, modules, output, read, save, selftest, status,
+    threads, top, watch,
 };
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
@@ -35,6 +35,9 @@ enum Command {
     Clear,
     /// Capture this request's stack in the driver and show it.
     Selftest(output::RecordFormat),
+    /// Capture other threads' stacks (--tid, or every thread of --pid),
+    /// each in its thread through a kernel APC, and show them.
+    Threads(threads::ThreadsArgs),
     /// Save records and the module list to a file for offline analysis.
     Save(save::SaveArgs),
     /// Unique stacks by stack id: count, sources, first and last seen;
@@ -83,6 +86,7 @@ fn run(command: &Command) -> Result<(), ClientError> {
         Command::Watch(args) => watch::run(args),
         Command::Clear => clear::run(),
         Command::Selftest(format) => selftest::run(format),
+        Command::Threads(args) => threads::run(args),
         Command::Save(args) => save::run(args),
         Command::Top(args) => top::run(args),
         Command::Folded(args) => folded::run(args),

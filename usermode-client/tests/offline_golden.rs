@@ -162,7 +162,13 @@ fn bad_inputs_get_a_clear_error_and_exit_code_8_and_lose_nothing() {
 #[cfg(not(windows))]
 #[test]
 fn live_commands_off_windows_say_they_need_windows() {
-    for args in [&["top"][..], &["save", "x.kstack"], &["read"], &["status"]] {
+    for args in [
+        &["top"][..],
+        &["save", "x.kstack"],
+        &["read"],
+        &["status"],
+        &["threads", "--pid", "4"],
+    ] {
         let output = kstack(args);
         assert_eq!(output.status.code(), Some(3), "{args:?}");
         assert!(String::from_utf8_lossy(&output.stderr).contains("runs on Windows"));

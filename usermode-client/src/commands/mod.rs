@@ -16,6 +16,7 @@ pub mod save;
 pub mod selftest;
 pub mod status;
 pub mod symbols;
+pub mod threads;
 pub mod top;
 pub mod top_live;
 pub mod watch;

@@ -74,11 +74,11 @@ impl fmt::Display for OutputArgs {
 #[derive(Args)]
 pub struct RecordFormat {
     #[command(flatten)]
-    json: JsonArg,
+    pub json: JsonArg,
     /// One Sysmon-style `CallTrace: a+0x1|b+0x2` line per record instead
     /// of one line per frame.
     #[arg(long, conflicts_with = "json")]
-    call_trace: bool,
+    pub call_trace: bool,
     #[command(flatten)]
     pub symbols: SymbolsArg,
 }

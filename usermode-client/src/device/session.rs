@@ -2,10 +2,15 @@
 //! with kstack-abi, check the reply's status, decode it with kstack-abi.
 
 use kstack_abi::{
-    CaptureConfig, Entry, Ioctl, MAX_RECORD_SIZE, ReadHeader, StatusResponse, decode_record,
+    CaptureConfig, CaptureThreadsReply, CaptureThreadsRequest, Entry, Ioctl, MAX_RECORD_SIZE,
+    ReadHeader, StatusResponse, ThreadRequestOutcome, decode_record,
     ioctl::MIN_READ_BUFFER,
     messages::{STATUS_RESPONSE_SIZE, encode_capture_now_request, encode_configure_request},
     ntstatus::{NtStatus, STATUS_BUFFER_OVERFLOW, STATUS_BUFFER_TOO_SMALL, STATUS_SUCCESS},
+    thread_capture::{
+        CAPTURE_THREADS_REPLY_SIZE, CaptureThreadsError, MAX_THREAD_CAPTURES,
+        encode_capture_threads_request,
+    },
 };
 
 use std::{
@@ -51,6 +56,20 @@ fn command(
     check(request, reply.status)
 }
 
+/// Sends a request whose reply the driver writes into `output`; returns
+/// the bytes it wrote.
+fn ask<'a>(
+    transport: &mut impl Transport,
+    request: Ioctl,
+    input: &[u8],
+    output: &'a mut [u8],
+) -> Result<&'a [u8], ClientError> {
+    let reply = transport.control(request.code(), input, output);
+    check(request, reply.status)?;
+    let output: &'a [u8] = output;
+    Ok(output.get(..reply.information).unwrap_or(output))
+}
+
 fn check(request: Ioctl, status: NtStatus) -> Result<(), ClientError> {
     if status == STATUS_SUCCESS {
         Ok(())
@@ -91,16 +110,58 @@ pub fn clear(transport: &mut impl Transport) -> Result<(), ClientError> {
 /// The driver's refusal or a malformed reply.
 pub fn capture_now(transport: &mut impl Transport, tag: u64) -> Result<TraceRecord, ClientError> {
     let mut output = [0_u8; MAX_RECORD_SIZE];
-    let reply = transport.control(
-        Ioctl::CaptureNow.code(),
+    let written = ask(
+        transport,
+        Ioctl::CaptureNow,
         &encode_capture_now_request(tag),
         &mut output,
-    );
-    check(Ioctl::CaptureNow, reply.status)?;
-    let written = output.get(..reply.information).unwrap_or(&output);
+    )?;
     let (record, _) = decode_record(written)
         .map_err(|error| ClientError::from_reply(Ioctl::CaptureNow, error))?;
     Ok(TraceRecord::from(&record))
+}
+
+/// Asks the driver to capture the stacks of `thread_ids`, each in its own
+/// thread through a special kernel APC; returns what became of each id, in
+/// order. The ids go in requests of at most [`MAX_THREAD_CAPTURES`], all
+/// with `tag` and `timeout_ms`, every one checked before the first is
+/// sent. The captures themselves come later, through reads: records of
+/// `Source::ThreadStack` whose facts carry `tag` and the thread's id.
+///
+/// # Errors
+/// [`ClientError::InvalidThreadRequest`] (nothing sent); a request's
+/// refusal (the requests before it were served: their APCs stay queued)
+/// or a malformed reply.
+pub fn capture_threads(
+    transport: &mut impl Transport,
+    tag: u64,
+    timeout_ms: u32,
+    thread_ids: &[u32],
+) -> Result<Vec<ThreadRequestOutcome>, ClientError> {
+    if thread_ids.is_empty() {
+        return Err(ClientError::InvalidThreadRequest(
+            CaptureThreadsError::Count { count: 0 },
+        ));
+    }
+    let requests = thread_ids
+        .chunks(MAX_THREAD_CAPTURES)
+        .map(|chunk| CaptureThreadsRequest::new(tag, timeout_ms, chunk))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ClientError::InvalidThreadRequest)?;
+    let mut outcomes = Vec::with_capacity(thread_ids.len());
+    for request in &requests {
+        let mut output = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
+        let written = ask(
+            transport,
+            Ioctl::CaptureThreads,
+            &encode_capture_threads_request(request),
+            &mut output,
+        )?;
+        let decoded = CaptureThreadsReply::decode(written, request.requested().len())
+            .map_err(|error| ClientError::from_reply(Ioctl::CaptureThreads, error))?;
+        outcomes.extend_from_slice(decoded.outcomes());
+    }
+    Ok(outcomes)
 }
 
 /// The largest read buffer the reader grows to.
@@ -769,6 +830,144 @@ pub(crate) mod tests {
         assert_eq!(record.header.facts, SourceFacts::OnDemand { tag: 3 });
         assert_eq!(record.frames.len(), 2);
         assert_eq!(driver.requests, [Ioctl::CaptureNow.code()]);
+    }
+
+    /// Answers capture-threads requests as a driver would: each id's
+    /// outcome by `outcome`, or every request refused with `refusal`.
+    struct ThreadDriver {
+        outcome: fn(u32) -> ThreadRequestOutcome,
+        refusal: Option<NtStatus>,
+        requests: Vec<kstack_abi::CaptureThreadsRequest>,
+    }
+
+    impl ThreadDriver {
+        fn new(outcome: fn(u32) -> ThreadRequestOutcome) -> Self {
+            Self {
+                outcome,
+                refusal: None,
+                requests: Vec::new(),
+            }
+        }
+    }
+
+    impl Transport for ThreadDriver {
+        fn control(&mut self, code: u32, input: &[u8], output: &mut [u8]) -> Reply {
+            assert_eq!(code, Ioctl::CaptureThreads.code());
+            let request = kstack_abi::thread_capture::decode_capture_threads_request(input)
+                .expect("the client sends only valid requests");
+            self.requests.push(request);
+            if let Some(status) = self.refusal {
+                return Reply {
+                    status,
+                    information: 0,
+                };
+            }
+            let outcomes: Vec<_> = request
+                .requested()
+                .iter()
+                .map(|&id| (self.outcome)(id))
+                .collect();
+            Reply {
+                status: STATUS_SUCCESS,
+                information: CaptureThreadsReply::new(&outcomes).unwrap().encode(output),
+            }
+        }
+    }
+
+    /// Odd ids name no thread; even ones are queued.
+    fn odd_ones_missing(id: u32) -> ThreadRequestOutcome {
+        if id % 2 == 1 {
+            ThreadRequestOutcome::NoSuchThread
+        } else {
+            ThreadRequestOutcome::Queued
+        }
+    }
+
+    #[test]
+    fn capture_threads_sends_64_ids_a_request_and_decodes_each_outcome_in_order() {
+        let ids: Vec<u32> = (1..=130).collect();
+        let mut driver = ThreadDriver::new(odd_ones_missing);
+        let outcomes = capture_threads(&mut driver, 0xABCD, 250, &ids).unwrap();
+        let expected: Vec<_> = ids.iter().map(|&id| odd_ones_missing(id)).collect();
+        assert_eq!(outcomes, expected);
+        let sent: Vec<&[u32]> = driver
+            .requests
+            .iter()
+            .map(kstack_abi::CaptureThreadsRequest::requested)
+            .collect();
+        assert_eq!(sent, [&ids[..64], &ids[64..128], &ids[128..]]);
+        assert!(
+            driver
+                .requests
+                .iter()
+                .all(|request| (request.tag, request.timeout_ms) == (0xABCD, 250)),
+            "every request carries the tag and the timeout"
+        );
+        let mut one = ThreadDriver::new(|_| ThreadRequestOutcome::SystemThread);
+        assert_eq!(
+            capture_threads(&mut one, 1, 1000, &[4]),
+            Ok(vec![ThreadRequestOutcome::SystemThread])
+        );
+    }
+
+    #[test]
+    fn capture_threads_checks_every_request_before_sending_any() {
+        let mut driver = ThreadDriver::new(odd_ones_missing);
+        let mut ids: Vec<u32> = (1..=70).collect();
+        ids[66] = 0;
+        assert_eq!(
+            capture_threads(&mut driver, 1, 1000, &ids),
+            Err(ClientError::InvalidThreadRequest(
+                CaptureThreadsError::ZeroThreadId { index: 2 }
+            ))
+        );
+        assert_eq!(
+            capture_threads(&mut driver, 1, 0, &[2]),
+            Err(ClientError::InvalidThreadRequest(
+                CaptureThreadsError::Timeout { value: 0 }
+            ))
+        );
+        assert_eq!(
+            capture_threads(&mut driver, 1, 1000, &[]),
+            Err(ClientError::InvalidThreadRequest(
+                CaptureThreadsError::Count { count: 0 }
+            ))
+        );
+        assert!(driver.requests.is_empty(), "nothing sent");
+    }
+
+    #[test]
+    fn a_refused_capture_threads_request_says_why() {
+        let mut driver = ThreadDriver::new(odd_ones_missing);
+        driver.refusal = Some(kstack_abi::ntstatus::KSTACK_STATUS_SOURCE_DISABLED);
+        let error = capture_threads(&mut driver, 1, 1000, &[2, 4]).unwrap_err();
+        assert_eq!(
+            error,
+            ClientError::Refused {
+                request: Ioctl::CaptureThreads,
+                status: kstack_abi::ntstatus::KSTACK_STATUS_SOURCE_DISABLED
+            }
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("refused capture-threads")
+                && text.contains("kstack config --enable threadstack"),
+            "{text}"
+        );
+        assert_eq!(driver.requests.len(), 1, "no request after a refusal");
+        // A reply that is not the whole 64 bytes does not decode.
+        let mut short = Scripted {
+            status: STATUS_SUCCESS,
+            bytes: vec![1; 3],
+            requests: vec![],
+        };
+        assert!(matches!(
+            capture_threads(&mut short, 1, 1000, &[2, 4, 6]),
+            Err(ClientError::Malformed {
+                request: Ioctl::CaptureThreads,
+                ..
+            })
+        ));
     }
 
     #[test]

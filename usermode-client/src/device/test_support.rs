@@ -22,7 +22,19 @@ pub fn record_bytes(
     stack: &[u64],
     frames: &[u64],
 ) -> Vec<u8> {
-    let header = RecordHeader {
+    encoded_record(&record_header(sequence, facts, flags, stack), frames)
+}
+
+/// The header [`record_bytes`] gives its record, for a test to change
+/// before [`encoded_record`].
+#[must_use]
+pub fn record_header(
+    sequence: u64,
+    facts: SourceFacts,
+    flags: RecordFlags,
+    stack: &[u64],
+) -> RecordHeader {
+    RecordHeader {
         sequence,
         timestamp: 0,
         process_id: 4,
@@ -36,9 +48,18 @@ pub fn record_bytes(
         os_hash: 1,
         stack_id: stack_id(stack.iter().copied()),
         facts,
-    };
+    }
+}
+
+/// `header`'s record holding `frames`, encoded.
+///
+/// # Panics
+/// When `frames` holds more than a record can, or fewer than the header's
+/// user frames.
+#[must_use]
+pub fn encoded_record(header: &RecordHeader, frames: &[u64]) -> Vec<u8> {
     let mut out = vec![0; MAX_RECORD_SIZE];
-    let size = encode_record(&header, frames, &mut out).expect("at most MAX_FRAMES frames");
+    let size = encode_record(header, frames, &mut out).expect("at most MAX_FRAMES frames");
     out.truncate(size);
     out
 }

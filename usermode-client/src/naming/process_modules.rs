@@ -293,42 +293,13 @@ pub fn list_running() -> ProcessModules {
 
 #[cfg(windows)]
 mod toolhelp {
-    use windows_sys::Win32::{
-        Foundation::{CloseHandle, GetLastError, HANDLE, INVALID_HANDLE_VALUE},
-        System::Diagnostics::ToolHelp::{
-            CreateToolhelp32Snapshot, MODULEENTRY32W, Module32FirstW, Module32NextW,
-            PROCESSENTRY32W, Process32FirstW, Process32NextW, TH32CS_SNAPMODULE,
-            TH32CS_SNAPMODULE32, TH32CS_SNAPPROCESS,
-        },
+    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+        MODULEENTRY32W, Module32FirstW, Module32NextW, PROCESSENTRY32W, Process32FirstW,
+        Process32NextW, TH32CS_SNAPMODULE, TH32CS_SNAPMODULE32, TH32CS_SNAPPROCESS,
     };
 
     use super::{ProcessModules, Unreadable};
-    use crate::naming::modules::Module;
-
-    /// A snapshot handle, closed when dropped.
-    struct Snapshot(HANDLE);
-
-    impl Snapshot {
-        /// `CreateToolhelp32Snapshot(flags, process_id)`, or the Win32 error.
-        fn take(flags: u32, process_id: u32) -> Result<Self, u32> {
-            // SAFETY: no pointer arguments; the handle is checked below.
-            let handle = unsafe { CreateToolhelp32Snapshot(flags, process_id) };
-            if handle == INVALID_HANDLE_VALUE {
-                // SAFETY: reads this thread's last error.
-                Err(unsafe { GetLastError() })
-            } else {
-                Ok(Self(handle))
-            }
-        }
-    }
-
-    impl Drop for Snapshot {
-        fn drop(&mut self) {
-            // SAFETY: the handle came from CreateToolhelp32Snapshot and is
-            // closed once.
-            unsafe { CloseHandle(self.0) };
-        }
-    }
+    use crate::{naming::modules::Module, toolhelp::platform::Snapshot};
 
     /// A NUL-terminated UTF-16 buffer as a string.
     fn text(units: &[u16]) -> String {

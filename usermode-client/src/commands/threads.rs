@@ -1,0 +1,797 @@
+//! `kstack threads`: other threads' stacks on request. The driver queues a
+//! special kernel APC to each thread named (`kstack_abi::Ioctl::CaptureThreads`),
+//! which captures the thread's stack in the thread itself; the records
+//! come back through the ring like any other, and are told apart here by
+//! the request's tag and the thread id.
+
+use std::{
+    collections::BTreeMap,
+    io::{self, Write},
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use clap::Args;
+use kstack_abi::{
+    CaptureConfig, HostRoutine, Source, SourceFacts, ThreadRequestOutcome,
+    thread_capture::THREAD_CAPTURE_TIMEOUT_MS_RANGE,
+};
+use kstack_client::{
+    capture::trace::{JSON_SCHEMA_VERSION, TraceRecord},
+    clock::system_time_now,
+    device::{
+        session::{self, Follow},
+        transport::Transport,
+    },
+    error::ClientError,
+    naming::symbolizer::Symbolizer,
+    toolhelp,
+};
+use serde_json::{Value, json};
+
+use super::{
+    live::{open_device, stop_flag},
+    output::RecordFormat,
+};
+
+#[derive(Args)]
+pub struct ThreadsArgs {
+    /// Capture this thread's stack (repeat for more threads).
+    #[arg(
+        long = "tid",
+        value_name = "TID",
+        required_unless_present = "pids",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    tids: Vec<u32>,
+    /// Capture the stack of every thread of this process, as listed when
+    /// the command starts (repeat for more processes).
+    #[arg(long = "pid", value_name = "PID")]
+    pids: Vec<u32>,
+    /// How long to wait for the captures, in milliseconds (1 to 60000).
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(
+            i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.start())
+                ..=i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.end())
+        )
+    )]
+    timeout_ms: u32,
+    #[command(flatten)]
+    format: RecordFormat,
+}
+
+/// A thread asked for: its id, and its process when the command listed it
+/// (`--pid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
+    thread_id: u32,
+    process_id: Option<u32>,
+}
+
+/// What became of one thread asked for.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// The driver queued no APC to it; the outcome says why.
+    Refused(ThreadRequestOutcome),
+    /// Its record arrived.
+    Captured(TraceRecord),
+    /// An APC was queued, but no record came before the wait ended.
+    Missing,
+}
+
+/// Between reads while captures are awaited.
+const READ_INTERVAL: Duration = Duration::from_millis(10);
+
+pub fn run(args: &ThreadsArgs) -> Result<(), ClientError> {
+    let mut device = open_device()?;
+    let mut symbolizer = args.format.live_symbolizer(&mut device)?;
+    let targets = targets(&args.tids, &args.pids)?;
+    let stop = stop_flag();
+    with_thread_stacks(&mut device, |device| {
+        let answers = capture(
+            device,
+            &targets,
+            args.timeout_ms,
+            fresh_tag(),
+            &mut symbolizer,
+            &stop,
+        )?;
+        let mut out = io::stdout().lock();
+        // A closed pipe ends the output, not in an error.
+        let _ = if args.format.json.json {
+            answers.iter().try_for_each(|(target, answer)| {
+                writeln!(out, "{}", answer_json(*target, answer, &symbolizer))
+            })
+        } else {
+            write_text(
+                &answers,
+                &symbolizer,
+                args.format.call_trace,
+                args.timeout_ms,
+                &mut out,
+            )
+        };
+        eprintln!(
+            "kstack threads: {}",
+            summary_text(&answers, args.timeout_ms)
+        );
+        Ok(())
+    })
+}
+
+/// The threads asked for: the `--tid`s, then every thread of each
+/// `--pid`; a thread named twice is asked for once.
+fn targets(tids: &[u32], pids: &[u32]) -> Result<Vec<Target>, ClientError> {
+    let listed = if pids.is_empty() {
+        Vec::new()
+    } else {
+        toolhelp::threads_of(pids).map_err(ClientError::ThreadList)?
+    };
+    let named = tids.iter().map(|&thread_id| Target {
+        thread_id,
+        process_id: None,
+    });
+    let of_processes = listed.into_iter().map(|thread| Target {
+        thread_id: thread.thread_id,
+        process_id: Some(thread.process_id),
+    });
+    let mut targets: Vec<Target> = Vec::new();
+    for target in named.chain(of_processes) {
+        if !targets
+            .iter()
+            .any(|known| known.thread_id == target.thread_id)
+        {
+            targets.push(target);
+        }
+    }
+    Ok(targets)
+}
+
+/// A tag no other request is likely to carry: the time now (100 ns units)
+/// mixed with this process's id.
+fn fresh_tag() -> u64 {
+    system_time_now().rotate_left(16) ^ u64::from(std::process::id())
+}
+
+/// Runs `capture` with the threadstack source enabled. A driver that
+/// cannot queue APCs is reported before anything changes. When the source
+/// is off, it is turned on for `capture` (saying so on stderr) and the
+/// previous configuration put back afterwards, whether `capture`
+/// succeeded or not.
+fn with_thread_stacks<D: Transport, T>(
+    device: &mut D,
+    capture: impl FnOnce(&mut D) -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
+    let status = session::status(device)?;
+    if status.apc != HostRoutine::Available {
+        return Err(ClientError::NoApc { apc: status.apc });
+    }
+    let previous = status.config;
+    if previous.sources.contains(Source::ThreadStack) {
+        return capture(device);
+    }
+    let enabled = CaptureConfig {
+        sources: previous.sources.with(Source::ThreadStack),
+        ..previous
+    };
+    session::configure(device, &enabled)?;
+    eprintln!(
+        "kstack threads: enabled the threadstack source for this request; the previous \
+         configuration is put back at the end"
+    );
+    let result = capture(device);
+    let restored = session::configure(device, &previous);
+    if let Err(error) = &restored {
+        eprintln!(
+            "kstack threads: warning: the previous configuration could not be put back \
+             ({error}); threadstack stays enabled: kstack config --disable threadstack"
+        );
+    }
+    let value = result?;
+    restored.map(|()| value)
+}
+
+/// Asks for the targets' stacks with `tag`, then reads the ring until
+/// every queued thread's record arrived, `timeout_ms` passed (counted from
+/// the last request), or `stop` was set (Ctrl-C). Records of other
+/// requests and of other sources are read and passed over: like every
+/// reader, this drains the ring. Module records keep `symbolizer` current.
+fn capture(
+    device: &mut impl Transport,
+    targets: &[Target],
+    timeout_ms: u32,
+    tag: u64,
+    symbolizer: &mut Symbolizer,
+    stop: &AtomicBool,
+) -> Result<Vec<(Target, Answer)>, ClientError> {
+    let ids: Vec<u32> = targets.iter().map(|target| target.thread_id).collect();
+    let outcomes = session::capture_threads(device, tag, timeout_ms, &ids)?;
+    let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+    let mut awaited: BTreeMap<u32, Option<TraceRecord>> = ids
+        .iter()
+        .zip(&outcomes)
+        .filter(|&(_, &outcome)| outcome == ThreadRequestOutcome::Queued)
+        .map(|(&id, _)| (id, None))
+        .collect();
+    let mut missing = awaited.len();
+    if missing > 0 {
+        let until = Follow::UntilStopped {
+            deadline: Some(deadline),
+            interval: READ_INTERVAL,
+        };
+        session::follow(device, until, stop, |batch| {
+            symbolizer.note_modules(&batch.modules);
+            for record in &batch.records {
+                if let SourceFacts::ThreadStack {
+                    tag: record_tag,
+                    target_thread_id,
+                    ..
+                } = record.header.facts
+                    && record_tag == tag
+                    && let Some(slot @ None) = awaited.get_mut(&target_thread_id)
+                {
+                    *slot = Some(record.clone());
+                    missing -= 1;
+                }
+            }
+            if missing == 0 {
+                // Every answer is in: the same flag as Ctrl-C ends the reads.
+                stop.store(true, Ordering::Relaxed);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(targets
+        .iter()
+        .zip(outcomes)
+        .map(|(&target, outcome)| {
+            let answer = match outcome {
+                ThreadRequestOutcome::Queued => awaited
+                    .get_mut(&target.thread_id)
+                    .and_then(Option::take)
+                    .map_or(Answer::Missing, Answer::Captured),
+                refused => Answer::Refused(refused),
+            };
+            (target, answer)
+        })
+        .collect())
+}
+
+/// Why the driver queued no APC to a thread, in words.
+const fn outcome_text(outcome: ThreadRequestOutcome) -> &'static str {
+    match outcome {
+        ThreadRequestOutcome::Queued => "queued",
+        ThreadRequestOutcome::NoSuchThread => "no such thread (it may have exited)",
+        ThreadRequestOutcome::NoSlot => {
+            "not queued: every APC slot of the driver is in use; try again later"
+        }
+        ThreadRequestOutcome::NotQueued => {
+            "not queued: the kernel refused the APC (the thread is exiting)"
+        }
+        ThreadRequestOutcome::SystemThread => {
+            "a system thread: kstack queues no APC to system threads"
+        }
+        ThreadRequestOutcome::Own => "this command's own thread: `kstack selftest` captures it",
+    }
+}
+
+/// `thread T` or `thread T (process P)`.
+fn thread_text(target: Target) -> String {
+    match target.process_id {
+        Some(process_id) => format!("thread {} (process {process_id})", target.thread_id),
+        None => format!("thread {}", target.thread_id),
+    }
+}
+
+/// One block per thread, in the order asked: a captured stack as every
+/// command shows a record (its facts say the thread, process, delay and
+/// whether it was late), else one line saying why there is none.
+fn write_text(
+    answers: &[(Target, Answer)],
+    symbolizer: &Symbolizer,
+    call_trace: bool,
+    timeout_ms: u32,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    for (target, answer) in answers {
+        match answer {
+            Answer::Captured(record) => {
+                write!(out, "{}", record.to_text(symbolizer, call_trace))?;
+            }
+            Answer::Refused(outcome) => {
+                writeln!(out, "{}: {}", thread_text(*target), outcome_text(*outcome))?;
+            }
+            Answer::Missing => writeln!(
+                out,
+                "{}: no answer within {timeout_ms} ms",
+                thread_text(*target)
+            )?,
+        }
+    }
+    Ok(())
+}
+
+/// One object per thread: a captured stack is its record's object
+/// (`kstack read --json`'s) with `outcome` and `answered` added; a thread
+/// without a record has `schema`, `thread_id`, `process_id` (null when
+/// not listed), `outcome` and `answered`.
+fn answer_json(target: Target, answer: &Answer, symbolizer: &Symbolizer) -> Value {
+    let outcome = match answer {
+        Answer::Refused(outcome) => *outcome,
+        Answer::Captured(_) | Answer::Missing => ThreadRequestOutcome::Queued,
+    };
+    let mut object = match answer {
+        Answer::Captured(record) => record.to_json(symbolizer),
+        Answer::Refused(_) | Answer::Missing => json!({
+            "schema": JSON_SCHEMA_VERSION,
+            "thread_id": target.thread_id,
+            "process_id": target.process_id,
+        }),
+    };
+    object["outcome"] = json!(outcome.name());
+    object["answered"] = json!(matches!(answer, Answer::Captured(_)));
+    object
+}
+
+/// How many threads were asked for and what became of them.
+fn summary_text(answers: &[(Target, Answer)], timeout_ms: u32) -> String {
+    let count =
+        |wanted: fn(&Answer) -> bool| answers.iter().filter(|(_, answer)| wanted(answer)).count();
+    format!(
+        "{} threads asked for: {} captured, {} not queued, {} no answer within {timeout_ms} ms",
+        answers.len(),
+        count(|answer| matches!(answer, Answer::Captured(_))),
+        count(|answer| matches!(answer, Answer::Refused(_))),
+        count(|answer| matches!(answer, Answer::Missing)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use clap::Parser;
+    use kstack_abi::{
+        CaptureThreadsReply, CaptureThreadsRequest, Ioctl, RecordFlags, RecordHeader, SourceSet,
+        StatusResponse, UserPart,
+        messages::{STATUS_RESPONSE_SIZE, decode_configure_request},
+        ntstatus::{STATUS_DEVICE_BUSY, STATUS_SUCCESS},
+        thread_capture::decode_capture_threads_request,
+    };
+    use kstack_client::{
+        device::{
+            test_support::{
+                encoded_record, read_reply, record_bytes, record_header, sample_status,
+            },
+            transport::Reply,
+        },
+        naming::modules::ModuleMap,
+    };
+
+    use super::*;
+
+    const TAG: u64 = 0x7A6;
+    const FRAMES: [u64; 3] = [
+        0xFFFF_F800_0000_1000,
+        0xFFFF_F800_0000_2000,
+        0x7FF6_0000_3000,
+    ];
+
+    /// A driver that answers status, configure, capture-threads and read
+    /// requests: each thread id queued unless `refused` says otherwise,
+    /// reads from `reads` (then empty), configurations kept.
+    struct FakeDriver {
+        status: StatusResponse,
+        refused: BTreeMap<u32, ThreadRequestOutcome>,
+        reads: VecDeque<Vec<Vec<u8>>>,
+        read_requests: usize,
+        configured: Vec<CaptureConfig>,
+        configure_status: i32,
+        requests: Vec<CaptureThreadsRequest>,
+    }
+
+    impl FakeDriver {
+        fn new(reads: Vec<Vec<Vec<u8>>>) -> Self {
+            Self {
+                status: StatusResponse {
+                    apc: HostRoutine::Available,
+                    config: CaptureConfig::default(),
+                    ..sample_status()
+                },
+                refused: BTreeMap::new(),
+                reads: reads.into(),
+                read_requests: 0,
+                configured: Vec::new(),
+                configure_status: STATUS_SUCCESS,
+                requests: Vec::new(),
+            }
+        }
+    }
+
+    impl Transport for FakeDriver {
+        fn control(&mut self, code: u32, input: &[u8], output: &mut [u8]) -> Reply {
+            let (status, bytes) = if code == Ioctl::Status.code() {
+                let mut bytes = vec![0; STATUS_RESPONSE_SIZE];
+                self.status.encode(&mut bytes);
+                (STATUS_SUCCESS, bytes)
+            } else if code == Ioctl::Configure.code() {
+                let config = decode_configure_request(input).unwrap();
+                self.configured.push(config);
+                if self.configure_status == STATUS_SUCCESS {
+                    self.status.config = config;
+                }
+                (self.configure_status, Vec::new())
+            } else if code == Ioctl::CaptureThreads.code() {
+                let request = decode_capture_threads_request(input).unwrap();
+                self.requests.push(request);
+                let outcomes: Vec<_> = request
+                    .requested()
+                    .iter()
+                    .map(|id| {
+                        self.refused
+                            .get(id)
+                            .copied()
+                            .unwrap_or(ThreadRequestOutcome::Queued)
+                    })
+                    .collect();
+                let mut bytes = vec![0; 64];
+                CaptureThreadsReply::new(&outcomes)
+                    .unwrap()
+                    .encode(&mut bytes);
+                (STATUS_SUCCESS, bytes)
+            } else {
+                assert_eq!(code, Ioctl::Read.code());
+                self.read_requests += 1;
+                let records = self.reads.pop_front().unwrap_or_default();
+                let count = u32::try_from(records.len()).unwrap();
+                (
+                    STATUS_SUCCESS,
+                    read_reply(&records.concat(), count, false, 0),
+                )
+            };
+            output[..bytes.len()].copy_from_slice(&bytes);
+            Reply {
+                status,
+                information: bytes.len(),
+            }
+        }
+    }
+
+    /// The record of `thread_id` (of process 4) for a request of `tag`,
+    /// captured in that thread: two kernel frames, one user frame.
+    fn thread_stack(sequence: u64, tag: u64, thread_id: u32, late: bool) -> Vec<u8> {
+        let facts = SourceFacts::ThreadStack {
+            target_process_id: 4,
+            target_thread_id: thread_id,
+            tag,
+            delay: 12_345,
+            late,
+        };
+        let header = RecordHeader {
+            thread_id,
+            // 2025-11-24T16:00:00Z.
+            timestamp: 134_084_736_000_000_000,
+            irql: 1,
+            user_frame_count: 1,
+            user_part: UserPart::Captured,
+            ..record_header(sequence, facts, RecordFlags::NONE, &FRAMES)
+        };
+        encoded_record(&header, &FRAMES)
+    }
+
+    fn tids(ids: &[u32]) -> Vec<Target> {
+        ids.iter()
+            .map(|&thread_id| Target {
+                thread_id,
+                process_id: None,
+            })
+            .collect()
+    }
+
+    fn no_modules() -> Symbolizer {
+        Symbolizer::new(ModuleMap::default())
+    }
+
+    /// Names the kernel frames of [`FRAMES`].
+    fn kernel() -> Symbolizer {
+        Symbolizer::new(ModuleMap::new([kstack_client::naming::modules::Module {
+            base: 0xFFFF_F800_0000_0000,
+            size: 0x100_0000,
+            name: "ntoskrnl.exe".to_owned(),
+        }]))
+    }
+
+    fn captured_facts(answer: &Answer) -> Option<SourceFacts> {
+        match answer {
+            Answer::Captured(record) => Some(record.header.facts),
+            Answer::Refused(_) | Answer::Missing => None,
+        }
+    }
+
+    #[test]
+    fn each_thread_gets_its_own_record_of_this_request_and_the_rest_is_passed_over() {
+        let other_source = record_bytes(
+            1,
+            SourceFacts::OnDemand { tag: TAG },
+            RecordFlags::NONE,
+            &FRAMES,
+            &FRAMES,
+        );
+        let mut driver = FakeDriver::new(vec![
+            vec![
+                other_source,
+                thread_stack(2, TAG + 1, 12, false),
+                thread_stack(3, TAG, 12, false),
+            ],
+            vec![],
+            vec![
+                thread_stack(4, TAG, 14, true),
+                thread_stack(5, TAG, 12, true),
+            ],
+        ]);
+        driver.refused = [(15, ThreadRequestOutcome::NoSuchThread)].into();
+        let targets = tids(&[12, 14, 15, 16]);
+        let answers = capture(
+            &mut driver,
+            &targets,
+            200,
+            TAG,
+            &mut no_modules(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        assert_eq!(driver.requests.len(), 1);
+        assert_eq!(driver.requests[0].requested(), [12, 14, 15, 16]);
+        assert_eq!(driver.requests[0].timeout_ms, 200);
+        let facts = |thread_id, late| {
+            Some(SourceFacts::ThreadStack {
+                target_process_id: 4,
+                target_thread_id: thread_id,
+                tag: TAG,
+                delay: 12_345,
+                late,
+            })
+        };
+        assert_eq!(
+            captured_facts(&answers[0].1),
+            facts(12, false),
+            "the first record of this tag, not another request's"
+        );
+        assert_eq!(captured_facts(&answers[1].1), facts(14, true));
+        assert_eq!(
+            answers[2].1,
+            Answer::Refused(ThreadRequestOutcome::NoSuchThread)
+        );
+        assert_eq!(answers[3].1, Answer::Missing);
+        assert!(driver.read_requests >= 3, "read until the timeout");
+
+        let mut text = Vec::new();
+        write_text(&answers, &kernel(), false, 200, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        // docs/client.md shows this output: keep them equal.
+        assert_eq!(
+            text,
+            "#3 shard 0 threadstack 2025-11-24T16:00:00Z pid 4 tid 12 cpu 0 irql 1 stack \
+             dfcbf187c61bc1e7 os-hash 00000001: thread 12 of process 4 on request, tag 1958, \
+             1.2 ms after the request user part: captured
+   0  0xfffff80000001000  ntoskrnl.exe+0x1000
+   1  0xfffff80000002000  ntoskrnl.exe+0x2000
+  -- user mode --
+   2  0x00007ff600003000
+#4 shard 0 threadstack 2025-11-24T16:00:00Z pid 4 tid 14 cpu 0 irql 1 stack \
+             dfcbf187c61bc1e7 os-hash 00000001: thread 14 of process 4 on request, tag 1958, \
+             1.2 ms after the request (late: after the request's timeout) user part: captured
+   0  0xfffff80000001000  ntoskrnl.exe+0x1000
+   1  0xfffff80000002000  ntoskrnl.exe+0x2000
+  -- user mode --
+   2  0x00007ff600003000
+thread 15: no such thread (it may have exited)
+thread 16: no answer within 200 ms
+"
+        );
+        assert_eq!(
+            summary_text(&answers, 200),
+            "4 threads asked for: 2 captured, 1 not queued, 1 no answer within 200 ms"
+        );
+    }
+
+    #[test]
+    fn the_wait_ends_when_every_queued_thread_answered() {
+        let mut driver = FakeDriver::new(vec![vec![
+            thread_stack(1, TAG, 14, false),
+            thread_stack(2, TAG, 12, false),
+        ]]);
+        driver.refused = [(16, ThreadRequestOutcome::SystemThread)].into();
+        let started = Instant::now();
+        let answers = capture(
+            &mut driver,
+            &tids(&[12, 14, 16]),
+            60_000,
+            TAG,
+            &mut no_modules(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not the timeout"
+        );
+        assert_eq!(driver.read_requests, 1);
+        assert!(
+            answers[..2]
+                .iter()
+                .all(|(_, a)| matches!(a, Answer::Captured(_)))
+        );
+        // Nothing queued: nothing to read.
+        let mut full = FakeDriver::new(vec![]);
+        full.refused = [(12, ThreadRequestOutcome::NoSlot)].into();
+        let answers = capture(
+            &mut full,
+            &tids(&[12]),
+            60_000,
+            TAG,
+            &mut no_modules(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        assert_eq!(answers[0].1, Answer::Refused(ThreadRequestOutcome::NoSlot));
+        assert_eq!(full.read_requests, 0);
+    }
+
+    #[test]
+    fn json_has_one_object_per_thread() {
+        let mut driver = FakeDriver::new(vec![vec![thread_stack(1, TAG, 12, true)]]);
+        driver.refused = [(13, ThreadRequestOutcome::Own)].into();
+        let targets = vec![
+            Target {
+                thread_id: 12,
+                process_id: Some(4),
+            },
+            Target {
+                thread_id: 13,
+                process_id: None,
+            },
+            Target {
+                thread_id: 14,
+                process_id: Some(4),
+            },
+        ];
+        let answers = capture(
+            &mut driver,
+            &targets,
+            20,
+            TAG,
+            &mut no_modules(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let objects: Vec<Value> = answers
+            .iter()
+            .map(|(target, answer)| answer_json(*target, answer, &no_modules()))
+            .collect();
+        assert_eq!(objects[0]["source"], "threadstack");
+        assert_eq!(objects[0]["facts"]["late"], true);
+        assert_eq!(objects[0]["facts"]["delay_100ns"], 12_345);
+        assert_eq!(objects[0]["thread_id"], 12);
+        assert_eq!(objects[0]["user_frames"], json!(["0x7ff600003000"]));
+        assert_eq!(objects[0]["frames"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            (&objects[0]["outcome"], &objects[0]["answered"]),
+            (&json!("queued"), &json!(true))
+        );
+        assert_eq!(
+            objects[1],
+            json!({"schema": 2, "thread_id": 13, "process_id": null, "outcome": "own",
+                   "answered": false})
+        );
+        assert_eq!(
+            objects[2],
+            json!({"schema": 2, "thread_id": 14, "process_id": 4, "outcome": "queued",
+                   "answered": false})
+        );
+    }
+
+    #[test]
+    fn the_source_is_enabled_for_the_request_and_the_configuration_put_back() {
+        let mut driver = FakeDriver::new(vec![]);
+        let previous = driver.status.config;
+        assert!(!previous.sources.contains(Source::ThreadStack));
+        let enabled = CaptureConfig {
+            sources: previous.sources.with(Source::ThreadStack),
+            ..previous
+        };
+        let mut seen = None;
+        let result = with_thread_stacks(&mut driver, |device| {
+            seen = Some(session::status(device)?.config);
+            Ok(7)
+        });
+        assert_eq!(result, Ok(7));
+        assert_eq!(seen, Some(enabled), "enabled while capturing");
+        assert_eq!(driver.configured, [enabled, previous]);
+        // Put back after an error too, and the error is the command's.
+        let mut failing = FakeDriver::new(vec![]);
+        let result: Result<(), _> =
+            with_thread_stacks(&mut failing, |_| Err(ClientError::ReaderFailed));
+        assert_eq!(result, Err(ClientError::ReaderFailed));
+        assert_eq!(failing.configured, [enabled, previous]);
+        // A configuration that cannot be put back is an error.
+        let mut busy = FakeDriver::new(vec![]);
+        let mut calls = 0;
+        let result = with_thread_stacks(&mut busy, |device| {
+            calls += 1;
+            device.configure_status = STATUS_DEVICE_BUSY;
+            Ok(())
+        });
+        assert_eq!(calls, 1);
+        assert_eq!(
+            result,
+            Err(ClientError::Refused {
+                request: Ioctl::Configure,
+                status: STATUS_DEVICE_BUSY
+            })
+        );
+    }
+
+    #[test]
+    fn an_enabled_source_is_left_alone_and_a_host_without_apcs_changes_nothing() {
+        let mut driver = FakeDriver::new(vec![]);
+        driver.status.config.sources = SourceSet::EMPTY.with(Source::ThreadStack);
+        assert_eq!(with_thread_stacks(&mut driver, |_| Ok(())), Ok(()));
+        assert!(driver.configured.is_empty());
+        let mut wine = FakeDriver::new(vec![]);
+        wine.status.apc = HostRoutine::HostStub;
+        let mut called = false;
+        let result = with_thread_stacks(&mut wine, |_| {
+            called = true;
+            Ok(())
+        });
+        assert_eq!(
+            result,
+            Err(ClientError::NoApc {
+                apc: HostRoutine::HostStub
+            })
+        );
+        assert!(!called && wine.configured.is_empty());
+    }
+
+    #[test]
+    fn a_thread_named_twice_is_asked_for_once() {
+        assert_eq!(targets(&[5, 7, 5], &[]), Ok(tids(&[5, 7])));
+        #[cfg(not(windows))]
+        assert_eq!(
+            targets(&[5], &[4]),
+            Err(ClientError::ThreadList(
+                toolhelp::ThreadListError::NeedsWindows
+            ))
+        );
+    }
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        threads: ThreadsArgs,
+    }
+
+    #[test]
+    fn the_command_line_takes_threads_or_processes_and_a_timeout_in_range() {
+        let parsed = Command::try_parse_from(["threads", "--tid", "12", "--tid", "14"])
+            .unwrap()
+            .threads;
+        assert_eq!((parsed.tids, parsed.timeout_ms), (vec![12, 14], 1000));
+        let parsed = Command::try_parse_from(["threads", "--pid", "4", "--timeout-ms", "60000"])
+            .unwrap()
+            .threads;
+        assert_eq!((parsed.pids, parsed.timeout_ms), (vec![4], 60_000));
+        for args in [
+            &["threads"][..],
+            &["threads", "--tid", "0"],
+            &["threads", "--tid", "1", "--timeout-ms", "0"],
+            &["threads", "--tid", "1", "--timeout-ms", "60001"],
+        ] {
+            assert!(Command::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+}
