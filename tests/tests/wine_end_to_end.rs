@@ -106,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 21] {
+fn cases() -> [(&'static str, Case); 22] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -123,6 +123,10 @@ fn cases() -> [(&'static str, Case); 21] {
         (
             "capture-now frames start inside kstack.sys",
             capture_now_frames_are_in_kstack,
+        ),
+        (
+            "threads: refused under Wine (no APC delivery), said in words, nothing changed",
+            threads_are_refused_under_wine,
         ),
         (
             "PDB symbols through Wine's dbghelp name kstack.sys's functions, live and offline",
@@ -460,6 +464,33 @@ fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
         format!("frame 0 should be named {named}: {record}")
     })?;
     ensure(frames.len() > 3, || format!("only {} frames", frames.len()))
+}
+
+/// `kstack threads` under Wine, whose `KeInsertQueueApc` is a stub the
+/// driver never calls: the client stops with the driver's reason and the
+/// refused-request exit code, before changing the configuration; status
+/// counts nothing.
+fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    let before = status(wine)?;
+    let output = wine.client(&["threads", "--tid", "8"])?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure(output.status.code() == Some(5), || {
+        format!("exit {:?}, stderr: {stderr}", output.status.code())
+    })?;
+    ensure(stderr.contains("KeInsertQueueApc"), || {
+        format!("stderr does not name the routine: {stderr}")
+    })?;
+    let after = status(wine)?;
+    ensure(after["config"] == before["config"], || {
+        format!(
+            "the configuration changed: {} -> {}",
+            before["config"], after["config"]
+        )
+    })?;
+    ensure(after["thread_captures"]["requested"] == 0, || {
+        format!("thread captures counted: {}", after["thread_captures"])
+    })
 }
 
 /// The first frame's location in the JSON records `output` printed.
