@@ -228,41 +228,33 @@ pub fn create(
     // SAFETY: made in its zeroed block above, freed only by `destroy` after
     // the core that uses it is gone.
     let user_walkers_guard: &'static UserWalkGuard = unsafe { user_walkers.as_ref() };
-    let place = state.as_ptr();
-    // The state is written field by field, in place: as one value it would
-    // be built on DriverEntry's stack first (several KiB, past the 4 KiB a
-    // frame may take without stack probes, which the kernel does not link).
     // SAFETY: the block is sized and aligned (pool alignment is 16) for a
-    // LoadedDriver and not yet shared; each field is written once, below,
-    // before anything reads the state.
+    // LoadedDriver and not yet shared. (Built as one value first: small,
+    // now that the tables larger than a kernel stack are blocks of their
+    // own.)
     unsafe {
-        (&raw mut (*place).recorder.core).write(DriverCore::new(
-            ring,
-            table,
-            paging,
-            image,
-            &thread_stacks.slots,
-            user_walkers_guard,
-        ));
+        state.as_ptr().write(LoadedDriver {
+            recorder: Recorder {
+                core: DriverCore::new(
+                    ring,
+                    table,
+                    paging,
+                    image,
+                    &thread_stacks.slots,
+                    user_walkers_guard,
+                ),
+                clock: Clock::start(&routines),
+                routines,
+            },
+            timer: TimerSource::new(),
+            registry: RegistryCallback::new(),
+            objects: ObjectCallbacks::new(),
+            thread_stacks,
+            user_walkers,
+            ring_block,
+            parameters: parameters.copied(),
+        });
     }
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).recorder.clock).write(Clock::start(&routines)) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).recorder.routines).write(routines) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).timer).write(TimerSource::new()) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).registry).write(RegistryCallback::new()) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).objects).write(ObjectCallbacks::new()) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).thread_stacks).write(thread_stacks) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).user_walkers).write(user_walkers) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).ring_block).write(ring_block) };
-    // SAFETY: as above.
-    unsafe { (&raw mut (*place).parameters).write(parameters.copied()) };
     // SAFETY: initialized above; it lives until `destroy`.
     let driver = unsafe { state.as_ref() };
     let (core, routines) = (&driver.recorder.core, &driver.recorder.routines);
