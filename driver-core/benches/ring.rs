@@ -28,18 +28,22 @@ use std::{
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use kstack_abi::{
-    CaptureConfig, DriverImage, Ioctl, PagingExecutive, SourceSet, ThreadRequestOutcome,
-    messages::encode_configure_request, ntstatus::STATUS_SUCCESS,
+    CaptureConfig, CaptureThreadsRequest, DriverImage, HostRoutine, Ioctl, MAX_RECORD_SIZE,
+    PagingExecutive, SourceSet, ThreadRequestOutcome,
+    messages::{encode_capture_now_request, encode_configure_request},
+    ntstatus::STATUS_SUCCESS,
+    thread_capture::{CAPTURE_THREADS_REPLY_SIZE, encode_capture_threads_request},
 };
 use kstack_abi::{
     RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, by_id_record_size,
     encode_record, record_size, record_timestamp, stack_id,
 };
 use kstack_driver_core::{
-    Caller, CaptureOutcome, DriverCore, Platform, Shard, ShardedRing, SourceControl,
+    Caller, CaptureOutcome, DriverCore, Platform, Routine, Shard, ShardedRing, SourceControl,
     SourceRegistration, StackEntry, StackTable, UserThread, UserWalkFailure, Word,
     sharded_ring::{Counted, ring_words, shards_over},
     stack_table::Tabled,
+    thread_captures::Slot,
     user_walk_guard::UserWalkGuard,
 };
 
@@ -697,11 +701,133 @@ fn capture_an_event(c: &mut Criterion) {
     );
 }
 
+/// Takes every thread's APC, remembering the slot the core armed.
+struct TakesApcs(Cell<usize>);
+
+impl SourceControl for TakesApcs {
+    fn set_timer(&self, _period_ms: Option<u32>) {}
+
+    fn queue_thread_capture(
+        &self,
+        _thread_id: u32,
+        slot: usize,
+    ) -> Result<(), ThreadRequestOutcome> {
+        self.0.set(slot);
+        Ok(())
+    }
+}
+
+/// One thread's stack on request against one capture-now, the same known
+/// 32-frame stack, in rounds of `TABLE_ROUND` with the ring cleared between
+/// them, untimed. `capture_now`: the request served (walk, publish, the
+/// reply's record). `thread_stack`: a capture-threads request for one
+/// thread served (decode, a slot armed, the APC "queued" by a control that
+/// only takes it), then the delivery (`thread_delivered`: the slot's facts,
+/// the counts) and its capture, and the slot freed. What the kernel does
+/// between, queueing and delivering the APC, is not in it.
+fn thread_stack_against_capture_now(c: &mut Criterion) {
+    let mut group = record_group(c, "thread_stack_against_capture_now");
+    let words = ring_memory();
+    let shards = ring_shards(&words);
+    let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
+    let walkers = UserWalkGuard::new();
+    let slots: Vec<Slot> = (0..8).map(|_| Slot::new()).collect();
+    let core = DriverCore::new(
+        ShardedRing::new(&shards),
+        StackTable::new(&entries),
+        PagingExecutive::NOT_SET,
+        DriverImage::default(),
+        &slots,
+        &walkers,
+    );
+    for source in [Source::OnDemand, Source::ThreadStack] {
+        core.set_registration(
+            source,
+            SourceRegistration {
+                status: STATUS_SUCCESS,
+            },
+        );
+    }
+    core.set_routine(Routine::Apc, HostRoutine::Available);
+    let platform = BenchPlatform {
+        frames: kernel_frames(),
+        clock: Cell::new(134_081_000_000_000_000),
+    };
+    let caller = Caller {
+        reader: 1,
+        pool_allocations: 0,
+    };
+    let control = TakesApcs(Cell::new(0));
+    let request = |ioctl: Ioctl, input: &[u8], output: &mut [u8]| {
+        let (status, _) = core.serve(ioctl, input, output, &platform, &control, caller);
+        assert_eq!(status, STATUS_SUCCESS, "{ioctl:?}");
+    };
+    let config = CaptureConfig {
+        sources: SourceSet::EMPTY
+            .with(Source::OnDemand)
+            .with(Source::ThreadStack),
+        frames_to_capture: u16::try_from(FRAMES).expect("32"),
+        user_frames: [0; Source::COUNT],
+        ..CaptureConfig::default()
+    };
+    request(
+        Ioctl::Configure,
+        &encode_configure_request(&config),
+        &mut [],
+    );
+    let capture_now = encode_capture_now_request(7);
+    let mut reply = vec![0_u8; MAX_RECORD_SIZE];
+    group.bench_function("capture_now", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds_of(iters, TABLE_ROUND) {
+                request(Ioctl::Clear, &[], &mut []);
+                let start = Instant::now();
+                for _ in 0..count {
+                    request(Ioctl::CaptureNow, black_box(&capture_now), &mut reply);
+                }
+                elapsed += start.elapsed();
+            }
+            elapsed
+        });
+    });
+    let one_thread = encode_capture_threads_request(
+        &CaptureThreadsRequest::new(7, 1000, &[12]).expect("a valid request"),
+    );
+    let mut outcomes = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
+    group.bench_function("thread_stack", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds_of(iters, TABLE_ROUND) {
+                request(Ioctl::Clear, &[], &mut []);
+                let start = Instant::now();
+                for _ in 0..count {
+                    request(Ioctl::CaptureThreads, black_box(&one_thread), &mut outcomes);
+                    let slot = control.0.get();
+                    let facts = core
+                        .thread_delivered(&platform, slot)
+                        .expect("the source is on");
+                    let outcome = core.capture(&platform, black_box(facts));
+                    assert!(matches!(outcome, CaptureOutcome::Published(_)));
+                    slots[slot].release();
+                }
+                elapsed += start.elapsed();
+            }
+            elapsed
+        });
+    });
+    group.finish();
+    let status = core.status(0);
+    assert_eq!(status.dropped, 0);
+    assert_eq!(status.thread_captures.in_flight, 0);
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     publish_32_frames(&mut criterion);
     publish_through_the_stack_table(&mut criterion);
     capture_an_event(&mut criterion);
+    thread_stack_against_capture_now(&mut criterion);
     drain_and_decode(&mut criterion);
     criterion.final_summary();
 }
