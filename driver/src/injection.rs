@@ -102,10 +102,9 @@ fn serve_fault_probe(request: &DeviceControl) -> (NtStatus, usize) {
         FaultProbe::Unmapped => ptr::without_provenance_mut(8),
     };
     let read_first_word = probe::READ_FIRST_WORD;
-    // SAFETY: the probe reads 4 bytes at `address` and writes nothing; a
-    // read of the unmapped user address raises an access violation, which
-    // the scope catches. The same path as the user walk's: its own stack,
-    // then the scope.
+    // The same path as the user walk's: its own stack, then the scope.
+    // SAFETY: the probe reads 4 bytes at `address`, writes nothing; a fault
+    // on the unmapped user address is an access violation the scope catches.
     let result = unsafe { fault_scope::guarded_walk_on_own_stack(read_first_word, address, 0, 0) };
     let reply = match result {
         Ok(value) => u64::from(value),

@@ -228,10 +228,10 @@ pub fn create(
     // SAFETY: made in its zeroed block above, freed only by `destroy` after
     // the core that uses it is gone.
     let user_walkers_guard: &'static UserWalkGuard = unsafe { user_walkers.as_ref() };
+    // Built as one value first: small, now that the tables larger than a
+    // kernel stack are blocks of their own.
     // SAFETY: the block is sized and aligned (pool alignment is 16) for a
-    // LoadedDriver and not yet shared. (Built as one value first: small,
-    // now that the tables larger than a kernel stack are blocks of their
-    // own.)
+    // LoadedDriver and not yet shared.
     unsafe {
         state.as_ptr().write(LoadedDriver {
             recorder: Recorder {

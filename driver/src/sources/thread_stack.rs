@@ -163,10 +163,10 @@ impl ThreadStackSource {
         self.retirement.queued();
         self.threads[index].store(thread.cast(), Ordering::Relaxed);
         let apc = self.apcs[index].get();
-        // SAFETY: the slot is this request's (armed, not queued), so no one
-        // else touches its KAPC; a special kernel APC (no normal routine) in
-        // kernel mode, whose routines live in this image (kept loaded by the
-        // device reference) and whose context is this source.
+        // A special kernel APC (no normal routine) in kernel mode, whose
+        // routines stay loaded by the device reference, context this source.
+        // SAFETY: the slot is this request's (armed, not queued): no one else
+        // touches its KAPC; every argument is as KeInitializeApc takes it.
         unsafe {
             initialize(
                 apc,
