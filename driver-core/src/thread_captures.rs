@@ -286,22 +286,6 @@ impl<'a> ThreadCaptures<'a> {
         }
     }
 
-    /// How many slots there are.
-    ///
-    /// Max IRQL: any.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Whether there are none.
-    ///
-    /// Max IRQL: any.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
     /// Claims a free slot for `requested` and arms it: its index, or `None`
     /// when every slot is in use. The caller then queues the APC, and calls
     /// [`ThreadCaptures::refused`] if the kernel did not take it.
