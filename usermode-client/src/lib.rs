@@ -8,6 +8,8 @@
 //!   Unix time;
 //! - [`toolhelp`]: Toolhelp snapshots of the running processes (Windows):
 //!   the snapshot handle, and the threads of a process;
+//! - [`sampling`]: which threads each tick of `kstack sample` asks for,
+//!   and the count of every one it did not or that did not answer;
 //! - [`naming`]: kernel and user-mode module lists, PDB symbols, and the
 //!   symbolizer that names every frame;
 //! - [`capture`]: trace records with their stacks put back together, saved
@@ -26,4 +28,5 @@ pub mod error;
 pub mod live_top;
 pub mod naming;
 pub mod output;
+pub mod sampling;
 pub mod toolhelp;
