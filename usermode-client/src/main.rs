@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand};
 use kstack_client::error::{self, ClientError};
 
 use commands::{
-    clear, config, export, flamegraph, folded, modules, output, read, save, selftest, status,
-    threads, top, watch,
+    clear, config, export, flamegraph, folded, modules, output, read, sample, save, selftest,
+    status, threads, top, watch,
 };
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
@@ -38,6 +38,9 @@ enum Command {
     /// Capture other threads' stacks (--tid, or every thread of --pid),
     /// each in its thread through a kernel APC, and show them.
     Threads(threads::ThreadsArgs),
+    /// Sample every thread of chosen processes N times a second, each
+    /// through a kernel APC, into a capture file every command reads.
+    Sample(sample::SampleArgs),
     /// Save records and the module list to a file for offline analysis.
     Save(save::SaveArgs),
     /// Unique stacks by stack id: count, sources, first and last seen;
@@ -87,6 +90,7 @@ fn run(command: &Command) -> Result<(), ClientError> {
         Command::Clear => clear::run(),
         Command::Selftest(format) => selftest::run(format),
         Command::Threads(args) => threads::run(args),
+        Command::Sample(args) => sample::run(args),
         Command::Save(args) => save::run(args),
         Command::Top(args) => top::run(args),
         Command::Folded(args) => folded::run(args),

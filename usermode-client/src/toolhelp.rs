@@ -1,7 +1,7 @@
 //! Toolhelp snapshots of what runs on this machine (Windows): the snapshot
 //! handle that the process module listing (`naming::process_modules`) and
-//! the thread listing share, and the thread listing `kstack threads --pid`
-//! asks for. Off Windows there is nothing to list: the listing says so.
+//! the thread listing share, and the thread listings `kstack threads --pid`
+//! and `kstack sample` ask for. Off Windows there is nothing to list: the listing says so.
 
 use std::fmt;
 
@@ -63,6 +63,15 @@ impl std::error::Error for ThreadListError {}
 /// or the host is not Windows.
 pub fn threads_of(process_ids: &[u32]) -> Result<Vec<ProcessThread>, ThreadListError> {
     select(&platform::list_threads()?, process_ids)
+}
+
+/// Every thread of the machine, from one snapshot (`kstack sample` lists
+/// them at every tick and keeps those of the processes it samples).
+///
+/// # Errors
+/// [`ThreadListError`]: the snapshot failed, or the host is not Windows.
+pub fn all_threads() -> Result<Vec<ProcessThread>, ThreadListError> {
+    platform::list_threads()
 }
 
 /// The threads of `listed` that belong to `process_ids`, grouped by

@@ -5,6 +5,8 @@
 pub mod clear;
 pub mod config;
 pub mod export;
+#[cfg(test)]
+mod fake_driver;
 pub mod flamegraph;
 pub mod folded;
 pub mod input;
@@ -12,6 +14,7 @@ pub mod live;
 pub mod modules;
 pub mod output;
 pub mod read;
+pub mod sample;
 pub mod save;
 pub mod selftest;
 pub mod status;

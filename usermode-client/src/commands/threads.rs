@@ -90,7 +90,7 @@ pub fn run(args: &ThreadsArgs) -> Result<(), ClientError> {
     let mut symbolizer = args.format.live_symbolizer(&mut device)?;
     let targets = targets(&args.tids, &args.pids)?;
     let stop = stop_flag();
-    with_thread_stacks(&mut device, |device| {
+    with_thread_stacks(&mut device, "threads", |device| {
         let answers = capture(
             device,
             &targets,
@@ -152,17 +152,18 @@ fn targets(tids: &[u32], pids: &[u32]) -> Result<Vec<Target>, ClientError> {
 
 /// A tag no other request is likely to carry: the time now (100 ns units)
 /// mixed with this process's id.
-fn fresh_tag() -> u64 {
+pub fn fresh_tag() -> u64 {
     system_time_now().rotate_left(16) ^ u64::from(std::process::id())
 }
 
 /// Runs `capture` with the threadstack source enabled. A driver that
 /// cannot queue APCs is reported before anything changes. When the source
-/// is off, it is turned on for `capture` (saying so on stderr) and the
-/// previous configuration put back afterwards, whether `capture`
-/// succeeded or not.
-fn with_thread_stacks<D: Transport, T>(
+/// is off, it is turned on for `capture` (saying so on stderr, as
+/// `kstack <command>`) and the previous configuration put back
+/// afterwards, whether `capture` succeeded or not.
+pub fn with_thread_stacks<D: Transport, T>(
     device: &mut D,
+    command: &str,
     capture: impl FnOnce(&mut D) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
     let status = session::status(device)?;
@@ -179,14 +180,14 @@ fn with_thread_stacks<D: Transport, T>(
     };
     session::configure(device, &enabled)?;
     eprintln!(
-        "kstack threads: enabled the threadstack source for this request; the previous \
+        "kstack {command}: enabled the threadstack source for this command; the previous \
          configuration is put back at the end"
     );
     let result = capture(device);
     let restored = session::configure(device, &previous);
     if let Err(error) = &restored {
         eprintln!(
-            "kstack threads: warning: the previous configuration could not be put back \
+            "kstack {command}: warning: the previous configuration could not be put back \
              ({error}); threadstack stays enabled: kstack config --disable threadstack"
         );
     }
@@ -351,136 +352,16 @@ fn summary_text(answers: &[(Target, Answer)], timeout_ms: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-
     use clap::Parser;
-    use kstack_abi::{
-        CaptureThreadsReply, CaptureThreadsRequest, Ioctl, RecordFlags, RecordHeader, SourceSet,
-        StatusResponse, UserPart,
-        messages::{STATUS_RESPONSE_SIZE, decode_configure_request},
-        ntstatus::{STATUS_DEVICE_BUSY, STATUS_SUCCESS},
-        thread_capture::decode_capture_threads_request,
-    };
-    use kstack_client::{
-        device::{
-            test_support::{
-                encoded_record, read_reply, record_bytes, record_header, sample_status,
-            },
-            transport::Reply,
-        },
-        naming::modules::ModuleMap,
-    };
+    use kstack_abi::{Ioctl, RecordFlags, SourceSet, ntstatus::STATUS_DEVICE_BUSY};
+    use kstack_client::{device::test_support::record_bytes, naming::modules::ModuleMap};
 
-    use super::*;
+    use super::{
+        super::fake_driver::{FRAMES, FakeDriver, thread_stack},
+        *,
+    };
 
     const TAG: u64 = 0x7A6;
-    const FRAMES: [u64; 3] = [
-        0xFFFF_F800_0000_1000,
-        0xFFFF_F800_0000_2000,
-        0x7FF6_0000_3000,
-    ];
-
-    /// A driver that answers status, configure, capture-threads and read
-    /// requests: each thread id queued unless `refused` says otherwise,
-    /// reads from `reads` (then empty), configurations kept.
-    struct FakeDriver {
-        status: StatusResponse,
-        refused: BTreeMap<u32, ThreadRequestOutcome>,
-        reads: VecDeque<Vec<Vec<u8>>>,
-        read_requests: usize,
-        configured: Vec<CaptureConfig>,
-        configure_status: i32,
-        requests: Vec<CaptureThreadsRequest>,
-    }
-
-    impl FakeDriver {
-        fn new(reads: Vec<Vec<Vec<u8>>>) -> Self {
-            Self {
-                status: StatusResponse {
-                    apc: HostRoutine::Available,
-                    config: CaptureConfig::default(),
-                    ..sample_status()
-                },
-                refused: BTreeMap::new(),
-                reads: reads.into(),
-                read_requests: 0,
-                configured: Vec::new(),
-                configure_status: STATUS_SUCCESS,
-                requests: Vec::new(),
-            }
-        }
-    }
-
-    impl Transport for FakeDriver {
-        fn control(&mut self, code: u32, input: &[u8], output: &mut [u8]) -> Reply {
-            let (status, bytes) = if code == Ioctl::Status.code() {
-                let mut bytes = vec![0; STATUS_RESPONSE_SIZE];
-                self.status.encode(&mut bytes);
-                (STATUS_SUCCESS, bytes)
-            } else if code == Ioctl::Configure.code() {
-                let config = decode_configure_request(input).unwrap();
-                self.configured.push(config);
-                if self.configure_status == STATUS_SUCCESS {
-                    self.status.config = config;
-                }
-                (self.configure_status, Vec::new())
-            } else if code == Ioctl::CaptureThreads.code() {
-                let request = decode_capture_threads_request(input).unwrap();
-                self.requests.push(request);
-                let outcomes: Vec<_> = request
-                    .requested()
-                    .iter()
-                    .map(|id| {
-                        self.refused
-                            .get(id)
-                            .copied()
-                            .unwrap_or(ThreadRequestOutcome::Queued)
-                    })
-                    .collect();
-                let mut bytes = vec![0; 64];
-                CaptureThreadsReply::new(&outcomes)
-                    .unwrap()
-                    .encode(&mut bytes);
-                (STATUS_SUCCESS, bytes)
-            } else {
-                assert_eq!(code, Ioctl::Read.code());
-                self.read_requests += 1;
-                let records = self.reads.pop_front().unwrap_or_default();
-                let count = u32::try_from(records.len()).unwrap();
-                (
-                    STATUS_SUCCESS,
-                    read_reply(&records.concat(), count, false, 0),
-                )
-            };
-            output[..bytes.len()].copy_from_slice(&bytes);
-            Reply {
-                status,
-                information: bytes.len(),
-            }
-        }
-    }
-
-    /// The record of `thread_id` (of process 4) for a request of `tag`,
-    /// captured in that thread: two kernel frames, one user frame.
-    fn thread_stack(sequence: u64, tag: u64, thread_id: u32, late: bool) -> Vec<u8> {
-        let facts = SourceFacts::ThreadStack {
-            target_process_id: 4,
-            target_thread_id: thread_id,
-            tag,
-            delay: 12_345,
-            late,
-        };
-        let header = RecordHeader {
-            thread_id,
-            // 2025-11-24T16:00:00Z.
-            timestamp: 134_084_736_000_000_000,
-            irql: 1,
-            user_frame_count: 1,
-            user_part: UserPart::Captured,
-            ..record_header(sequence, facts, RecordFlags::NONE, &FRAMES)
-        };
-        encoded_record(&header, &FRAMES)
-    }
 
     fn tids(ids: &[u32]) -> Vec<Target> {
         ids.iter()
@@ -704,7 +585,7 @@ thread 16: no answer within 200 ms
             ..previous
         };
         let mut seen = None;
-        let result = with_thread_stacks(&mut driver, |device| {
+        let result = with_thread_stacks(&mut driver, "threads", |device| {
             seen = Some(session::status(device)?.config);
             Ok(7)
         });
@@ -714,13 +595,13 @@ thread 16: no answer within 200 ms
         // Put back after an error too, and the error is the command's.
         let mut failing = FakeDriver::new(vec![]);
         let result: Result<(), _> =
-            with_thread_stacks(&mut failing, |_| Err(ClientError::ReaderFailed));
+            with_thread_stacks(&mut failing, "threads", |_| Err(ClientError::ReaderFailed));
         assert_eq!(result, Err(ClientError::ReaderFailed));
         assert_eq!(failing.configured, [enabled, previous]);
         // A configuration that cannot be put back is an error.
         let mut busy = FakeDriver::new(vec![]);
         let mut calls = 0;
-        let result = with_thread_stacks(&mut busy, |device| {
+        let result = with_thread_stacks(&mut busy, "threads", |device| {
             calls += 1;
             device.configure_status = STATUS_DEVICE_BUSY;
             Ok(())
@@ -739,12 +620,15 @@ thread 16: no answer within 200 ms
     fn an_enabled_source_is_left_alone_and_a_host_without_apcs_changes_nothing() {
         let mut driver = FakeDriver::new(vec![]);
         driver.status.config.sources = SourceSet::EMPTY.with(Source::ThreadStack);
-        assert_eq!(with_thread_stacks(&mut driver, |_| Ok(())), Ok(()));
+        assert_eq!(
+            with_thread_stacks(&mut driver, "threads", |_| Ok(())),
+            Ok(())
+        );
         assert!(driver.configured.is_empty());
         let mut wine = FakeDriver::new(vec![]);
         wine.status.apc = HostRoutine::HostStub;
         let mut called = false;
-        let result = with_thread_stacks(&mut wine, |_| {
+        let result = with_thread_stacks(&mut wine, "threads", |_| {
             called = true;
             Ok(())
         });

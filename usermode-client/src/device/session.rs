@@ -363,6 +363,58 @@ pub struct FollowSummary {
     pub dropped: u64,
 }
 
+/// A reader that keeps account of what it read, for a [`FollowSummary`]:
+/// what [`follow`] reads with, and what a command that reads between
+/// other requests (`kstack sample`) reads with.
+#[derive(Default)]
+pub struct Follower {
+    reader: Reader,
+    tracker: SequenceTracker,
+    modules: u64,
+    dropped_at_start: Option<u64>,
+    dropped: u64,
+}
+
+impl Follower {
+    /// Reads once ([`Reader::read`]) and notes the batch; hand it back with
+    /// [`Follower::recycle`] when done with it.
+    ///
+    /// # Errors
+    /// As [`Reader::read`].
+    pub fn read(&mut self, transport: &mut impl Transport) -> Result<Batch, ClientError> {
+        let batch = self.reader.read(transport)?;
+        for record in &batch.records {
+            self.tracker
+                .note(record.header.shard, record.header.sequence);
+        }
+        // Module records spend their shard's numbers too.
+        for change in &batch.modules {
+            self.tracker
+                .note(change.header.shard, change.header.sequence);
+        }
+        self.modules += batch.modules.len() as u64;
+        self.dropped_at_start.get_or_insert(batch.dropped);
+        self.dropped = batch.dropped;
+        Ok(batch)
+    }
+
+    /// Gives a batch's memory back ([`Reader::recycle`]).
+    pub fn recycle(&mut self, batch: Batch) {
+        self.reader.recycle(batch);
+    }
+
+    /// What was read so far.
+    #[must_use]
+    pub fn summary(&self) -> FollowSummary {
+        FollowSummary {
+            received: self.tracker.received() - self.modules,
+            modules: self.modules,
+            gaps: self.tracker.gaps(),
+            dropped: self.dropped - self.dropped_at_start.unwrap_or(self.dropped),
+        }
+    }
+}
+
 /// Reads batches and hands each to `each`, as `how` says.
 ///
 /// # Errors
@@ -373,31 +425,17 @@ pub fn follow(
     stop: &AtomicBool,
     mut each: impl FnMut(&Batch) -> Result<(), ClientError>,
 ) -> Result<FollowSummary, ClientError> {
-    let mut reader = Reader::default();
-    let mut tracker = SequenceTracker::default();
-    let mut modules = 0;
-    let mut dropped_at_start = None;
-    let mut dropped = 0;
+    let mut follower = Follower::default();
     loop {
         if let Follow::UntilStopped { deadline, .. } = how
             && (stop.load(Ordering::Relaxed) || deadline.is_some_and(|at| Instant::now() >= at))
         {
             break;
         }
-        let batch = reader.read(transport)?;
-        for record in &batch.records {
-            tracker.note(record.header.shard, record.header.sequence);
-        }
-        // Module records spend their shard's numbers too.
-        for change in &batch.modules {
-            tracker.note(change.header.shard, change.header.sequence);
-        }
-        modules += batch.modules.len() as u64;
+        let batch = follower.read(transport)?;
         each(&batch)?;
-        dropped_at_start.get_or_insert(batch.dropped);
-        dropped = batch.dropped;
         let more_pending = batch.more_pending;
-        reader.recycle(batch);
+        follower.recycle(batch);
         if !more_pending {
             match how {
                 Follow::UntilDrained => break,
@@ -405,12 +443,7 @@ pub fn follow(
             }
         }
     }
-    Ok(FollowSummary {
-        received: tracker.received() - modules,
-        modules,
-        gaps: tracker.gaps(),
-        dropped: dropped - dropped_at_start.unwrap_or(dropped),
-    })
+    Ok(follower.summary())
 }
 
 #[cfg(test)]
