@@ -125,7 +125,7 @@ fn cases() -> [(&'static str, Case); 22] {
             capture_now_frames_are_in_kstack,
         ),
         (
-            "threads: refused under Wine (no APC delivery), said in words, nothing changed",
+            "threads and sample: refused under Wine (no APC delivery), said in words, nothing changed",
             threads_are_refused_under_wine,
         ),
         (
@@ -466,20 +466,30 @@ fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
     ensure(frames.len() > 3, || format!("only {} frames", frames.len()))
 }
 
-/// `kstack threads` under Wine, whose `KeInsertQueueApc` is a stub the
-/// driver never calls: the client stops with the driver's reason and the
-/// refused-request exit code, before changing the configuration; status
+/// `kstack threads` and `kstack sample` under Wine, whose
+/// `KeInsertQueueApc` is a stub the driver never calls: each client stops
+/// with the driver's reason and the refused-request exit code, before
+/// changing the configuration (and the sample leaves no file); status
 /// counts nothing.
 fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
     let wine = &context.wine;
     let before = status(wine)?;
-    let output = wine.client(&["threads", "--tid", "8"])?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure(output.status.code() == Some(5), || {
-        format!("exit {:?}, stderr: {stderr}", output.status.code())
-    })?;
-    ensure(stderr.contains("KeInsertQueueApc"), || {
-        format!("stderr does not name the routine: {stderr}")
+    let sample_file = wine.client_dir().join("refused.kstack");
+    for args in [
+        &["threads", "--tid", "8"][..],
+        &["sample", "--all", "--duration", "1", "-o", "refused.kstack"],
+    ] {
+        let output = wine.client(args)?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        ensure(output.status.code() == Some(5), || {
+            format!("{args:?}: exit {:?}, stderr: {stderr}", output.status.code())
+        })?;
+        ensure(stderr.contains("KeInsertQueueApc"), || {
+            format!("{args:?}: stderr does not name the routine: {stderr}")
+        })?;
+    }
+    ensure(!sample_file.exists(), || {
+        format!("the refused sample left {}", sample_file.display())
     })?;
     let after = status(wine)?;
     ensure(after["config"] == before["config"], || {
