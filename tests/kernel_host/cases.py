@@ -578,6 +578,95 @@ def thread_stack_late_and_no_slot(w):
     return f"{slots} APCs in flight fill every slot: the next id is no_slot; one delivered 20 ms after a 1 ms timeout is recorded late and counted"
 
 
+class Sampling:
+    """`kstack sample`'s sampler (the client's own, in the bridge) driving the
+    real driver: each tick lists `threads`, sends the tick's requests and
+    takes the replies; `read` drains the ring through the sampler."""
+
+    def __init__(self, w, handle, client, **settings):
+        self.w, self.handle, self.client = w, handle, client
+        w.bridge.ask(op="sample_start", **settings)
+        self.asked = []
+        self.trace_bytes = 0
+
+    def tick(self, now_ms, threads):
+        w = self.w
+        listing = [[thread.process.id, thread.id] for thread in threads]
+        plan = w.bridge.ask(op="sample_tick", now_ms=now_ms, threads=listing)
+        replies = []
+        for request in plan["inputs"]:
+            status, reply = w.control(self.handle, self.client, "capture_threads", request, w.bridge.facts["capture_threads_reply_size"])
+            check(status == STATUS_SUCCESS, f"a tick's request returned 0x{status:08X}")
+            replies.append(reply.hex())
+        w.bridge.ask(op="sample_answered", now_ms=now_ms, replies=replies)
+        self.asked.append(plan["thread_ids"])
+
+    def read(self):
+        w = self.w
+        while True:
+            status, output = w.control(self.handle, self.client, "read", output_length=4 * w.bridge.facts["min_read_buffer"])
+            check(status == STATUS_SUCCESS, f"a read returned 0x{status:08X}")
+            read = w.bridge.ask(op="sample_read", reply=output.hex())
+            self.trace_bytes += read["trace_bytes"]
+            if not read["more_pending"]:
+                return
+
+    def counts(self):
+        return self.w.bridge.ask(op="sample_counts")
+
+
+@case
+def sampling_follows_threads_within_its_bounds(w):
+    """Thirty ticks at 100 Hz of one process's threads, at most four a tick,
+    with a thread whose APC never runs, one that starts and one that exits:
+    the sampler's counts agree with the driver's, request by request."""
+    handle, client = thread_stacks(w)
+    process = w.process()
+    threads = [w.user_thread(process) for _ in range(8)]
+    stranger = w.user_thread()
+    stuck, leaving = threads[0], threads[3]
+    sampling = Sampling(w, handle, client, hz=100, threads_per_tick=4, timeout_ms=30, pids=[process.id])
+    newcomer = None
+    for tick in range(30):
+        if tick == 10:
+            newcomer = w.user_thread(process)
+            threads.append(newcomer)
+        if tick == 15:
+            w.kernel.thread_exit(leaving)
+            threads.remove(leaving)
+        sampling.tick(10 * tick, threads + [stranger])
+        # The leaving thread stops running three ticks before it exits: an
+        # APC queued then is run down at its exit.
+        for thread in threads:
+            if thread is not stuck and not (thread is leaving and tick >= 12):
+                w.kernel.deliver_apcs(thread)
+        w.kernel.advance(10)
+        sampling.read()
+    counts = sampling.counts()
+    driver = thread_captures(w, handle, client)
+    asked = sampling.asked
+    check(all(len(ids) <= 4 for ids in asked), f"a tick asked for more than 4: {asked}")
+    check(not any(stranger.id in ids for ids in asked), "a thread of another process was asked for")
+    check(not any(leaving.id in ids for ids in asked[15:]), "the exited thread was asked for after it left")
+    check(any(newcomer.id in ids for ids in asked[10:]), "the new thread was never asked for")
+    stuck_ticks = [tick for tick, ids in enumerate(asked) if stuck.id in ids]
+    check(len(stuck_ticks) >= 2 and all(b - a >= 3 for a, b in zip(stuck_ticks, stuck_ticks[1:])), f"the stuck thread was asked for at ticks {stuck_ticks} (30 ms hold)")
+    pairs = [("requested", "requested"), ("queued", "queued"), ("no_such_thread", "no_such_thread"), ("not_queued", "not_queued"), ("no_slot", "no_slot"), ("captured", "delivered")]
+    for ours, theirs in pairs:
+        check(counts[ours] == driver[theirs], f"the sampler's {ours} {counts[ours]} against the driver's {theirs} {driver[theirs]}")
+    check(counts["awaited"] == driver["in_flight"] + driver["run_down"], f"awaited {counts['awaited']}, driver {driver}")
+    check(driver["run_down"] >= 1 and counts["awaited"] == len(stuck_ticks) + driver["run_down"], f"awaited: the stuck thread's {len(stuck_ticks)} requests and the leaving thread's run down: {counts}, {driver}")
+    check((counts["threads_seen"], counts["threads_gone"], counts["ticks"], counts["missed_ticks"]) == (9, 1, 30, 0), f"{counts}")
+    check(counts["skipped_pending"] > 0 and counts["skipped_over_bound"] > 0, f"{counts}")
+    check(counts["other_records"] == 0, f"{counts}")
+    finished_with_apcs_delivered(w, handle, client)
+    return (
+        f"30 ticks: {counts['requested']} requests (at most 4 a tick), {counts['captured']} captured, {counts['awaited']} awaited "
+        f"(the stuck thread's {len(stuck_ticks)}, asked for again only after the 30 ms hold, and {driver['run_down']} run down at the leaving thread's exit), "
+        f"{counts['skipped_pending']} skipped while pending, {counts['skipped_over_bound']} left by the bound; the driver's counters agree"
+    )
+
+
 @case
 def unload_waits_for_apcs_in_flight(w):
     handle, client = thread_stacks(w)

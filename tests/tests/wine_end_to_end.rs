@@ -482,7 +482,10 @@ fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
         let output = wine.client(args)?;
         let stderr = String::from_utf8_lossy(&output.stderr);
         ensure(output.status.code() == Some(5), || {
-            format!("{args:?}: exit {:?}, stderr: {stderr}", output.status.code())
+            format!(
+                "{args:?}: exit {:?}, stderr: {stderr}",
+                output.status.code()
+            )
         })?;
         ensure(stderr.contains("KeInsertQueueApc"), || {
             format!("{args:?}: stderr does not name the routine: {stderr}")

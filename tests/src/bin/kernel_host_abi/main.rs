@@ -39,6 +39,11 @@
 //!   record with every header field.
 //! - `{"op":"decode_record","reply":"<hex>"}`: a capture-now reply, the one
 //!   record as in `decode_read`'s entries.
+//! - `sample_start`, `sample_tick`, `sample_answered`, `sample_read`,
+//!   `sample_counts`: a sampling session of `kstack sample`'s sampler
+//!   (`sampling.rs`).
+
+mod sampling;
 
 use std::{
     fmt::{Debug, Write as _},
@@ -83,16 +88,17 @@ fn main() -> ExitCode {
 
 /// Answers every line of `input` with one line of `output` until EOF.
 fn serve(input: impl BufRead, mut output: impl Write) -> io::Result<()> {
+    let mut session = None;
     for line in input.lines() {
-        let reply = answer(&line?).unwrap_or_else(|error| json!({ "error": error }));
+        let reply = answer(&line?, &mut session).unwrap_or_else(|error| json!({ "error": error }));
         writeln!(output, "{reply}")?;
         output.flush()?;
     }
     Ok(())
 }
 
-/// The reply to one request line.
-fn answer(line: &str) -> Reply {
+/// The reply to one request line; sampling ops keep their `session`.
+fn answer(line: &str, session: &mut Option<sampling::Session>) -> Reply {
     let request: Value =
         serde_json::from_str(line).map_err(|error| format!("not JSON: {error}"))?;
     let Value::Object(request) = request else {
@@ -102,6 +108,9 @@ fn answer(line: &str) -> Reply {
         .get("op")
         .and_then(Value::as_str)
         .ok_or("a request needs an \"op\" string")?;
+    if let Some(reply) = sampling::answer(op, &request, session) {
+        return reply;
+    }
     match op {
         "facts" => keys(&request, &[]).map(|()| facts()),
         "configure" => configure(&request).map(|bytes| input(&bytes)),
@@ -733,12 +742,12 @@ mod tests {
 
     /// The reply to `request`, which must not be an error.
     fn ask(request: &Value) -> Value {
-        answer(&request.to_string()).unwrap_or_else(|error| panic!("{request}: {error}"))
+        answer(&request.to_string(), &mut None).unwrap_or_else(|error| panic!("{request}: {error}"))
     }
 
     /// The error `request` gets.
     fn refused(request: &Value) -> String {
-        answer(&request.to_string()).expect_err("an error")
+        answer(&request.to_string(), &mut None).expect_err("an error")
     }
 
     fn hex(bytes: &[u8]) -> Value {
@@ -1340,6 +1349,68 @@ mod tests {
     }
 
     #[test]
+    fn a_sampling_session_plans_ticks_and_counts_what_came_back() {
+        let mut session = None;
+        let mut ask = |request: Value| {
+            answer(&request.to_string(), &mut session)
+                .unwrap_or_else(|error| panic!("{request}: {error}"))
+        };
+        ask(
+            json!({"op": "sample_start", "hz": 100, "threads_per_tick": 2, "timeout_ms": 30, "pids": [40]}),
+        );
+        let plan = ask(json!({"op": "sample_tick", "now_ms": 0,
+                              "threads": [[40, 9], [41, 5], [40, 7], [40, 8]]}));
+        assert_eq!(plan["thread_ids"], json!([7, 8]));
+        let request =
+            decode_capture_threads_request(&input_bytes(&json!({"input": plan["inputs"][0]})))
+                .unwrap();
+        assert_eq!((request.requested(), request.timeout_ms), (&[7, 8][..], 30));
+        let mut reply = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
+        CaptureThreadsReply::new(&[ThreadRequestOutcome::Queued, ThreadRequestOutcome::NoSlot])
+            .unwrap()
+            .encode(&mut reply);
+        ask(json!({"op": "sample_answered", "now_ms": 1, "replies": [hex(&reply)]}));
+        let tag = plan["tag"].as_u64().unwrap();
+        let facts = |thread_id| SourceFacts::ThreadStack {
+            target_process_id: 40,
+            target_thread_id: thread_id,
+            tag,
+            delay: 10,
+            late: false,
+        };
+        let ours = record_bytes(1, facts(7), RecordFlags::NONE, &[1, 2], &[1, 2]);
+        let other = record_bytes(2, facts(8), RecordFlags::NONE, &[1, 2], &[1, 2]);
+        let read = read_reply(&[ours.clone(), other.clone()].concat(), 2, false, 0);
+        assert_eq!(
+            ask(json!({"op": "sample_read", "reply": hex(&read)})),
+            json!({"this_sample": 1, "other": 1, "trace_bytes": ours.len() + other.len(),
+                   "more_pending": false})
+        );
+        let counts = ask(json!({"op": "sample_counts"}));
+        assert_eq!(
+            (
+                &counts["requested"],
+                &counts["queued"],
+                &counts["no_slot"],
+                &counts["captured"]
+            ),
+            (&json!(2), &json!(1), &json!(1), &json!(1))
+        );
+        assert_eq!(
+            (&counts["skipped_over_bound"], &counts["awaiting"]),
+            (&json!(1), &json!(false))
+        );
+        let error = answer(
+            r#"{"op": "sample_answered", "now_ms": 2, "replies": []}"#,
+            &mut session,
+        )
+        .expect_err("no tick to answer");
+        assert!(error.contains("no tick"), "{error}");
+        let error = answer(r#"{"op": "sample_counts"}"#, &mut None).expect_err("no session");
+        assert!(error.contains("sample_start"), "{error}");
+    }
+
+    #[test]
     fn bad_requests_get_errors() {
         for (line, expected) in [
             ("garbage", "not JSON"),
@@ -1360,7 +1431,7 @@ mod tests {
             (r#"{"op": "decode_status", "reply": "00"}"#, "truncated"),
             (r#"{"op": "capture_now", "tag": -1}"#, "tag"),
         ] {
-            let error = answer(line).expect_err(line);
+            let error = answer(line, &mut None).expect_err(line);
             assert!(error.contains(expected), "{line}: {error}");
         }
     }
