@@ -21,6 +21,7 @@ from cases import CASES, check, finished, started, status_code
 from defects import DEFECTS
 from emulator import BugCheck, Machine
 from host import SERVICE_KEY, Bridge, Windows
+from measure import MEASUREMENTS
 from ntoskrnl import STATUS_SUCCESS
 from symbols import Symbols
 
@@ -178,12 +179,15 @@ def main():
     parser.add_argument("--test-image", help="the test-injection build, for the cases that need it")
     parser.add_argument("--test-pdb")
     parser.add_argument("--abi-bridge", required=True)
+    parser.add_argument("--measure", choices=sorted(MEASUREMENTS), help="take this measurement (measure.py) instead of running the cases")
     options = parser.parse_args()
     started_at = time.monotonic()
     machine = Machine(options.image)
     symbols = Symbols(options.pdb, machine.pe)
     bridge = Bridge(options.abi_bridge)
     totals = Totals()
+    if options.measure:
+        return 0 if run_one(f"measure {options.measure}", MEASUREMENTS[options.measure], machine, symbols, bridge, totals) else 1
     test_build = None
     for body in CASES:
         if getattr(body, "test_build", False):

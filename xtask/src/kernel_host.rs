@@ -30,6 +30,16 @@ const INSTALLED_REQUIREMENTS: &str = "installed-requirements.txt";
 /// build; fails when it does. Its output (the summary line CI reads) is
 /// inherited.
 pub fn run(workspace: &Path, package_dir: &Path) -> Result<()> {
+    harness(workspace, package_dir, None)
+}
+
+/// Takes the harness's measurement `name` (`tests/kernel_host/measure.py`) on
+/// the package in `package_dir`; its line is printed.
+pub fn measure(workspace: &Path, package_dir: &Path, name: &str) -> Result<()> {
+    harness(workspace, package_dir, Some(name))
+}
+
+fn harness(workspace: &Path, package_dir: &Path, measurement: Option<&str>) -> Result<()> {
     let python = ensure_venv(workspace)?;
     process::step("pyflakes over the kernel host's harness");
     Run::new(&python)
@@ -50,6 +60,9 @@ pub fn run(workspace: &Path, package_dir: &Path) -> Result<()> {
         .current_dir(workspace);
     for (flag, path) in &arguments {
         harness = harness.args([OsStr::new(flag), path.as_os_str()]);
+    }
+    if let Some(name) = measurement {
+        harness = harness.args(["--measure", name]);
     }
     harness.run()
 }

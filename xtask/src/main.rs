@@ -36,10 +36,14 @@ commands:
   build        build kstack.sys, kstack.inf and the client into the package folder
   test         build everything, then run lints and every test (CI runs this)
   demo         build, then run kstack.sys under Wine with the real client
-  bench        run the benchmarks: ring, offline analysis, the client's read, and
-               draining the real driver under Wine (figures: docs/performance.md)
+  bench        run the benchmarks: ring, offline analysis, the client's read,
+               draining the real driver under Wine, and the sampling load on the
+               second kernel host (figures: docs/performance.md)
   bench drain  only the Wine drain, with the stack table off then on; ends with
                one line: events drained per second and events per MiB of ring
+  bench sample only the sampling load on the second kernel host: 100 threads at
+               100 Hz through kstack sample's sampler, records and ring bytes a
+               second (about a minute of emulation)
   kernel-host  build, then run only the second kernel host: kstack.sys under
                speakeasy with a modelled ntoskrnl (tests/kernel_host/)
   package-dir  print the package folder
@@ -64,11 +68,14 @@ fn main() {
 #[cfg(target_os = "linux")]
 fn run(args: &[String]) -> Result<()> {
     let workspace = workspace_root()?;
-    if let [bench, drain] = args
+    if let [bench, which] = args
         && bench == "bench"
-        && drain == "drain"
     {
-        return wine_drain_bench(&workspace);
+        return match which.as_str() {
+            "drain" => wine_drain_bench(&workspace),
+            "sample" => sample_bench(&workspace),
+            other => bail!("unknown bench `{other}`\n\n{USAGE}"),
+        };
     }
     let [command] = args else {
         bail!("expected exactly one command\n\n{USAGE}");
@@ -96,6 +103,7 @@ fn run(args: &[String]) -> Result<()> {
                 .run()?;
             }
             wine_drain_bench(&workspace)?;
+            sample_bench(&workspace)?;
         }
         "kernel-host" => {
             let built = package::build(&workspace)?;
@@ -195,6 +203,14 @@ fn test(workspace: &Path) -> Result<()> {
     )
     .run()?;
     Ok(())
+}
+
+#[cfg(target_os = "linux")]
+/// The sampling load on the second kernel host, on a fresh package.
+fn sample_bench(workspace: &Path) -> Result<()> {
+    let built = package::build(workspace)?;
+    process::step("the sampling load on the second kernel host (tests/kernel_host/measure.py)");
+    kernel_host::measure(workspace, &built.dir, "sampling")
 }
 
 #[cfg(target_os = "linux")]
