@@ -19,12 +19,16 @@ use kstack_abi::{
     thread_capture::{MAX_THREAD_CAPTURES, THREAD_CAPTURE_TIMEOUT_MS_RANGE},
 };
 use kstack_client::{
-    capture::{file::CaptureWriter, stack_table::counted},
+    capture::{
+        file::CaptureWriter,
+        stack_table::{TopLimits, counted},
+    },
     device::{
         session::{self, Batch, FollowSummary, Follower},
         transport::Transport,
     },
     error::ClientError,
+    live_top::Filter,
     naming::process_modules,
     sampling::{
         HZ_RANGE, MAX_THREADS_PER_TICK, SampleCounts, SampleSettings, Sampler, Selection, TickPlan,
@@ -35,7 +39,10 @@ use kstack_client::{
 use super::{
     live::{follow_summary_text, live_modules, open_device, stop_flag},
     output::{ForceArg, create_output, discard},
+    symbols::SymbolsArg,
     threads::{fresh_tag, with_thread_stacks},
+    top,
+    top_live::{self, Screen},
 };
 
 #[derive(Args)]
@@ -87,6 +94,12 @@ pub struct SampleArgs {
     file: PathBuf,
     #[command(flatten)]
     force: ForceArg,
+    /// Show `kstack top --live`'s view of the records as they are written
+    /// (q or Ctrl-C ends the sample).
+    #[arg(long)]
+    live: bool,
+    #[command(flatten)]
+    symbols: SymbolsArg,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
@@ -99,24 +112,16 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 /// Between reads while a tick is not due.
 const READ_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Between refreshes of the live view (`--live`).
+const VIEW_REFRESH: Duration = Duration::from_secs(1);
+
 /// The processes left out of `--all`: the idle process (0) and the system
 /// process (4), whose threads are system threads.
 const NOT_SAMPLED: [u32; 2] = [0, 4];
 
 pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
     let mut device = open_device()?;
-    let selection = if args.all {
-        Selection::AllBut(
-            NOT_SAMPLED
-                .into_iter()
-                .chain([std::process::id()])
-                .collect(),
-        )
-    } else {
-        // Each process must be running now; later, its end is followed.
-        toolhelp::threads_of(&args.pids).map_err(ClientError::ThreadList)?;
-        Selection::Processes(args.pids.iter().copied().collect::<BTreeSet<u32>>())
-    };
+    let selection = selection(args)?;
     let settings = SampleSettings {
         hz: args.hz,
         threads_per_tick: args.threads_per_tick,
@@ -124,6 +129,11 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
     };
     let modules = live_modules(&mut device)?;
     let processes = process_modules::list_running();
+    let symbolizer = if args.live {
+        Some(args.symbols.live_symbolizer(&mut device)?)
+    } else {
+        None
+    };
     let path = args.file.as_path();
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
     let mut writer =
@@ -136,6 +146,14 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
         .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds));
     let session = u32::try_from(fresh_tag() >> 32).unwrap_or(u32::MAX);
     let (sampled, read) = with_thread_stacks(&mut device, "sample", |device| {
+        // The view's rows and frames are `kstack top --live`'s.
+        let limits = TopLimits {
+            stacks: top::STACKS,
+            frames: top_live::FRAMES,
+        };
+        let mut view = symbolizer
+            .map(|symbolizer| top_live::screen(symbolizer, Filter::default(), limits))
+            .transpose()?;
         let mut sampler = Sampler::new(settings, selection, session, Instant::now());
         let mut follower = Follower::default();
         let outcome = sample(
@@ -148,6 +166,9 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
             },
             &mut toolhelp::all_threads,
             &stop,
+            // Coerced here: inside the Option it could not be.
+            view.as_mut()
+                .map(|view| -> &mut dyn Screen { view.as_mut() }),
             &mut |batch| {
                 batch
                     .modules
@@ -162,6 +183,8 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
                     .map_err(writing)
             },
         );
+        // The terminal is given back before the summary is printed.
+        drop(view);
         Ok((outcome.map(|end| (sampler, end)), follower.summary()))
     })
     .inspect_err(|_| discard(path))?;
@@ -195,6 +218,22 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
     Ok(())
 }
 
+/// The processes `--pid` or `--all` choose.
+fn selection(args: &SampleArgs) -> Result<Selection, ClientError> {
+    Ok(if args.all {
+        Selection::AllBut(
+            NOT_SAMPLED
+                .into_iter()
+                .chain([std::process::id()])
+                .collect(),
+        )
+    } else {
+        // Each process must be running now; later, its end is followed.
+        toolhelp::threads_of(&args.pids).map_err(ClientError::ThreadList)?;
+        Selection::Processes(args.pids.iter().copied().collect::<BTreeSet<u32>>())
+    })
+}
+
 /// When a sample ends, and how long the last requests are waited for.
 #[derive(Clone, Copy, Debug)]
 struct Bounds {
@@ -207,7 +246,7 @@ struct Bounds {
 enum Ending {
     /// The duration passed.
     Duration,
-    /// Ctrl-C.
+    /// Ctrl-C, or q in the live view.
     Stopped,
     /// Every process sampled ended.
     ProcessesEnded,
@@ -224,8 +263,14 @@ struct End {
 
 /// Runs the sample: at each tick, lists the threads and asks for those the
 /// sampler picks; between ticks, reads the ring and hands every batch to
-/// `each`. After the last tick, reads on until every queued request's
-/// record came, the timeout passed since the last request, or Ctrl-C.
+/// `each` (and to `view`, refreshed with the driver's status every
+/// [`VIEW_REFRESH`], which also waits for the user's keys). After the last
+/// tick, reads on until every queued request's record came, the timeout
+/// passed since the last request, or Ctrl-C.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the device, the sampler's state, and what the command plugs in"
+)]
 fn sample(
     device: &mut impl Transport,
     sampler: &mut Sampler,
@@ -233,10 +278,12 @@ fn sample(
     bounds: Bounds,
     list: &mut impl FnMut() -> Result<Vec<ProcessThread>, ThreadListError>,
     stop: &AtomicBool,
+    mut view: Option<&mut dyn Screen>,
     each: &mut impl FnMut(&Batch) -> Result<(), ClientError>,
 ) -> Result<End, ClientError> {
     let started = Instant::now();
     let mut last_tick = None;
+    let mut next_refresh = started + VIEW_REFRESH;
     let ending = loop {
         let now = Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -254,8 +301,19 @@ fn sample(
             let plan = sampler.plan(now, &listed);
             last_tick = Some(now);
             ask(device, sampler, &plan, bounds.timeout)?;
-        } else if !read(device, sampler, follower, each)? {
-            std::thread::sleep(wait.min(READ_INTERVAL));
+        } else if !read(device, sampler, follower, &mut view, each)? {
+            let pause = wait.min(READ_INTERVAL);
+            let Some(view) = view.as_deref_mut() else {
+                std::thread::sleep(pause);
+                continue;
+            };
+            if now >= next_refresh {
+                view.refresh(now, &session::status(device)?)?;
+                next_refresh = now + VIEW_REFRESH;
+            }
+            if !view.wait(pause)? {
+                break Ending::Stopped;
+            }
         }
     };
     let waited_until = last_tick.map(|at| at + bounds.timeout);
@@ -263,12 +321,12 @@ fn sample(
         && !stop.load(Ordering::Relaxed)
         && waited_until.is_some_and(|until| Instant::now() < until)
     {
-        if !read(device, sampler, follower, each)? {
+        if !read(device, sampler, follower, &mut view, each)? {
             std::thread::sleep(READ_INTERVAL);
         }
     }
     // What arrived meanwhile, whatever it is.
-    while read(device, sampler, follower, each)? {}
+    while read(device, sampler, follower, &mut view, each)? {}
     Ok(End {
         ending,
         last_tick,
@@ -302,16 +360,20 @@ fn ask(
 }
 
 /// Reads once, notes every record with the sampler and hands the batch to
-/// `each`; says whether the read returned anything.
+/// the view and to `each`; says whether the read returned anything.
 fn read(
     device: &mut impl Transport,
     sampler: &mut Sampler,
     follower: &mut Follower,
+    view: &mut Option<&mut dyn Screen>,
     each: &mut impl FnMut(&Batch) -> Result<(), ClientError>,
 ) -> Result<bool, ClientError> {
     let batch = follower.read(device)?;
     for record in &batch.records {
         sampler.note_record(&record.header.facts);
+    }
+    if let Some(view) = view.as_deref_mut() {
+        view.batch(&batch);
     }
     each(&batch)?;
     let anything = !batch.records.is_empty() || !batch.modules.is_empty();
@@ -390,7 +452,7 @@ fn summary_text(
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use kstack_abi::{Ioctl, ntstatus::KSTACK_STATUS_SOURCE_DISABLED};
+    use kstack_abi::{HostRoutine, Ioctl, StatusResponse, ntstatus::KSTACK_STATUS_SOURCE_DISABLED};
 
     use super::{super::fake_driver::FakeDriver, *};
 
@@ -429,6 +491,18 @@ mod tests {
         timeout: Duration,
         listings: &[Vec<ProcessThread>],
     ) -> (Result<End, ClientError>, u64) {
+        run_sample_with_view(driver, sampler, duration, timeout, listings, None)
+    }
+
+    /// [`run_sample`], showing what it reads in `view`.
+    fn run_sample_with_view(
+        driver: &mut FakeDriver,
+        sampler: &mut Sampler,
+        duration: Duration,
+        timeout: Duration,
+        listings: &[Vec<ProcessThread>],
+        view: Option<&mut dyn Screen>,
+    ) -> (Result<End, ClientError>, u64) {
         let mut follower = Follower::default();
         let mut listed = 0;
         let mut handed_on = 0;
@@ -446,6 +520,7 @@ mod tests {
                 Ok(listing)
             },
             &AtomicBool::new(false),
+            view,
             &mut |batch| {
                 handed_on += batch.records.len() as u64;
                 Ok(())
@@ -505,6 +580,61 @@ mod tests {
             "{counts:?}"
         );
         assert!(driver.requests.iter().all(|r| r.timeout_ms == 40));
+    }
+
+    /// A live view that counts what it is shown and quits at its
+    /// `quit_at`th wait.
+    #[derive(Default)]
+    struct CountingView {
+        records: u64,
+        refreshes: usize,
+        waits: usize,
+        quit_at: usize,
+    }
+
+    impl Screen for CountingView {
+        fn batch(&mut self, batch: &Batch) {
+            self.records += batch.records.len() as u64;
+        }
+
+        fn refresh(&mut self, _now: Instant, status: &StatusResponse) -> Result<(), ClientError> {
+            assert_eq!(status.apc, HostRoutine::Available, "the driver's status");
+            self.refreshes += 1;
+            Ok(())
+        }
+
+        fn wait(&mut self, timeout: Duration) -> Result<bool, ClientError> {
+            std::thread::sleep(timeout);
+            self.waits += 1;
+            Ok(self.waits < self.quit_at)
+        }
+    }
+
+    #[test]
+    fn the_live_view_sees_every_record_is_refreshed_and_can_end_the_sample() {
+        let mut driver = FakeDriver::new(vec![]);
+        driver.delivers = true;
+        let mut sampler = sampler(8, 1000);
+        // About 1.5 s of 10 ms waits: past the first refresh.
+        let mut view = CountingView {
+            quit_at: 150,
+            ..CountingView::default()
+        };
+        let (ended, handed_on) = run_sample_with_view(
+            &mut driver,
+            &mut sampler,
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+            &[threads(PROCESS, &[1, 2])],
+            Some(&mut view),
+        );
+        assert_eq!(ended.unwrap().ending, Ending::Stopped, "q in the view");
+        assert_eq!(view.records, handed_on);
+        assert!(
+            handed_on > 0 && view.refreshes >= 1,
+            "{} refreshes",
+            view.refreshes
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ use super::{
     top_live,
 };
 
+/// Stacks shown unless --limit says otherwise.
+pub const STACKS: usize = 20;
+
 #[derive(Args)]
 pub struct TopArgs {
     #[command(flatten)]
@@ -24,7 +27,7 @@ pub struct TopArgs {
     #[command(flatten)]
     json: JsonArg,
     /// Stacks to show.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = STACKS)]
     limit: usize,
     /// Frames to show per stack [default: 8; 3 with --live].
     #[arg(long)]

@@ -49,28 +49,41 @@ pub fn run(
 ) -> Result<(), ClientError> {
     let mut device = open_device()?;
     let symbolizer = symbols.live_symbolizer(&mut device)?;
-    let refresh = follow.refresh();
-    let deadline = follow.deadline();
-    let stop = stop_flag();
-    if io::stdout().is_terminal() {
+    let mut screen = screen(symbolizer, filter, limits)?;
+    refresh_loop(
+        &mut device,
+        follow.refresh(),
+        follow.deadline(),
+        &stop_flag(),
+        screen.as_mut(),
+    )
+}
+
+/// The live view, for this command and for another that reads the driver
+/// (`kstack sample --live`): full-screen on a terminal; otherwise
+/// `kstack top`'s text at every refresh.
+pub fn screen(
+    symbolizer: Symbolizer,
+    filter: Filter,
+    limits: TopLimits,
+) -> Result<Box<dyn Screen>, ClientError> {
+    Ok(if io::stdout().is_terminal() {
         let model = LiveTop::new(Instant::now(), RATE_WINDOW, filter);
-        let mut screen = FullScreen::start(model, symbolizer, limits)?;
-        refresh_loop(&mut device, refresh, deadline, &stop, &mut screen)
+        Box::new(FullScreen::start(model, symbolizer, limits)?)
     } else {
-        let mut screen = TextScreen {
+        Box::new(TextScreen {
             table: StackTable::default(),
             filter,
             driver: DriverCounters::default(),
             symbolizer,
             limits,
             closed: false,
-        };
-        refresh_loop(&mut device, refresh, deadline, &stop, &mut screen)
-    }
+        })
+    })
 }
 
 /// Where the refresh loop shows what it reads.
-trait Screen {
+pub trait Screen {
     /// What one read from the driver returned.
     fn batch(&mut self, batch: &Batch);
     /// An interval has passed; `status` is the driver's now.
@@ -88,7 +101,7 @@ fn refresh_loop(
     refresh: Duration,
     deadline: Option<Instant>,
     stop: &AtomicBool,
-    screen: &mut impl Screen,
+    screen: &mut dyn Screen,
 ) -> Result<(), ClientError> {
     let mut reader = Reader::default();
     let mut next_refresh = Instant::now() + refresh;
