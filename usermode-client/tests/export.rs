@@ -157,7 +157,7 @@ fn go_tool_pprof_reads_the_profile_and_agrees_with_kstack_top() {
         .iter()
         .map(|stack| stack["count"].as_u64().unwrap())
         .sum();
-    assert_eq!(records, 13, "the synthetic capture's records");
+    assert_eq!(records, 16, "the synthetic capture's records");
     let expected = self_and_total(&stacks, |stack| stack["count"].as_u64().unwrap());
     let (stdout, actual) = pprof_top(&profile);
     assert!(
@@ -460,7 +460,7 @@ fn the_chrome_trace_has_every_record_as_an_instant_event_in_time_order() {
         assert!(!args["locations"].as_array().unwrap().is_empty());
     }
     // The synthetic records are 1 ms apart.
-    assert_eq!(events.last().unwrap()["ts"].as_f64(), Some(12_000.0));
+    assert_eq!(events.last().unwrap()["ts"].as_f64(), Some(15_000.0));
     check_golden(
         "export.chrome-trace.json",
         &(serde_json::to_string_pretty(&document).unwrap() + "\n"),

@@ -86,7 +86,7 @@ fn the_flamegraph_is_an_svg_of_every_frame() {
         assert!(svg.contains(frame), "{frame} missing from the SVG");
     }
     assert!(
-        svg.contains("13 records, 7 unique stacks"),
+        svg.contains("16 records, 9 unique stacks"),
         "the title counts them"
     );
     // The same capture draws the same picture.

@@ -77,9 +77,20 @@ const ONDEMAND: &[u64] = &[
     NT + 0x66_70B1,
 ];
 const THREAD: &[u64] = &[KSTACK + 0x2350, NT + 0x6F_4410];
+/// A thread's stack as a special kernel APC captured it (`kstack threads`,
+/// `kstack sample`): no frame of kstack's, waiting in the kernel, then its
+/// user part (one frame in `app.exe`).
+const THREAD_STACK: &[u64] = &[
+    NT + 0x3_3E12,
+    NT + 0x3_2A70,
+    NT + 0x6A_9C30,
+    0x7FF6_1234_5678,
+];
+/// The same thread caught running elsewhere in the kernel.
+const THREAD_STACK_RUNNING: &[u64] = &[NT + 0x4_0A18, NT + 0x6A_9C30, 0x7FF6_1234_5678];
 
 /// A capture with every source, repeated stacks, a truncated record, a
-/// capture-now record and a record with a user part (its frames, the
+/// capture-now record, a sample's thread stacks and records with a user part (its frames, the
 /// ones below the kernel's half of the address space, outside every
 /// module).
 fn records() -> Vec<TraceRecord> {
@@ -179,6 +190,26 @@ fn records() -> Vec<TraceRecord> {
         RecordFlags::NONE,
     );
     push(SourceFacts::Timer, TIMER, 2, RecordFlags::NONE);
+    // A sample's tick: three threads of process 4312 (records 14 to 16 run
+    // in threads 5002, 5000 and 5001), the last one late.
+    for (thread_id, frames, late) in [
+        (5002, THREAD_STACK, false),
+        (5000, THREAD_STACK, false),
+        (5001, THREAD_STACK_RUNNING, true),
+    ] {
+        push(
+            SourceFacts::ThreadStack {
+                target_process_id: 4312,
+                target_thread_id: thread_id,
+                tag: 0x6B73_7470_0000_0007,
+                delay: if late { 12_000_000 } else { 2_500 },
+                late,
+            },
+            frames,
+            1,
+            RecordFlags::NONE,
+        );
+    }
     records
 }
 
