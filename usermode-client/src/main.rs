@@ -109,4 +109,92 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
+
+    /// Every `.\kstack.exe` command line of the README's and the docs'
+    /// PowerShell blocks, as words: up to a comment, a pipe or a closing
+    /// parenthesis, quotes dropped, a PowerShell variable standing for 4.
+    fn documented_command_lines() -> Vec<(String, Vec<String>)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = vec![root.join("README.md")];
+        let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+            .collect();
+        docs.sort();
+        files.extend(docs);
+        let mut lines = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut in_powershell = false;
+            for (number, line) in text.lines().enumerate() {
+                let fence = line.trim_start();
+                if fence.starts_with("```") {
+                    in_powershell = fence == "```powershell";
+                    continue;
+                }
+                let Some((_, command)) = line.split_once(".\\kstack.exe ") else {
+                    continue;
+                };
+                if !in_powershell {
+                    continue;
+                }
+                let command = command
+                    .split(" #")
+                    .next()
+                    .and_then(|command| command.split(" |").next())
+                    .and_then(|command| command.split(')').next())
+                    .unwrap_or_default();
+                let words = command
+                    .split_whitespace()
+                    .map(|word| {
+                        let word = word.trim_matches('"');
+                        match word.find('$') {
+                            Some(start) => {
+                                let end = word[start + 1..]
+                                    .find(|c: char| !(c.is_alphanumeric() || c == '.'))
+                                    .map_or(word.len(), |end| start + 1 + end);
+                                let end = if word[..end].ends_with('.') {
+                                    end - 1
+                                } else {
+                                    end
+                                };
+                                format!("{}4{}", &word[..start], &word[end..])
+                            }
+                            None => word.to_owned(),
+                        }
+                    })
+                    .collect();
+                lines.push((format!("{}:{}", file.display(), number + 1), words));
+            }
+        }
+        lines
+    }
+
+    #[test]
+    fn every_documented_command_line_parses() {
+        let lines = documented_command_lines();
+        assert!(
+            lines.len() >= 30,
+            "only {} command lines found",
+            lines.len()
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|(_, words)| words.first().is_some_and(|w| w == "sample")),
+            "the sampling step was not found"
+        );
+        for (place, words) in &lines {
+            let parsed = Cli::try_parse_from(
+                std::iter::once("kstack").chain(words.iter().map(String::as_str)),
+            );
+            assert!(
+                parsed.is_ok(),
+                "{place}: kstack {}: {}",
+                words.join(" "),
+                parsed.err().unwrap()
+            );
+        }
+    }
 }
