@@ -89,16 +89,20 @@ const THREAD_STACK: &[u64] = &[
 /// The same thread caught running elsewhere in the kernel.
 const THREAD_STACK_RUNNING: &[u64] = &[NT + 0x4_0A18, NT + 0x6A_9C30, 0x7FF6_1234_5678];
 
+/// What the synthetic capture's records hold, in order: facts, frames,
+/// IRQL and flags.
+type Event = (SourceFacts, &'static [u64], u8, RecordFlags);
+
 /// A capture with every source, repeated stacks, a truncated record, a
-/// capture-now record, a sample's thread stacks and records with a user part (its frames, the
-/// ones below the kernel's half of the address space, outside every
-/// module).
+/// capture-now record, a sample's thread stacks and records with a user part
+/// (its frames, the ones below the kernel's half of the address space,
+/// outside every module).
 fn records() -> Vec<TraceRecord> {
     let mut records = Vec::new();
     // Captured on two processors in turn, each with its own ring shard and
     // sequence numbers.
     let mut spent = [0_u64; 2];
-    let mut push = |facts: SourceFacts, frames: &[u64], irql: u8, flags: RecordFlags| {
+    for (facts, frames, irql, flags) in events() {
         let index = records.len() as u64 + 1;
         let shard = u16::try_from(index % 2).unwrap();
         spent[usize::from(shard)] += 1;
@@ -130,11 +134,15 @@ fn records() -> Vec<TraceRecord> {
             },
             frames: frames.into(),
         });
-    };
-    for _ in 0..5 {
-        push(SourceFacts::Timer, TIMER, 2, RecordFlags::NONE);
     }
-    push(
+    records
+}
+
+/// The events of [`records`].
+fn events() -> Vec<Event> {
+    let none = RecordFlags::NONE;
+    let mut events: Vec<Event> = vec![(SourceFacts::Timer, TIMER, 2, none); 5];
+    events.push((
         SourceFacts::Process {
             event: Lifecycle::Create,
             process_id: 4312,
@@ -142,9 +150,9 @@ fn records() -> Vec<TraceRecord> {
         },
         PROCESS,
         0,
-        RecordFlags::NONE,
-    );
-    push(
+        none,
+    ));
+    events.push((
         SourceFacts::Thread {
             event: Lifecycle::Exit,
             process_id: 4312,
@@ -152,27 +160,16 @@ fn records() -> Vec<TraceRecord> {
         },
         THREAD,
         0,
-        RecordFlags::NONE,
-    );
-    for _ in 0..2 {
-        push(
-            SourceFacts::ImageLoad {
-                image_base: 0x7FF6_1230_0000,
-                image_size: 0x5_0000,
-                process_id: 4312,
-            },
-            IMAGE,
-            0,
-            RecordFlags::NONE,
-        );
-    }
-    push(
-        SourceFacts::Registry { notify_class: 1 },
-        REGISTRY,
-        0,
-        RecordFlags::NONE,
-    );
-    push(
+        none,
+    ));
+    let image = SourceFacts::ImageLoad {
+        image_base: 0x7FF6_1230_0000,
+        image_size: 0x5_0000,
+        process_id: 4312,
+    };
+    events.extend([(image, IMAGE, 0, none), (image, IMAGE, 0, none)]);
+    events.push((SourceFacts::Registry { notify_class: 1 }, REGISTRY, 0, none));
+    events.push((
         SourceFacts::ObjectHandle {
             operation: HandleOperation::Create,
             object: ObjectKind::Process,
@@ -182,14 +179,9 @@ fn records() -> Vec<TraceRecord> {
         OBJECT,
         0,
         RecordFlags::TRUNCATED,
-    );
-    push(
-        SourceFacts::OnDemand { tag: 4312 },
-        ONDEMAND,
-        0,
-        RecordFlags::NONE,
-    );
-    push(SourceFacts::Timer, TIMER, 2, RecordFlags::NONE);
+    ));
+    events.push((SourceFacts::OnDemand { tag: 4312 }, ONDEMAND, 0, none));
+    events.push((SourceFacts::Timer, TIMER, 2, none));
     // A sample's tick: three threads of process 4312 (records 14 to 16 run
     // in threads 5002, 5000 and 5001), the last one late.
     for (thread_id, frames, late) in [
@@ -197,20 +189,16 @@ fn records() -> Vec<TraceRecord> {
         (5000, THREAD_STACK, false),
         (5001, THREAD_STACK_RUNNING, true),
     ] {
-        push(
-            SourceFacts::ThreadStack {
-                target_process_id: 4312,
-                target_thread_id: thread_id,
-                tag: 0x6B73_7470_0000_0007,
-                delay: if late { 12_000_000 } else { 2_500 },
-                late,
-            },
-            frames,
-            1,
-            RecordFlags::NONE,
-        );
+        let facts = SourceFacts::ThreadStack {
+            target_process_id: 4312,
+            target_thread_id: thread_id,
+            tag: 0x6B73_7470_0000_0007,
+            delay: if late { 12_000_000 } else { 2_500 },
+            late,
+        };
+        events.push((facts, frames, 1, none));
     }
-    records
+    events
 }
 
 /// The user-mode modules listed when the capture began: the registry
