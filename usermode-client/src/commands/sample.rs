@@ -14,10 +14,7 @@ use std::{
 };
 
 use clap::Args;
-use kstack_abi::{
-    ThreadRequestOutcome,
-    thread_capture::{MAX_THREAD_CAPTURES, THREAD_CAPTURE_TIMEOUT_MS_RANGE},
-};
+use kstack_abi::{ThreadRequestOutcome, thread_capture::MAX_THREAD_CAPTURES};
 use kstack_client::{
     capture::{
         file::CaptureWriter,
@@ -39,8 +36,9 @@ use kstack_client::{
 use super::{
     live::{follow_summary_text, live_modules, open_device, stop_flag},
     output::{ForceArg, create_output, discard},
+    save::{append_batch, finish_capture},
     symbols::SymbolsArg,
-    threads::{fresh_tag, with_thread_stacks},
+    threads::{self, fresh_tag, with_thread_stacks},
     top,
     top_live::{self, Screen},
 };
@@ -79,15 +77,7 @@ pub struct SampleArgs {
     threads_per_tick: u32,
     /// How long a thread's request holds it back from later ticks, in
     /// milliseconds (1 to 60000); a capture after it is kept, flagged late.
-    #[arg(
-        long,
-        value_name = "MS",
-        default_value_t = 1000,
-        value_parser = clap::value_parser!(u32).range(
-            i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.start())
-                ..=i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.end())
-        )
-    )]
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = threads::timeout_ms())]
     timeout_ms: u32,
     /// The capture file to write.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -169,42 +159,15 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
             // Coerced here: inside the Option it could not be.
             view.as_mut()
                 .map(|view| -> &mut dyn Screen { view.as_mut() }),
-            &mut |batch| {
-                batch
-                    .modules
-                    .iter()
-                    .try_for_each(|change| writer.append_module(change))
-                    .and_then(|()| {
-                        batch
-                            .records
-                            .iter()
-                            .try_for_each(|record| writer.append(record))
-                    })
-                    .map_err(writing)
-            },
+            &mut |batch| append_batch(&mut writer, batch).map_err(writing),
         );
         // The terminal is given back before the summary is printed.
         drop(view);
         Ok((outcome.map(|end| (sampler, end)), follower.summary()))
     })
     .inspect_err(|_| discard(path))?;
-    // A driver error ends the sample but keeps what was read: the file is
-    // finished and valid. A write error leaves nothing trustworthy.
-    writer
-        .finish()
-        .map_err(writing)
-        .inspect_err(|_| discard(path))?;
-    let (finished, end) = sampled.inspect_err(|error| {
-        if matches!(error, ClientError::File { .. }) {
-            discard(path);
-        } else {
-            eprintln!(
-                "kstack sample: the {} read before the error are saved in {}",
-                counted(read.received, "record"),
-                path.display()
-            );
-        }
-    })?;
+    let saved = writer.records() - writer.module_records();
+    let (finished, end) = finish_capture(writer, path, sampled, saved, "sample")?;
     eprint!(
         "{}",
         summary_text(

@@ -1,12 +1,15 @@
 //! `kstack save`: records and the module list to a file for offline
 //! analysis.
 
-use std::{io, path::PathBuf};
+use std::{
+    io::{self, Write},
+    path::{Path, PathBuf},
+};
 
 use clap::Args;
 use kstack_client::{
     capture::{file::CaptureWriter, stack_table},
-    device::session,
+    device::session::{self, Batch},
     error::ClientError,
     naming::process_modules,
 };
@@ -41,38 +44,11 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         &mut device,
         args.follow.drain_or_follow(),
         &stop_flag(),
-        |batch| {
-            batch
-                .modules
-                .iter()
-                .try_for_each(|change| writer.append_module(change))
-                .and_then(|()| {
-                    batch
-                        .records
-                        .iter()
-                        .try_for_each(|record| writer.append(record))
-                })
-                .map_err(writing)
-        },
+        |batch| append_batch(&mut writer, batch).map_err(writing),
     );
     let saved = writer.records() - writer.module_records();
     let saved_modules = writer.module_records();
-    // A driver error ends the capture but keeps what was read: the file is
-    // finished and valid. A write error leaves nothing trustworthy.
-    writer
-        .finish()
-        .map_err(writing)
-        .inspect_err(|_| discard(path))?;
-    let summary = followed.inspect_err(|error| {
-        if matches!(error, ClientError::File { .. }) {
-            discard(path);
-        } else {
-            eprintln!(
-                "kstack save: {saved} records read before the error are saved in {}",
-                path.display()
-            );
-        }
-    })?;
+    let summary = finish_capture(writer, path, followed, saved, "save")?;
     eprintln!(
         "kstack save: {}, {}, {} and the user-mode modules of {} processes written to {}; {}",
         stack_table::counted(saved, "record"),
@@ -83,4 +59,46 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         follow_summary_text(&summary)
     );
     Ok(())
+}
+
+/// Appends what one read returned to a capture: its module records, then
+/// its trace records.
+pub fn append_batch<W: Write>(writer: &mut CaptureWriter<W>, batch: &Batch) -> io::Result<()> {
+    batch
+        .modules
+        .iter()
+        .try_for_each(|change| writer.append_module(change))?;
+    batch
+        .records
+        .iter()
+        .try_for_each(|record| writer.append(record))
+}
+
+/// Finishes the capture at `path` that reads filled, `followed` being how
+/// they ended. A driver error ends the capture but keeps what was read:
+/// the file is finished and valid, and `kstack <command>` says so with the
+/// `saved` records' count. A write error leaves nothing trustworthy: the
+/// file is removed.
+pub fn finish_capture<W: Write, T>(
+    writer: CaptureWriter<W>,
+    path: &Path,
+    followed: Result<T, ClientError>,
+    saved: u64,
+    command: &str,
+) -> Result<T, ClientError> {
+    writer
+        .finish()
+        .map_err(|error| ClientError::file(path, "writing", &error))
+        .inspect_err(|_| discard(path))?;
+    followed.inspect_err(|error| {
+        if matches!(error, ClientError::File { .. }) {
+            discard(path);
+        } else {
+            eprintln!(
+                "kstack {command}: {} read before the error are saved in {}",
+                stack_table::counted(saved, "record"),
+                path.display()
+            );
+        }
+    })
 }

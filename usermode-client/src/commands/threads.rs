@@ -49,18 +49,19 @@ pub struct ThreadsArgs {
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u32>,
     /// How long to wait for the captures, in milliseconds (1 to 60000).
-    #[arg(
-        long,
-        value_name = "MS",
-        default_value_t = 1000,
-        value_parser = clap::value_parser!(u32).range(
-            i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.start())
-                ..=i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.end())
-        )
-    )]
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = timeout_ms())]
     timeout_ms: u32,
     #[command(flatten)]
     format: RecordFormat,
+}
+
+/// `--timeout-ms`: a capture-threads request's timeout, as the driver
+/// takes it.
+pub fn timeout_ms() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(
+        i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.start())
+            ..=i64::from(*THREAD_CAPTURE_TIMEOUT_MS_RANGE.end()),
+    )
 }
 
 /// A thread asked for: its id, and its process when the command listed it
