@@ -16,17 +16,13 @@ use std::{
 use clap::Args;
 use kstack_abi::{ThreadRequestOutcome, thread_capture::MAX_THREAD_CAPTURES};
 use kstack_client::{
-    capture::{
-        file::CaptureWriter,
-        stack_table::{TopLimits, counted},
-    },
+    capture::stack_table::{TopLimits, counted},
     device::{
         session::{self, Batch, FollowSummary, Follower},
         transport::Transport,
     },
     error::ClientError,
     live_top::Filter,
-    naming::process_modules,
     sampling::{
         HZ_RANGE, MAX_THREADS_PER_TICK, SampleCounts, SampleSettings, Sampler, Selection, TickPlan,
     },
@@ -34,9 +30,9 @@ use kstack_client::{
 };
 
 use super::{
-    live::{follow_summary_text, live_modules, open_device, stop_flag},
-    output::{ForceArg, create_output, discard},
-    save::{append_batch, finish_capture},
+    live::{follow_summary_text, open_device, stop_flag},
+    output::{ForceArg, discard},
+    save::{append_batch, finish_capture, start_capture},
     symbols::SymbolsArg,
     threads::{self, fresh_tag, with_thread_stacks},
     top,
@@ -117,19 +113,18 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
         threads_per_tick: args.threads_per_tick,
         timeout_ms: args.timeout_ms,
     };
-    let modules = live_modules(&mut device)?;
-    let processes = process_modules::list_running();
+    let path = args.file.as_path();
+    let (mut writer, ..) = start_capture(&mut device, path, args.force.force)?;
+    let writing = |error: io::Error| ClientError::file(path, "writing", &error);
     let symbolizer = if args.live {
-        Some(args.symbols.live_symbolizer(&mut device)?)
+        Some(
+            args.symbols
+                .live_symbolizer(&mut device)
+                .inspect_err(|_| discard(path))?,
+        )
     } else {
         None
     };
-    let path = args.file.as_path();
-    let writing = |error: io::Error| ClientError::file(path, "writing", &error);
-    let mut writer =
-        CaptureWriter::with_processes(create_output(path, args.force.force)?, &modules, &processes)
-            .map_err(writing)
-            .inspect_err(|_| discard(path))?;
     let stop = stop_flag();
     let deadline = args
         .duration

@@ -2,16 +2,23 @@
 //! analysis.
 
 use std::{
-    io::{self, Write},
+    fs::File,
+    io::{self, BufWriter, Write},
     path::{Path, PathBuf},
 };
 
 use clap::Args;
 use kstack_client::{
     capture::{file::CaptureWriter, stack_table},
-    device::session::{self, Batch},
+    device::{
+        session::{self, Batch},
+        transport::Transport,
+    },
     error::ClientError,
-    naming::process_modules,
+    naming::{
+        modules::ModuleMap,
+        process_modules::{self, ProcessModules},
+    },
 };
 
 use super::{
@@ -32,14 +39,9 @@ pub struct SaveArgs {
 
 pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
     let mut device = open_device()?;
-    let modules = live_modules(&mut device)?;
-    let processes = process_modules::list_running();
     let path = args.file.as_path();
+    let (mut writer, modules, processes) = start_capture(&mut device, path, args.force.force)?;
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
-    let mut writer =
-        CaptureWriter::with_processes(create_output(path, args.force.force)?, &modules, &processes)
-            .map_err(writing)
-            .inspect_err(|_| discard(path))?;
     let followed = session::follow(
         &mut device,
         args.follow.drain_or_follow(),
@@ -59,6 +61,22 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         follow_summary_text(&summary)
     );
     Ok(())
+}
+
+/// A capture at `path` (replaced only with `force`), begun with the
+/// kernel's module list and the running processes' modules, which it also
+/// returns.
+pub fn start_capture(
+    device: &mut impl Transport,
+    path: &Path,
+    force: bool,
+) -> Result<(CaptureWriter<BufWriter<File>>, ModuleMap, ProcessModules), ClientError> {
+    let modules = live_modules(device)?;
+    let processes = process_modules::list_running();
+    let writer = CaptureWriter::with_processes(create_output(path, force)?, &modules, &processes)
+        .map_err(|error| ClientError::file(path, "writing", &error))
+        .inspect_err(|_| discard(path))?;
+    Ok((writer, modules, processes))
 }
 
 /// Appends what one read returned to a capture: its module records, then
