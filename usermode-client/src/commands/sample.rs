@@ -259,19 +259,27 @@ fn sample(
             let plan = sampler.plan(now, &listed);
             last_tick = Some(now);
             ask(device, sampler, &plan, bounds.timeout)?;
-        } else if !read(device, sampler, follower, &mut view, each)? {
-            let pause = wait.min(READ_INTERVAL);
-            let Some(view) = view.as_deref_mut() else {
-                std::thread::sleep(pause);
-                continue;
-            };
-            if now >= next_refresh {
-                view.refresh(now, &session::status(device)?)?;
-                next_refresh = now + VIEW_REFRESH;
+        }
+        // A read after every tick too: ticks that take their whole period
+        // must not starve the ring.
+        let read_any = read(device, sampler, follower, &mut view, each)?;
+        if let Some(view) = view.as_deref_mut()
+            && now >= next_refresh
+        {
+            view.refresh(now, &session::status(device)?)?;
+            next_refresh = now + VIEW_REFRESH;
+        }
+        if read_any || wait.is_zero() {
+            continue;
+        }
+        let pause = wait.min(READ_INTERVAL);
+        match view.as_deref_mut() {
+            Some(view) => {
+                if !view.wait(pause)? {
+                    break Ending::Stopped;
+                }
             }
-            if !view.wait(pause)? {
-                break Ending::Stopped;
-            }
+            None => std::thread::sleep(pause),
         }
     };
     let waited_until = last_tick.map(|at| at + bounds.timeout);
@@ -593,6 +601,41 @@ mod tests {
             "{} refreshes",
             view.refreshes
         );
+    }
+
+    #[test]
+    fn ticks_that_take_their_whole_period_still_read_and_count_the_missed_ones() {
+        let mut driver = FakeDriver::new(vec![]);
+        driver.delivers = true;
+        let mut sampler = sampler(8, 1000);
+        let mut follower = Follower::default();
+        // Listing takes 25 ms at 100 Hz: a tick is always due.
+        let ended = sample(
+            &mut driver,
+            &mut sampler,
+            &mut follower,
+            Bounds {
+                deadline: Some(Instant::now() + Duration::from_millis(250)),
+                timeout: Duration::from_secs(1),
+            },
+            &mut || {
+                std::thread::sleep(Duration::from_millis(25));
+                Ok(threads(PROCESS, &[1]))
+            },
+            &AtomicBool::new(false),
+            None,
+            &mut |_| Ok(()),
+        );
+        assert_eq!(ended.unwrap().ending, Ending::Duration);
+        let counts = sampler.counts();
+        assert!(counts.missed_ticks >= counts.ticks, "{counts:?}");
+        assert!(
+            driver.read_requests as u64 >= counts.ticks,
+            "{} reads over {} ticks",
+            driver.read_requests,
+            counts.ticks
+        );
+        assert_eq!(counts.captured, counts.queued);
     }
 
     #[test]
