@@ -121,7 +121,7 @@ fn cases() -> [(&'static str, Case); 22] {
             configure_round_trip,
         ),
         (
-            "capture-now frames start inside kstack.sys",
+            "capture-now frames start inside kstack.sys (shown with --tracer-frames, hidden by default)",
             capture_now_frames_are_in_kstack,
         ),
         (
@@ -443,7 +443,12 @@ fn image_range(path: &Path) -> WineResult<(u64, u64)> {
 
 fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
     let (start, end) = kstack_image_range(&context.package)?;
-    let records = json_lines(&context.wine.client_ok(&["selftest", "--json"])?)?;
+    let records =
+        json_lines(
+            &context
+                .wine
+                .client_ok(&["selftest", "--json", "--tracer-frames"])?,
+        )?;
     let record = records.first().ok_or("selftest printed no record")?;
     ensure(
         record["source"] == "ondemand" && record["flags"] == serde_json::json!(["not_in_ring"]),
@@ -463,7 +468,24 @@ fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
     ensure(record["locations"][0] == named.as_str(), || {
         format!("frame 0 should be named {named}: {record}")
     })?;
-    ensure(frames.len() > 3, || format!("only {} frames", frames.len()))
+    ensure(frames.len() > 3, || format!("only {} frames", frames.len()))?;
+    // By default the same request's stack starts below kstack.sys's frames,
+    // and says how many it left out.
+    let tracer = frames
+        .iter()
+        .take_while(|frame| (start..end).contains(*frame))
+        .count();
+    let records = json_lines(&context.wine.client_ok(&["selftest", "--json"])?)?;
+    let record = records.first().ok_or("selftest printed no record")?;
+    ensure(
+        record["tracer_frames"] == tracer
+            && record["locations"].as_array().is_some_and(|locations| {
+                locations
+                    .iter()
+                    .all(|location| !location.as_str().unwrap_or("").starts_with("kstack.sys"))
+            }),
+        || format!("{tracer} tracer frames should be hidden: {record}"),
+    )
 }
 
 /// `kstack threads` and `kstack sample` under Wine, whose
@@ -539,13 +561,21 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
         &["kstack.pdb"],
         &wine.drive_c().join("pdb-only"),
     )?;
-    let live =
-        first_location(&wine.client_ok(&["selftest", "--json", "--symbols", r"C:\pdb-only"])?)?;
+    // kstack.sys's own frames are the ones named here: shown on request.
+    let live = first_location(&wine.client_ok(&[
+        "selftest",
+        "--json",
+        "--tracer-frames",
+        "--symbols",
+        r"C:\pdb-only",
+    ])?)?;
     ensure(names_a_kstack_function(&live), || {
         format!("with --symbols frame 0 should name a kstack function: {live}")
     })?;
-    let from_environment =
-        wine.client_with_env(("_NT_SYMBOL_PATH", r"C:\pdb-only"), &["selftest", "--json"])?;
+    let from_environment = wine.client_with_env(
+        ("_NT_SYMBOL_PATH", r"C:\pdb-only"),
+        &["selftest", "--json", "--tracer-frames"],
+    )?;
     let environment_location = first_location(&String::from_utf8_lossy(&from_environment.stdout))?;
     ensure(environment_location == live, || {
         format!(
@@ -554,7 +584,7 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     })?;
     let turned_off = wine.client_with_env(
         ("_NT_SYMBOL_PATH", r"C:\pdb-only"),
-        &["selftest", "--json", "--symbols", ""],
+        &["selftest", "--json", "--tracer-frames", "--symbols", ""],
     )?;
     let off_location = first_location(&String::from_utf8_lossy(&turned_off.stdout))?;
     ensure(off_location.starts_with("kstack.sys+0x"), || {
@@ -569,6 +599,7 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     let pdb_only = wine.client(&[
         "read",
         "--json",
+        "--tracer-frames",
         "--input",
         "symbols.kstack",
         "--symbols",
@@ -590,6 +621,7 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     let offline = first_location(&wine.client_ok(&[
         "read",
         "--json",
+        "--tracer-frames",
         "--input",
         "symbols.kstack",
         "--symbols",
@@ -600,6 +632,7 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     })?;
     let top = wine.client_ok(&[
         "top",
+        "--tracer-frames",
         "--input",
         "symbols.kstack",
         "--symbols",
@@ -607,6 +640,7 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     ])?;
     let folded = wine.client_ok(&[
         "folded",
+        "--tracer-frames",
         "--input",
         "symbols.kstack",
         "--symbols",
@@ -683,6 +717,45 @@ fn allow_elevated_walks(wine: &WineHost) -> WineResult<()> {
     wine.start_driver()
 }
 
+/// `kstack folded` of `e2e.kstack` under Wine equals what the Linux
+/// library makes of the same capture (`table`, named after `modules`):
+/// without kstack.sys's own frames by default, with them on request.
+fn folded_agrees_with_linux(
+    wine: &WineHost,
+    table: &kstack_client::capture::stack_table::StackTable,
+    modules: &kstack_client::naming::modules::ModuleMap,
+) -> WineResult<()> {
+    for tracer_frames in [false, true] {
+        let symbolizer = kstack_client::naming::symbolizer::Symbolizer::new(modules.clone());
+        let symbolizer = if tracer_frames {
+            symbolizer.showing_tracer_frames()
+        } else {
+            symbolizer
+        };
+        let mut linux_folded = table.folded(&symbolizer).join("\n");
+        linux_folded.push('\n');
+        let mut args = vec!["folded", "--input", "e2e.kstack"];
+        if tracer_frames {
+            args.push("--tracer-frames");
+        }
+        let wine_folded = wine.client_ok(&args)?;
+        ensure(wine_folded == linux_folded, || {
+            format!("folded stacks differ:\nWine:\n{wine_folded}\nLinux:\n{linux_folded}")
+        })?;
+        ensure(
+            wine_folded.starts_with("timer;")
+                && wine_folded.contains("kstack.sys+0x") == tracer_frames,
+            || {
+                format!(
+                    "folded stacks should start at the source and name kstack.sys only with \
+                     --tracer-frames ({tracer_frames}): {wine_folded}"
+                )
+            },
+        )?;
+    }
+    Ok(())
+}
+
 fn save_and_analyze(context: &Context) -> WineResult<()> {
     let wine = &context.wine;
     allow_elevated_walks(wine)?;
@@ -735,17 +808,7 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
             .is_some_and(|(module, _)| module.name == "kstack.sys"),
         || format!("the saved module list lacks kstack.sys: {:?}", view.modules),
     )?;
-    let symbolizer = kstack_client::naming::symbolizer::Symbolizer::new(view.modules.clone());
-    let mut linux_folded = table.folded(&symbolizer).join("\n");
-    linux_folded.push('\n');
-    let wine_folded = wine.client_ok(&["folded", "--input", "e2e.kstack"])?;
-    ensure(wine_folded == linux_folded, || {
-        format!("folded stacks differ:\nWine:\n{wine_folded}\nLinux:\n{linux_folded}")
-    })?;
-    ensure(
-        wine_folded.starts_with("timer;") && wine_folded.contains("kstack.sys+0x"),
-        || format!("folded stacks should start at the source and name kstack.sys: {wine_folded}"),
-    )?;
+    folded_agrees_with_linux(wine, &table, &view.modules)?;
     let top = json_lines(&wine.client_ok(&["top", "--json", "--input", "e2e.kstack"])?)?;
     let counted: u64 = top.iter().filter_map(|stack| stack["count"].as_u64()).sum();
     ensure(
@@ -761,7 +824,14 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     )?;
     let svg_path = wine.client_dir().join("e2e.svg");
     let _ = std::fs::remove_file(&svg_path);
-    wine.client_ok(&["flamegraph", "--input", "e2e.kstack", "-o", "e2e.svg"])?;
+    wine.client_ok(&[
+        "flamegraph",
+        "--tracer-frames",
+        "--input",
+        "e2e.kstack",
+        "-o",
+        "e2e.svg",
+    ])?;
     let svg =
         std::fs::read_to_string(&svg_path).map_err(|error| format!("reading the SVG: {error}"))?;
     ensure(
@@ -964,7 +1034,7 @@ fn injected_events_case(context: &Context, injection_build: &Path) -> WineResult
         || format!("injecting a timer event should be refused: {refused:?}"),
     )?;
     wine.client_ok(&["config", "--disable", "all"])?;
-    let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    let records = json_lines(&wine.client_ok(&["read", "--json", "--tracer-frames"])?)?;
     // Wine's own image loads may interleave: keep the injected ones.
     let injected: Vec<&Value> = records
         .iter()
@@ -1243,7 +1313,8 @@ fn timer_records_in_two_readers(wine: &WineHost) -> WineResult<Value> {
         wine.client_ok(&["config", "--enable", "timer", "--timer-period", "1"])?;
         thread::sleep(Duration::from_millis(300));
         wine.client_ok(&["config", "--disable", "timer"])?;
-        let records = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+        // Every frame, kstack.sys's own too: each came through the table.
+        let records = json_lines(&wine.client_ok(&["read", "--json", "--tracer-frames"])?)?;
         ensure(records.len() >= 20, || {
             format!("the {reader} reader got {} timer records", records.len())
         })?;

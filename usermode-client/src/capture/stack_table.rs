@@ -115,12 +115,27 @@ impl StackSummary {
             .unwrap_or_else(|| format!("{frame:#x}"))
     }
 
-    /// Every frame, outermost last, kernel frames named by the kernel's
-    /// modules and user frames as [`StackSummary::user_locations`] names
-    /// them.
+    /// The kernel frames shown: without kstack.sys's at the top, unless
+    /// `symbolizer` shows them (see [`Symbolizer::hidden_tracer_frames`]).
+    #[must_use]
+    pub fn shown_kernel_frames(&self, symbolizer: &Symbolizer) -> &[u64] {
+        let kernel = self.kernel_frames();
+        &kernel[symbolizer.hidden_tracer_frames(kernel)..]
+    }
+
+    /// The frames shown: [`StackSummary::shown_kernel_frames`], then the
+    /// user part.
+    #[must_use]
+    pub fn shown_frames(&self, symbolizer: &Symbolizer) -> &[u64] {
+        &self.frames[symbolizer.hidden_tracer_frames(self.kernel_frames())..]
+    }
+
+    /// Every frame shown, outermost last, kernel frames named by the
+    /// kernel's modules and user frames as
+    /// [`StackSummary::user_locations`] names them.
     #[must_use]
     pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
-        let mut locations = symbolizer.locations(self.kernel_frames());
+        let mut locations = symbolizer.locations(self.shown_kernel_frames(symbolizer));
         locations.extend(self.user_locations(symbolizer));
         locations
     }
@@ -301,21 +316,17 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
             sighting_text(summary.first),
             sighting_text(summary.last),
         );
-        let kernel = summary.kernel_frames().len();
-        for (index, location) in summary
-            .locations(symbolizer)
-            .iter()
-            .take(limits.frames)
-            .enumerate()
-        {
+        let kernel = summary.shown_kernel_frames(symbolizer).len();
+        let locations = summary.locations(symbolizer);
+        for (index, location) in locations.iter().take(limits.frames).enumerate() {
             if index == kernel {
                 out.push_str("  -- user mode --\n");
             }
             let _ = writeln!(out, "  {index:>2}  {location}");
         }
-        let hidden = summary.frames.len().saturating_sub(limits.frames);
+        let hidden = locations.len().saturating_sub(limits.frames);
         if hidden > 0 {
-            let _ = writeln!(out, "      ... {hidden} more frames");
+            let _ = writeln!(out, "      ... {}", counted(hidden as u64, "more frame"));
         }
     }
     out
@@ -345,8 +356,9 @@ pub fn top_json(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
                 "sources": per_source,
                 "first": sighting_json(summary.first),
                 "last": sighting_json(summary.last),
-                "frames": Symbolizer::hex(summary.kernel_frames()),
-                "locations": symbolizer.locations(summary.kernel_frames()),
+                "tracer_frames": symbolizer.hidden_tracer_frames(summary.kernel_frames()),
+                "frames": Symbolizer::hex(summary.shown_kernel_frames(symbolizer)),
+                "locations": symbolizer.locations(summary.shown_kernel_frames(symbolizer)),
                 "user_frames": Symbolizer::hex(summary.user_part()),
                 "user_locations": summary.user_locations(symbolizer),
             })
@@ -395,7 +407,7 @@ mod tests {
     };
 
     fn modules_only() -> Symbolizer {
-        Symbolizer::new(sample_map())
+        Symbolizer::new(sample_map()).showing_tracer_frames()
     }
 
     const LEAF: u64 = 0xFFFF_F801_2340_0010;
@@ -579,7 +591,7 @@ mod tests {
         assert!(text.contains("#1 3 records (75.0%)"), "{text}");
         assert!(text.contains("sources timer,ondemand"), "{text}");
         assert!(
-            text.contains("   0  kstack.sys+0x10\n      ... 1 more frames\n"),
+            text.contains("   0  kstack.sys+0x10\n      ... 1 more frame\n"),
             "{text}"
         );
         assert!(!text.contains("#2"), "{text}");

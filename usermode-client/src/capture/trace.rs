@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
-pub const JSON_SCHEMA_VERSION: u32 = 2;
+pub const JSON_SCHEMA_VERSION: u32 = 3;
 
 /// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -211,9 +211,10 @@ impl TraceRecord {
             let _ = writeln!(out, "  CallTrace: {}", self.locations(symbolizer).join("|"));
             return out;
         }
-        let kernel = self.kernel_frames().len();
+        let hidden = symbolizer.hidden_tracer_frames(self.kernel_frames());
+        let kernel = self.kernel_frames().len() - hidden;
         let user_32_bit = self.shows_user_frames_as_32_bit();
-        for (index, &frame) in self.frames.iter().enumerate() {
+        for (index, &frame) in self.frames[hidden..].iter().enumerate() {
             if index == kernel {
                 out.push_str("  -- user mode --\n");
             }
@@ -239,11 +240,20 @@ impl TraceRecord {
         out
     }
 
-    /// Every frame named: the kernel part after the kernel's modules, the
-    /// user part after its process's (see [`Symbolizer::user_location`]).
+    /// The kernel frames shown: without kstack.sys's at the top, unless
+    /// `symbolizer` shows them (see [`Symbolizer::hidden_tracer_frames`]).
+    #[must_use]
+    pub fn shown_kernel_frames(&self, symbolizer: &Symbolizer) -> &[u64] {
+        let kernel = self.kernel_frames();
+        &kernel[symbolizer.hidden_tracer_frames(kernel)..]
+    }
+
+    /// Every frame shown, named: the kernel part after the kernel's
+    /// modules, the user part after its process's (see
+    /// [`Symbolizer::user_location`]).
     #[must_use]
     pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
-        let mut locations = symbolizer.locations(self.kernel_frames());
+        let mut locations = symbolizer.locations(self.shown_kernel_frames(symbolizer));
         locations.extend(symbolizer.user_locations(&self.header, self.user_frames()));
         locations
     }
@@ -288,8 +298,9 @@ impl TraceRecord {
             "os_hash": format!("{:#010x}", self.header.os_hash),
             "stack_id": format!("{:#018x}", self.header.stack_id),
             "facts": facts_json(&self.header.facts),
-            "frames": Symbolizer::hex(self.kernel_frames()),
-            "locations": symbolizer.locations(self.kernel_frames()),
+            "tracer_frames": symbolizer.hidden_tracer_frames(self.kernel_frames()),
+            "frames": Symbolizer::hex(self.shown_kernel_frames(symbolizer)),
+            "locations": symbolizer.locations(self.shown_kernel_frames(symbolizer)),
             "user_part": self.header.user_part.name(),
             "user_frames": Symbolizer::hex(self.user_frames()),
             "user_locations": symbolizer.user_locations(&self.header, self.user_frames()),
@@ -429,27 +440,58 @@ mod tests {
     }
 
     #[test]
-    fn frames_inside_modules_are_named() {
-        let modules = Symbolizer::new(ModuleMap::new([crate::naming::modules::Module {
+    fn frames_inside_modules_are_named_and_the_tracers_own_shown_on_request() {
+        let modules = ModuleMap::new([crate::naming::modules::Module {
             base: 0xFFFF_F800_1230_0000,
             size: 0x10_0000,
             name: "kstack.sys".to_owned(),
-        }]));
-        let text = sample().to_text(&modules, false);
+        }]);
+        let shown = Symbolizer::new(modules.clone()).showing_tracer_frames();
+        let text = sample().to_text(&shown, false);
         assert!(
             text.ends_with(
                 "   0  0xfffff80012345678  kstack.sys+0x45678\n   1  0xfffff80000001000\n"
             ),
             "{text}"
         );
-        let trace = sample().to_text(&modules, true);
+        let trace = sample().to_text(&shown, true);
         assert!(
             trace.ends_with("\n  CallTrace: kstack.sys+0x45678|0xfffff80000001000\n"),
             "{trace}"
         );
+        let value = sample().to_json(&shown);
         assert_eq!(
-            sample().to_json(&modules)["locations"],
+            value["locations"],
             json!(["kstack.sys+0x45678", "0xfffff80000001000"])
+        );
+        assert_eq!(value["tracer_frames"], 0);
+        // By default the stack starts below kstack.sys's frames at its top;
+        // the record itself keeps them.
+        let hidden = Symbolizer::new(modules);
+        let text = sample().to_text(&hidden, false);
+        assert!(
+            text.ends_with(": timer sample [truncated]\n   0  0xfffff80000001000\n"),
+            "{text}"
+        );
+        let trace = sample().to_text(&hidden, true);
+        assert!(
+            trace.ends_with("\n  CallTrace: 0xfffff80000001000\n"),
+            "{trace}"
+        );
+        let value = sample().to_json(&hidden);
+        assert_eq!(value["frames"], json!(["0xfffff80000001000"]));
+        assert_eq!(value["locations"], json!(["0xfffff80000001000"]));
+        assert_eq!(value["tracer_frames"], 1);
+        assert_eq!(
+            value["stack_id"], "0x0123456789abcdef",
+            "the id is the whole stack's"
+        );
+        // Only the run at the top: a kstack.sys frame further down stays.
+        let mut record = sample();
+        record.frames = [0xFFFF_F800_0000_1000, 0xFFFF_F800_1234_5678].into();
+        assert_eq!(
+            record.locations(&hidden),
+            ["0xfffff80000001000", "kstack.sys+0x45678"]
         );
     }
 
@@ -491,7 +533,11 @@ mod tests {
     #[test]
     fn json_line_has_the_documented_fields() {
         let value = sample().to_json(&no_modules());
-        assert_eq!(value["schema"], 2);
+        assert_eq!(value["schema"], 3);
+        assert_eq!(
+            value["tracer_frames"], 0,
+            "no kstack.sys in the module list"
+        );
         assert_eq!(
             (&value["sequence"], &value["shard"]),
             (&json!(7), &json!(1))

@@ -20,6 +20,10 @@ pub struct SymbolsArg {
     /// only.
     #[arg(long, value_name = "PATH")]
     symbols: Option<String>,
+    /// Show kstack.sys's own frames at the top of each stack (the capture
+    /// path); without it stacks start at the first frame below them.
+    #[arg(long)]
+    tracer_frames: bool,
 }
 
 /// Where the module list frames are named after comes from.
@@ -36,16 +40,29 @@ impl SymbolsArg {
     /// Names frames after `modules`, and after functions too when a symbol
     /// path is set. A dbghelp that will not start costs the function names
     /// only.
-    #[cfg(windows)]
-    #[expect(
-        clippy::unnecessary_wraps,
-        reason = "the same signature as off Windows, where --symbols is refused"
-    )]
+    ///
+    /// # Errors
+    /// `--symbols` off Windows.
     pub fn symbolizer(
         &self,
         modules: ModuleMap,
         origin: ModuleOrigin,
     ) -> Result<Symbolizer, ClientError> {
+        let symbolizer = self.naming(modules, origin)?;
+        Ok(if self.tracer_frames {
+            symbolizer.showing_tracer_frames()
+        } else {
+            symbolizer
+        })
+    }
+
+    /// The module and function naming of [`SymbolsArg::symbolizer`].
+    #[cfg(windows)]
+    #[expect(
+        clippy::unnecessary_wraps,
+        reason = "the same signature as off Windows, where --symbols is refused"
+    )]
+    fn naming(&self, modules: ModuleMap, origin: ModuleOrigin) -> Result<Symbolizer, ClientError> {
         let symbolizer = Symbolizer::new(modules);
         let environment = std::env::var(symbol_path::ENVIRONMENT_VARIABLE).ok();
         let Some(path) = symbol_path::chosen(self.symbols.as_deref(), environment.as_deref())
@@ -72,11 +89,7 @@ impl SymbolsArg {
     /// Off Windows there is no dbghelp: `--symbols` is refused rather than
     /// silently ignored; `_NT_SYMBOL_PATH`, a Windows setting, is ignored.
     #[cfg(not(windows))]
-    pub fn symbolizer(
-        &self,
-        modules: ModuleMap,
-        _origin: ModuleOrigin,
-    ) -> Result<Symbolizer, ClientError> {
+    fn naming(&self, modules: ModuleMap, _origin: ModuleOrigin) -> Result<Symbolizer, ClientError> {
         match symbol_path::chosen(self.symbols.as_deref(), None) {
             Some(_) => Err(ClientError::SymbolsNeedWindows),
             None => Ok(Symbolizer::new(modules)),

@@ -566,12 +566,12 @@ thread 16: no answer within 200 ms
         );
         assert_eq!(
             objects[1],
-            json!({"schema": 2, "thread_id": 13, "process_id": null, "outcome": "own",
+            json!({"schema": 3, "thread_id": 13, "process_id": null, "outcome": "own",
                    "answered": false})
         );
         assert_eq!(
             objects[2],
-            json!({"schema": 2, "thread_id": 14, "process_id": 4, "outcome": "queued",
+            json!({"schema": 3, "thread_id": 14, "process_id": 4, "outcome": "queued",
                    "answered": false})
         );
     }

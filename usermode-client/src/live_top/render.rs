@@ -92,7 +92,7 @@ mod tests {
     /// The screen's lines, trailing spaces cut.
     fn drawn(model: &LiveTop, limits: TopLimits, width: u16, height: u16) -> Vec<String> {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-        let symbolizer = Symbolizer::new(sample_map());
+        let symbolizer = Symbolizer::new(sample_map()).showing_tracer_frames();
         terminal
             .draw(|frame| draw(frame, model, &symbolizer, limits))
             .unwrap();

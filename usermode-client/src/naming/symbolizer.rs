@@ -6,7 +6,7 @@
 
 use std::{cell::RefCell, collections::HashMap};
 
-use kstack_abi::RecordHeader;
+use kstack_abi::{DRIVER_FILE_NAME, RecordHeader};
 
 use crate::naming::{
     modules::{Module, ModuleMap},
@@ -67,11 +67,18 @@ impl ResolvedFrame<'_> {
 
 /// Names frames after a module list and, when it has one, a function
 /// source, whose answers it keeps: a stack's frames repeat in every record.
+/// It also says which frames a stack shows: not, by default, the ones at
+/// its top inside kstack.sys (the capture path: the tracer, not the
+/// traced).
 pub struct Symbolizer {
     modules: ModuleMap,
     functions: Option<RefCell<CachedFunctions>>,
     /// Per-process user-mode modules, for the user part of stacks.
     processes: ProcessModules,
+    /// kstack.sys's address range, as the module list has it.
+    tracer: Option<(u64, u64)>,
+    /// `--tracer-frames`: stacks show kstack.sys's frames at their top.
+    tracer_frames: bool,
 }
 
 struct CachedFunctions {
@@ -84,11 +91,44 @@ struct CachedFunctions {
 impl Symbolizer {
     /// Names frames after `modules` only.
     #[must_use]
-    pub const fn new(modules: ModuleMap) -> Self {
+    pub fn new(modules: ModuleMap) -> Self {
+        let tracer = modules
+            .modules()
+            .iter()
+            .find(|module| module.name.eq_ignore_ascii_case(DRIVER_FILE_NAME))
+            .map(|module| (module.base, module.end()));
         Self {
             modules,
             functions: None,
             processes: ProcessModules::EMPTY,
+            tracer,
+            tracer_frames: false,
+        }
+    }
+
+    /// Stacks show kstack.sys's own frames at their top too
+    /// (`--tracer-frames`).
+    #[must_use]
+    pub fn showing_tracer_frames(self) -> Self {
+        Self {
+            tracer_frames: true,
+            ..self
+        }
+    }
+
+    /// How many of a stack's first kernel frames it does not show: the run
+    /// of them inside kstack.sys (its capture path, and for a capture-now
+    /// request its dispatch), unless `--tracer-frames` shows them; 0 when
+    /// the module list does not hold kstack.sys. Stack ids, counts and the
+    /// frames kept are unchanged: this is only what is shown.
+    #[must_use]
+    pub fn hidden_tracer_frames(&self, kernel_frames: &[u64]) -> usize {
+        match self.tracer {
+            Some((base, end)) if !self.tracer_frames => kernel_frames
+                .iter()
+                .take_while(|&&frame| (base..end).contains(&frame))
+                .count(),
+            _ => 0,
         }
     }
 
@@ -288,7 +328,9 @@ pub(crate) mod tests {
             asked: Rc::clone(&asked),
         };
         (
-            Symbolizer::new(sample_map()).with_functions(Box::new(source)),
+            Symbolizer::new(sample_map())
+                .showing_tracer_frames()
+                .with_functions(Box::new(source)),
             asked,
         )
     }

@@ -73,7 +73,10 @@ mod tests {
         late.header.timestamp += 25;
         late.header.processor = 3;
         let early = record(1, SourceFacts::OnDemand { tag: 7 }, &[0x42]);
-        let document = document(&[late, early.clone()], &Symbolizer::new(sample_map()));
+        let document = document(
+            &[late, early.clone()],
+            &Symbolizer::new(sample_map()).showing_tracer_frames(),
+        );
         let events = document["traceEvents"].as_array().unwrap();
         assert_eq!(events.len(), 2);
         assert_eq!(events[0]["name"], "ondemand");
@@ -93,7 +96,7 @@ mod tests {
 
     #[test]
     fn no_records_make_an_empty_trace() {
-        let document = document(&[], &Symbolizer::new(sample_map()));
+        let document = document(&[], &Symbolizer::new(sample_map()).showing_tracer_frames());
         assert_eq!(document["traceEvents"], json!([]));
     }
 }

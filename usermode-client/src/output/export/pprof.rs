@@ -146,9 +146,9 @@ fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
     let thread_key = builder.strings.id("thread_id");
     let mut samples = Vec::new();
     for stack in table.ranked() {
-        let kernel = stack.kernel_frames().len();
+        let kernel = stack.shown_kernel_frames(symbolizer).len();
         let location_id: Vec<u64> = stack
-            .frames
+            .shown_frames(symbolizer)
             .iter()
             .enumerate()
             .map(|(index, &address)| {
@@ -409,7 +409,9 @@ mod tests {
                 }],
             );
         }
-        let symbolizer = Symbolizer::new(sample_map()).with_processes(processes);
+        let symbolizer = Symbolizer::new(sample_map())
+            .showing_tracer_frames()
+            .with_processes(processes);
         let mut records = Vec::new();
         for (sequence, process_id, kernel) in [(1, 100, NT_FRAME), (2, 200, NT_FRAME + 8)] {
             let mut record = record(sequence, SourceFacts::OnDemand { tag: 0 }, &[kernel, USER]);
@@ -449,7 +451,10 @@ mod tests {
             other_thread,
             record(4, SourceFacts::OnDemand { tag: 1 }, &[0x42]),
         ];
-        let profile = decoded(&table(&records), &Symbolizer::new(sample_map()));
+        let profile = decoded(
+            &table(&records),
+            &Symbolizer::new(sample_map()).showing_tracer_frames(),
+        );
         assert_eq!(profile.string_table[0], "");
         assert_eq!(string(&profile, profile.sample_type[0].r#type), "events");
         assert_eq!(string(&profile, profile.sample_type[0].unit), "count");
@@ -505,7 +510,10 @@ mod tests {
             record(1, SourceFacts::Timer, &[DISPATCH + 0x20, NT_FRAME]),
             record(5, SourceFacts::OnDemand { tag: 1 }, &[0x42]),
         ];
-        let profile = decoded(&table(&records), &Symbolizer::new(sample_map()));
+        let profile = decoded(
+            &table(&records),
+            &Symbolizer::new(sample_map()).showing_tracer_frames(),
+        );
         let mappings: Vec<_> = profile
             .mapping
             .iter()

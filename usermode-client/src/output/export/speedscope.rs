@@ -33,7 +33,7 @@ pub fn document(table: &StackTable, symbolizer: &Symbolizer) -> Value {
             // One shared frame per name and address: a user address may
             // name other modules in other processes.
             let sample: Vec<usize> = stack
-                .frames
+                .shown_frames(symbolizer)
                 .iter()
                 .zip(stack.locations(symbolizer))
                 .rev()
@@ -97,7 +97,10 @@ mod tests {
         ] {
             table.add(&record.header, || record.frames.iter().copied());
         }
-        let document = document(&table, &Symbolizer::new(sample_map()));
+        let document = document(
+            &table,
+            &Symbolizer::new(sample_map()).showing_tracer_frames(),
+        );
         assert_eq!(document["$schema"], SCHEMA_URL);
         assert_eq!(
             document["shared"]["frames"],
