@@ -121,6 +121,13 @@ pub enum ClientError {
         /// The file.
         path: String,
     },
+    /// An output path that is never written, `--force` or not.
+    Unwritable {
+        /// The path.
+        path: String,
+        /// Why: it is an input, or not a regular file.
+        reason: &'static str,
+    },
     /// A flamegraph or an export of no records was asked for.
     NoRecords {
         /// What was to be done with them: `draw`, `export`.
@@ -160,7 +167,10 @@ impl ClientError {
             Self::Malformed { .. } | Self::CountMismatch { .. } | Self::ReaderFailed => {
                 exit_code::MALFORMED_REPLY
             }
-            Self::File { .. } | Self::Exists { .. } | Self::Capture { .. } => exit_code::FILE,
+            Self::File { .. }
+            | Self::Exists { .. }
+            | Self::Unwritable { .. }
+            | Self::Capture { .. } => exit_code::FILE,
             Self::NoRecords { .. } => exit_code::NO_RECORDS,
         }
     }
@@ -260,6 +270,9 @@ impl fmt::Display for ClientError {
                 f,
                 "{path} exists; choose another name, or add --force to replace it"
             ),
+            Self::Unwritable { path, reason } => {
+                write!(f, "not writing {path}: {reason}; choose another name")
+            }
             Self::Capture { path, error } => write!(f, "{path}: {error}"),
             Self::NoRecords { to } => write!(
                 f,

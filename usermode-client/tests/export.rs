@@ -468,6 +468,64 @@ fn the_chrome_trace_has_every_record_as_an_instant_event_in_time_order() {
 }
 
 #[test]
+fn the_input_a_device_or_a_folder_is_never_the_output_and_dash_is_standard_output() {
+    let dir = scratch_dir("export-unwritable");
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let bytes = std::fs::read(&capture).unwrap();
+    // The capture being read is never the output, however it is spelt,
+    // --force or not; nor is a device or a folder.
+    let spelt_again = dir
+        .join("..")
+        .join(dir.file_name().unwrap())
+        .join("sample.kstack");
+    for (target, message) in [
+        (
+            spelt_again.to_str().unwrap(),
+            "it is the capture being read",
+        ),
+        ("/dev/null", "not a regular file"),
+        (dir.to_str().unwrap(), "not a regular file"),
+    ] {
+        let output = kstack(&[
+            "export",
+            "--format",
+            "pprof",
+            "--input",
+            capture.to_str().unwrap(),
+            "-o",
+            target,
+            "--force",
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(8), "{target}: {stderr}");
+        assert!(
+            stderr.contains(message) && stderr.contains(target),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&capture).unwrap(),
+        bytes,
+        "the input is intact"
+    );
+    // `-o -` is standard output.
+    let output = kstack(&[
+        "export",
+        "--format",
+        "speedscope",
+        "--input",
+        capture.to_str().unwrap(),
+        "-o",
+        "-",
+    ]);
+    assert!(output.status.success());
+    let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(document["profiles"].is_array(), "{document}");
+    assert!(!dir.join("-").exists(), "a file named -");
+}
+
+#[test]
 fn export_bad_inputs_get_a_clear_error_and_lose_nothing() {
     let dir = scratch_dir("export-bad-inputs");
     let capture = dir.join("sample.kstack");

@@ -101,7 +101,10 @@ fn the_flamegraph_is_an_svg_of_every_frame() {
     ]);
     assert!(output.status.success());
     let traced = std::fs::read_to_string(&traced).unwrap();
-    assert!(traced.contains("kstack.sys+0x1a10"), "--tracer-frames shows them");
+    assert!(
+        traced.contains("kstack.sys+0x1a10"),
+        "--tracer-frames shows them"
+    );
     // The same capture draws the same picture.
     let again = dir.join("again.svg");
     kstack(&[

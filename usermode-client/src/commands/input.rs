@@ -32,6 +32,11 @@ pub struct AnalysisInput {
 }
 
 impl AnalysisInput {
+    /// The saved capture read, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.input.as_deref()
+    }
+
     /// How long to follow the driver, and how often to read it.
     pub const fn follow(&self) -> &FollowArgs {
         &self.follow

@@ -32,12 +32,13 @@ pub struct ForceArg {
 }
 
 /// Where a command's whole output goes: the file `--output` names, else
-/// standard output. A command with nothing to print makes the file
+/// (or with `-o -`) standard output. A command with nothing to print makes the file
 /// required and says what it is:
 /// `#[command(mut_arg("output", |arg| arg.required(true).help("...")))]`.
 #[derive(Args)]
 pub struct OutputArgs {
-    /// Write to this file instead of standard output.
+    /// Write to this file instead of standard output (`-`: standard
+    /// output).
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
@@ -45,6 +46,20 @@ pub struct OutputArgs {
 }
 
 impl OutputArgs {
+    /// The file to write, if any (`-` is standard output).
+    fn file(&self) -> Option<&Path> {
+        self.output
+            .as_deref()
+            .filter(|path| path.as_os_str() != STANDARD_OUTPUT)
+    }
+
+    /// Checks, before any work, that the output may be written: see
+    /// [`check_output`]; `input` is the file being read, if any.
+    pub fn check(&self, input: Option<&Path>) -> Result<(), ClientError> {
+        self.file()
+            .map_or(Ok(()), |path| check_output(path, self.force.force, input))
+    }
+
     /// Writes the whole output with `write`: to the file (see
     /// [`write_file`]) or to standard output, where a closed pipe (`| head`)
     /// ends it, not in an error.
@@ -52,7 +67,7 @@ impl OutputArgs {
         &self,
         write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> Result<(), ClientError> {
-        if let Some(path) = &self.output {
+        if let Some(path) = self.file() {
             return write_file(path, self.force.force, |out| write(out));
         }
         let mut out = io::stdout().lock();
@@ -64,7 +79,7 @@ impl OutputArgs {
 /// Where the output went, for the closing message.
 impl fmt::Display for OutputArgs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.output {
+        match self.file() {
             Some(path) => path.display().fmt(f),
             None => f.write_str("standard output"),
         }
@@ -109,11 +124,55 @@ pub fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &
     }
 }
 
+/// `-o -`: standard output.
+const STANDARD_OUTPUT: &str = "-";
+
+/// Whether `path` may be written: never when it is `input` (the capture
+/// being read) or exists and is not a regular file (a device, a pipe, a
+/// folder), `--force` or not; otherwise an existing file only with
+/// `force`.
+///
+/// # Errors
+/// [`ClientError::Unwritable`], [`ClientError::Exists`].
+pub fn check_output(path: &Path, force: bool, input: Option<&Path>) -> Result<(), ClientError> {
+    let unwritable = |reason| ClientError::Unwritable {
+        path: path.display().to_string(),
+        reason,
+    };
+    let Ok(metadata) = std::fs::metadata(path) else {
+        // Nothing there (or nothing this process may look at): creating
+        // it will say.
+        return Ok(());
+    };
+    let same_file = |other: &Path| {
+        std::fs::canonicalize(path)
+            .ok()
+            .zip(std::fs::canonicalize(other).ok())
+            .is_some_and(|(a, b)| a == b)
+    };
+    if input.is_some_and(same_file) {
+        return Err(unwritable("it is the capture being read"));
+    }
+    if !metadata.is_file() {
+        return Err(unwritable(
+            "it is not a regular file (a device, a pipe or a folder); --force replaces only files",
+        ));
+    }
+    if force {
+        Ok(())
+    } else {
+        Err(ClientError::Exists {
+            path: path.display().to_string(),
+        })
+    }
+}
+
 /// Creates `path`, refusing to replace it without `force`.
 pub fn create_output(
     path: &Path,
     force: bool,
 ) -> Result<io::BufWriter<std::fs::File>, ClientError> {
+    check_output(path, force, None)?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true);
     if force {
@@ -150,9 +209,7 @@ fn write_file(
     let exists = || ClientError::Exists {
         path: path.display().to_string(),
     };
-    if !force && path.exists() {
-        return Err(exists());
-    }
+    check_output(path, force, None)?;
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -188,4 +245,50 @@ fn write_file(
         }
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(result: Result<(), ClientError>) -> Option<&'static str> {
+        match result {
+            Err(ClientError::Unwritable { reason, .. }) => Some(reason),
+            Err(ClientError::Exists { .. }) => Some("exists"),
+            Err(other) => panic!("{other}"),
+            Ok(()) => None,
+        }
+    }
+
+    #[test]
+    fn an_output_is_never_the_input_nor_a_device_and_replaces_a_file_only_with_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.kstack");
+        std::fs::write(&input, "capture").unwrap();
+        let new = dir.path().join("new.svg");
+        assert_eq!(refusal(check_output(&new, false, Some(&input))), None);
+        assert_eq!(refusal(check_output(&input, false, None)), Some("exists"));
+        assert_eq!(refusal(check_output(&input, true, None)), None);
+        let again = dir.path().join(".").join("in.kstack");
+        for force in [false, true] {
+            assert_eq!(
+                refusal(check_output(&again, force, Some(&input))),
+                Some("it is the capture being read")
+            );
+            assert!(
+                refusal(check_output(dir.path(), force, None))
+                    .is_some_and(|reason| reason.contains("not a regular file"))
+            );
+        }
+        #[cfg(unix)]
+        assert!(
+            refusal(check_output(Path::new("/dev/null"), true, None))
+                .is_some_and(|reason| reason.contains("not a regular file"))
+        );
+        // save and sample create their file through the same check.
+        assert!(matches!(
+            create_output(dir.path(), true),
+            Err(ClientError::Unwritable { .. })
+        ));
+    }
 }
