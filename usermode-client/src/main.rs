@@ -15,7 +15,7 @@ use commands::{
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(name = "kstack", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -108,6 +108,13 @@ mod tests {
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_version_names_kstack() {
+        use clap::CommandFactory;
+        let version = Cli::command().render_version();
+        assert_eq!(version, format!("kstack {}\n", env!("CARGO_PKG_VERSION")));
     }
 
     /// Every `.\kstack.exe` command line of the README's and the docs'

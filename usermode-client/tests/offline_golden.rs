@@ -250,3 +250,32 @@ fn the_readme_example_is_the_golden_output() {
     let start: Vec<&str> = golden.lines().take(example.len()).collect();
     assert_eq!(example, start);
 }
+
+/// `--limit 0` and `--frames 0` mean all, not none.
+#[test]
+fn top_limits_of_zero_mean_all() {
+    let dir = scratch_dir("top-zero");
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let all = stdout_of(&[
+        "top",
+        "--limit",
+        "0",
+        "--frames",
+        "0",
+        "--input",
+        capture.to_str().unwrap(),
+    ]);
+    let every = stdout_of(&[
+        "top",
+        "--limit",
+        "1000",
+        "--frames",
+        "1000",
+        "--input",
+        capture.to_str().unwrap(),
+    ]);
+    assert_eq!(all, every);
+    assert!(all.starts_with("16 records, 9 unique stacks\n"), "{all}");
+    assert!(!all.contains("more frame"), "{all}");
+}

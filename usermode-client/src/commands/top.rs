@@ -26,10 +26,10 @@ pub struct TopArgs {
     input: AnalysisInput,
     #[command(flatten)]
     json: JsonArg,
-    /// Stacks to show.
+    /// Stacks to show (0: all).
     #[arg(long, default_value_t = STACKS)]
     limit: usize,
-    /// Frames to show per stack [default: 8; 3 with --live].
+    /// Frames to show per stack, 0: all [default: 8; 3 with --live].
     #[arg(long)]
     frames: Option<usize>,
     #[command(flatten)]
@@ -51,13 +51,18 @@ pub struct TopArgs {
     pid: Option<u32>,
 }
 
+/// A limit where 0 means no limit.
+const fn all_when_zero(limit: usize) -> usize {
+    if limit == 0 { usize::MAX } else { limit }
+}
+
 pub fn run(args: &TopArgs) -> Result<(), ClientError> {
     let frames = args
         .frames
         .unwrap_or(if args.live { top_live::FRAMES } else { 8 });
     let limits = TopLimits {
-        stacks: args.limit,
-        frames,
+        stacks: all_when_zero(args.limit),
+        frames: all_when_zero(frames),
     };
     if args.live {
         let filter = Filter {
