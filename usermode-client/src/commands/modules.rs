@@ -77,7 +77,7 @@ fn write_modules(
             let owner = process_id.map_or_else(String::new, |id| format!("pid {id:>6}  "));
             writeln!(
                 out,
-                "{owner}{:#018x} {:>10x} {}",
+                "{owner}{:#018x} {:>#10x} {}",
                 module.base, module.size, module.name
             )?;
         }
@@ -259,7 +259,7 @@ mod tests {
         write_processes(&mut text, &sample(), false).unwrap();
         assert_eq!(
             String::from_utf8(text).unwrap(),
-            "pid    100  0x00007ff600000000      10000 kstack.exe\n\
+            "pid    100  0x00007ff600000000    0x10000 kstack.exe\n\
              module record 2025-11-23T06:00:00.01Z pid 100 loaded ...\\x\\late.dll at \
              0x7ffa00000000 (0x2000 bytes), no process key (shard 1 #7)\n\
              module record 2025-11-23T06:00:00.011Z pid 100 exited, process key 42 (shard 1 #8)\n\
