@@ -128,6 +128,12 @@ pub enum ClientError {
         /// Why: it is an input, or not a regular file.
         reason: &'static str,
     },
+    /// A capture's per-process module maps were asked for, and it holds
+    /// none: no listing of the processes, no module record.
+    NoProcessModules {
+        /// The capture.
+        path: String,
+    },
     /// A flamegraph or an export of no records was asked for.
     NoRecords {
         /// What was to be done with them: `draw`, `export`.
@@ -171,7 +177,7 @@ impl ClientError {
             | Self::Exists { .. }
             | Self::Unwritable { .. }
             | Self::Capture { .. } => exit_code::FILE,
-            Self::NoRecords { .. } => exit_code::NO_RECORDS,
+            Self::NoRecords { .. } | Self::NoProcessModules { .. } => exit_code::NO_RECORDS,
         }
     }
 
@@ -274,6 +280,12 @@ impl fmt::Display for ClientError {
                 write!(f, "not writing {path}: {reason}; choose another name")
             }
             Self::Capture { path, error } => write!(f, "{path}: {error}"),
+            Self::NoProcessModules { path } => write!(
+                f,
+                "{path} holds no user-mode module maps: no listing of the processes (a capture \
+                 saved before format 2, or where none could be listed) and no module records; \
+                 its user frames are named after no module"
+            ),
             Self::NoRecords { to } => write!(
                 f,
                 "no records to {to}: enable a source (kstack config --enable timer), capture for a while \

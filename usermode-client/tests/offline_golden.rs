@@ -279,3 +279,37 @@ fn top_limits_of_zero_mean_all() {
     assert!(all.starts_with("16 records, 9 unique stacks\n"), "{all}");
     assert!(!all.contains("more frame"), "{all}");
 }
+
+/// An offline question the capture cannot answer is an error, not an
+/// empty answer: per-process module maps of a capture that saved none.
+#[test]
+fn process_module_maps_of_a_capture_without_them_are_an_error() {
+    let dir = scratch_dir("no-process-modules");
+    let capture = dir.join("bare.kstack");
+    let file = std::fs::File::create(&capture).unwrap();
+    kstack_client::capture::file::CaptureWriter::new(
+        file,
+        &kstack_client::naming::modules::ModuleMap::default(),
+    )
+    .unwrap()
+    .finish()
+    .unwrap();
+    let output = kstack(&[
+        "modules",
+        "--processes",
+        "--input",
+        capture.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(9), "{stderr}");
+    assert!(
+        stderr.contains("bare.kstack holds no user-mode module maps"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+    #[cfg(not(windows))]
+    {
+        let live = kstack(&["modules", "--processes"]);
+        assert_eq!(live.status.code(), Some(3), "live listing off Windows");
+    }
+}

@@ -49,18 +49,36 @@ pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
             let bytes = read_file(path)?;
             let capture = parse_capture(path, &bytes)?;
             if processes {
+                if holds_nothing(&capture.processes) {
+                    return Err(ClientError::NoProcessModules {
+                        path: path.display().to_string(),
+                    });
+                }
                 write_processes(&mut out, &capture.processes, args.json.json)
             } else {
                 write_modules(&mut out, &capture.modules, None, args.json.json)
             }
         }
-        (None, true) => write_processes(&mut out, &process_modules::list_running(), args.json.json),
+        (None, true) => {
+            if cfg!(not(windows)) {
+                return Err(ClientError::NeedsWindows);
+            }
+            write_processes(&mut out, &process_modules::list_running(), args.json.json)
+        }
         (None, false) => {
             let modules = live_modules(&mut open_device()?)?;
             write_modules(&mut out, &modules, None, args.json.json)
         }
     };
     Ok(())
+}
+
+/// Whether a capture's per-process listing says nothing: no process
+/// listed, none unreadable, no module record.
+fn holds_nothing(processes: &ProcessModules) -> bool {
+    processes.processes().next().is_none()
+        && processes.changes().is_empty()
+        && processes.unreadable().is_empty()
 }
 
 /// One line per module; `process_id` says whose, for user-mode modules.
