@@ -75,7 +75,7 @@ fn main() -> ExitCode {
     match run(&cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("kstack: {error}");
+            kstack_client::eprintln_fitted!("kstack: {error}");
             ExitCode::from(error.exit_code())
         }
     }

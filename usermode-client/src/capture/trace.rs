@@ -168,7 +168,8 @@ impl TraceRecord {
         }
     }
 
-    /// The readable block: a header line, then one line per frame with its
+    /// The readable block: two header lines (where and when; then the
+    /// stack's ids and the source's facts), then one line per frame with its
     /// address and its name (see [`Symbolizer::name`]), or (`call_trace`) a
     /// single Sysmon style `CallTrace: a+0x1|b+0x2` line.
     #[must_use]
@@ -178,7 +179,7 @@ impl TraceRecord {
             system_time_text(self.header.timestamp).unwrap_or_else(|| "time unknown".to_owned());
         let _ = write!(
             out,
-            "#{} shard {} {} {time} pid {} tid {} cpu {} irql {} stack {:016x} os-hash {:08x}: {}",
+            "#{} shard {} {} {time} pid {} tid {} cpu {} irql {}\n    stack {:016x} os-hash {:08x}: {}",
             self.header.sequence,
             self.header.shard,
             self.source().name(),
@@ -199,7 +200,7 @@ impl TraceRecord {
         if self.header.user_part != UserPart::Off {
             let _ = write!(
                 out,
-                " user part: {}",
+                "; user part: {}",
                 self.header.user_part.name().replace('_', " ")
             );
         }
@@ -434,8 +435,8 @@ mod tests {
         let text = sample().to_text(&no_modules(), false);
         assert_eq!(
             text,
-            "#7 shard 1 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2 stack 0123456789abcdef os-hash deadbeef: \
-             timer sample [truncated]\n   0  0xfffff80012345678\n   1  0xfffff80000001000\n"
+            "#7 shard 1 timer 2025-11-22T08:00:01Z pid 4 tid 96 cpu 1 irql 2\n    stack 0123456789abcdef \
+             os-hash deadbeef: timer sample [truncated]\n   0  0xfffff80012345678\n   1  0xfffff80000001000\n"
         );
     }
 
@@ -584,7 +585,7 @@ mod tests {
         let text = record.to_text(&no_modules(), false);
         assert!(
             text.ends_with(
-                "registry operation class 1 user part: captured\n   0  0xfffff80012345678\n   \
+                "registry operation class 1; user part: captured\n   0  0xfffff80012345678\n   \
                  1  0xfffff80000001000\n  -- user mode --\n   2  0x00007ff612340010\n   \
                  3  0x00007ffe00002000\n"
             ),

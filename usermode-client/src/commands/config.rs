@@ -5,7 +5,10 @@ use kstack_abi::{CaptureConfig, MAX_FRAMES, MAX_PROCESS_IDS, ProcessFilter, Sour
 use kstack_client::{
     device::{session, transport::Transport},
     error::ClientError,
-    output::report::{processes_text, user_frames_text},
+    output::{
+        report::{processes_text, user_frames_text},
+        width::{Stream, fit, width},
+    },
 };
 
 use super::live::open_device;
@@ -215,8 +218,8 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
         .filter(|&source| config.sample_every(source) > 1)
         .map(|source| format!("{} 1/{}", source.name(), config.sample_every(source)))
         .collect();
-    println!(
-        "sources enabled: {}; skip {} frames, keep up to {}, {}, {}, {}; timer period {} ms",
+    let shown = format!(
+        "sources enabled: {}; skip {} frames, keep up to {}, {}, {}, {}; timer period {} ms\n",
         if enabled.is_empty() {
             "none".to_owned()
         } else {
@@ -233,6 +236,7 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
         },
         config.timer_period_ms
     );
+    print!("{}", fit(&shown, width(Stream::Stdout)));
     Ok(())
 }
 

@@ -68,7 +68,7 @@ pub fn run(args: &ExportArgs) -> Result<(), ClientError> {
             counted(records.len() as u64, "record")
         }
     };
-    eprintln!("kstack export: {summary} written to {}", args.output);
+    kstack_client::eprintln_fitted!("kstack export: {summary} written to {}", args.output);
     Ok(())
 }
 

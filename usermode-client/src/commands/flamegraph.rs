@@ -34,6 +34,6 @@ pub fn run(args: &FlamegraphArgs) -> Result<(), ClientError> {
     args.output.write(|out| {
         flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), out)
     })?;
-    eprintln!("kstack flamegraph: {subtitle} drawn to {}", args.output);
+    kstack_client::eprintln_fitted!("kstack flamegraph: {subtitle} drawn to {}", args.output);
     Ok(())
 }

@@ -88,7 +88,9 @@ pub fn stop_flag() -> Arc<AtomicBool> {
 pub fn live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientError> {
     let status = session::status(device)?;
     let system = system_module_list().unwrap_or_else(|error| {
-        eprintln!("kstack: warning: {error}; only frames inside kstack.sys get names");
+        kstack_client::eprintln_fitted!(
+            "kstack: warning: {error}; only frames inside kstack.sys get names"
+        );
         Vec::new()
     });
     let map = ModuleMap::new(system);

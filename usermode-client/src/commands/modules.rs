@@ -16,6 +16,7 @@ use kstack_client::{
         modules::{Module, ModuleMap},
         process_modules::{self, ModuleChange, ProcessModules},
     },
+    output::width::{Stream, fit, width},
 };
 use serde_json::json;
 
@@ -42,8 +43,8 @@ pub struct ModulesArgs {
 }
 
 pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
-    let mut out = io::stdout().lock();
-    // A closed pipe (`| head`) ends the listing, not in an error.
+    let mut listing = Vec::new();
+    let out = &mut listing;
     let _ = match (&args.input, args.processes) {
         (Some(path), processes) => {
             let bytes = read_file(path)?;
@@ -54,22 +55,30 @@ pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
                         path: path.display().to_string(),
                     });
                 }
-                write_processes(&mut out, &capture.processes, args.json.json)
+                write_processes(out, &capture.processes, args.json.json)
             } else {
-                write_modules(&mut out, &capture.modules, None, args.json.json)
+                write_modules(out, &capture.modules, None, args.json.json)
             }
         }
         (None, true) => {
             if cfg!(not(windows)) {
                 return Err(ClientError::NeedsWindows);
             }
-            write_processes(&mut out, &process_modules::list_running(), args.json.json)
+            write_processes(out, &process_modules::list_running(), args.json.json)
         }
         (None, false) => {
             let modules = live_modules(&mut open_device()?)?;
-            write_modules(&mut out, &modules, None, args.json.json)
+            write_modules(out, &modules, None, args.json.json)
         }
     };
+    let listing = String::from_utf8_lossy(&listing);
+    let shown = if args.json.json {
+        listing
+    } else {
+        fit(&listing, width(Stream::Stdout)).into()
+    };
+    // A closed pipe (`| head`) ends the listing, not in an error.
+    let _ = io::stdout().lock().write_all(shown.as_bytes());
     Ok(())
 }
 

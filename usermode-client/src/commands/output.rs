@@ -9,8 +9,11 @@ use std::{
 
 use clap::Args;
 use kstack_client::{
-    capture::trace::TraceRecord, device::transport::Transport, error::ClientError,
+    capture::trace::TraceRecord,
+    device::transport::Transport,
+    error::ClientError,
     naming::symbolizer::Symbolizer,
+    output::width::{Stream, fit, width},
 };
 use tempfile::NamedTempFile;
 
@@ -115,13 +118,21 @@ pub fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &
         let written = if format.json.json {
             writeln!(out, "{}", record.to_json(symbolizer))
         } else {
-            write!(out, "{}", record.to_text(symbolizer, format.call_trace))
+            write!(out, "{}", shown_text(record, symbolizer, format.call_trace))
         };
         if written.is_err() {
             // The reader went away (a closed pipe): nothing more to print.
             return;
         }
     }
+}
+
+/// A record as text for standard output, fitted to its width.
+pub fn shown_text(record: &TraceRecord, symbolizer: &Symbolizer, call_trace: bool) -> String {
+    fit(
+        &record.to_text(symbolizer, call_trace),
+        width(Stream::Stdout),
+    )
 }
 
 /// `-o -`: standard output.

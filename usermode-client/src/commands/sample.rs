@@ -23,6 +23,7 @@ use kstack_client::{
     },
     error::ClientError,
     live_top::Filter,
+    output::width::eprint_fitted,
     sampling::{
         HZ_RANGE, MAX_THREADS_PER_TICK, SampleCounts, SampleSettings, Sampler, Selection, TickPlan,
     },
@@ -163,16 +164,13 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
     .inspect_err(|_| discard(path))?;
     let saved = writer.records() - writer.module_records();
     let (finished, end) = finish_capture(writer, path, sampled, saved, "sample")?;
-    eprint!(
-        "{}",
-        summary_text(
-            &finished,
-            &settings,
-            &end,
-            &read,
-            &path.display().to_string()
-        )
-    );
+    eprint_fitted(&summary_text(
+        &finished,
+        &settings,
+        &end,
+        &read,
+        &path.display().to_string(),
+    ));
     Ok(())
 }
 

@@ -51,7 +51,7 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
     let saved = writer.records() - writer.module_records();
     let saved_modules = writer.module_records();
     let summary = finish_capture(writer, path, followed, saved, "save")?;
-    eprintln!(
+    kstack_client::eprintln_fitted!(
         "kstack save: {}, {}, {} and the user-mode modules of {} processes written to {}; {}",
         stack_table::counted(saved, "record"),
         stack_table::counted(saved_modules, "module record"),
@@ -112,7 +112,7 @@ pub fn finish_capture<W: Write, T>(
         if matches!(error, ClientError::File { .. }) {
             discard(path);
         } else {
-            eprintln!(
+            kstack_client::eprintln_fitted!(
                 "kstack {command}: {} read before the error are saved in {}",
                 stack_table::counted(saved, "record"),
                 path.display()

@@ -1,7 +1,14 @@
 //! `kstack status`: driver and ABI version, paging policy, sources,
 //! counters, ring fill.
 
-use kstack_client::{device::session, error::ClientError, output::report};
+use kstack_client::{
+    device::session,
+    error::ClientError,
+    output::{
+        report,
+        width::{Stream, fit, width},
+    },
+};
 
 use super::{live::open_device, output::JsonArg};
 
@@ -10,7 +17,7 @@ pub fn run(output: &JsonArg) -> Result<(), ClientError> {
     if output.json {
         println!("{}", report::status_json(&status));
     } else {
-        print!("{}", report::status(&status));
+        print!("{}", fit(&report::status(&status), width(Stream::Stdout)));
     }
     Ok(())
 }

@@ -78,7 +78,7 @@ impl SymbolsArg {
         Ok(match pdb_symbols::Dbghelp::start(&path, image_dirs) {
             Ok(dbghelp) => symbolizer.with_functions(Box::new(dbghelp)),
             Err(error) => {
-                eprintln!(
+                kstack_client::eprintln_fitted!(
                     "kstack: warning: dbghelp did not start ({error}); frames are named module+0xoffset"
                 );
                 symbolizer

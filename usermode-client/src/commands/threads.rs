@@ -25,6 +25,7 @@ use kstack_client::{
     },
     error::ClientError,
     naming::symbolizer::Symbolizer,
+    output::width::{Stream, fit, width},
     toolhelp,
 };
 use serde_json::{Value, json};
@@ -107,15 +108,18 @@ pub fn run(args: &ThreadsArgs) -> Result<(), ClientError> {
                 writeln!(out, "{}", answer_json(*target, answer, &symbolizer))
             })
         } else {
-            write_text(
+            let mut text = Vec::new();
+            let _ = write_text(
                 &answers,
                 &symbolizer,
                 args.format.call_trace,
                 args.timeout_ms,
-                &mut out,
-            )
+                &mut text,
+            );
+            let text = String::from_utf8_lossy(&text);
+            out.write_all(fit(&text, width(Stream::Stdout)).as_bytes())
         };
-        eprintln!(
+        kstack_client::eprintln_fitted!(
             "kstack threads: {}",
             summary_text(&answers, args.timeout_ms)
         );
@@ -180,14 +184,14 @@ pub fn with_thread_stacks<D: Transport, T>(
         ..previous
     };
     session::configure(device, &enabled)?;
-    eprintln!(
+    kstack_client::eprintln_fitted!(
         "kstack {command}: enabled the threadstack source for this command; the previous \
          configuration is put back at the end"
     );
     let result = capture(device);
     let restored = session::configure(device, &previous);
     if let Err(error) = &restored {
-        eprintln!(
+        kstack_client::eprintln_fitted!(
             "kstack {command}: warning: the previous configuration could not be put back \
              ({error}); threadstack stays enabled: kstack config --disable threadstack"
         );
@@ -357,6 +361,8 @@ mod tests {
     use kstack_abi::{Ioctl, RecordFlags, SourceSet, ntstatus::STATUS_DEVICE_BUSY};
     use kstack_client::{device::test_support::record_bytes, naming::modules::ModuleMap};
 
+    use kstack_client::output::width::DEFAULT_WIDTH;
+
     use super::{
         super::fake_driver::{FRAMES, FakeDriver, thread_stack},
         *,
@@ -452,28 +458,20 @@ mod tests {
 
         let mut text = Vec::new();
         write_text(&answers, &kernel(), false, 200, &mut text).unwrap();
-        let text = String::from_utf8(text).unwrap();
-        // docs/client.md shows this output: keep them equal.
-        assert_eq!(
-            text,
-            "#3 shard 0 threadstack 2025-11-24T16:00:00Z pid 4 tid 12 cpu 0 irql 1 stack \
-             dfcbf187c61bc1e7 os-hash 00000001: thread 12 of process 4 on request, tag 1958, \
-             1.2 ms after the request user part: captured
-   0  0xfffff80000001000  ntoskrnl.exe+0x1000
-   1  0xfffff80000002000  ntoskrnl.exe+0x2000
-  -- user mode --
-   2  0x00007ff600003000
-#4 shard 0 threadstack 2025-11-24T16:00:00Z pid 4 tid 14 cpu 0 irql 1 stack \
-             dfcbf187c61bc1e7 os-hash 00000001: thread 14 of process 4 on request, tag 1958, \
-             1.2 ms after the request (late: after the request's timeout) user part: captured
-   0  0xfffff80000001000  ntoskrnl.exe+0x1000
-   1  0xfffff80000002000  ntoskrnl.exe+0x2000
-  -- user mode --
-   2  0x00007ff600003000
-thread 15: no such thread (it may have exited)
-thread 16: no answer within 200 ms
-"
-        );
+        let shown = fit(&String::from_utf8(text).unwrap(), DEFAULT_WIDTH);
+        // docs/client.md shows this output, as a pipe gets it: the same.
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/client.md"),
+        )
+        .unwrap();
+        let documented: String = docs
+            .lines()
+            .skip_while(|line| !line.starts_with("> kstack threads --tid 12 --tid 14"))
+            .skip(1)
+            .take_while(|line| !line.starts_with("```"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert_eq!(shown, documented);
         assert_eq!(
             summary_text(&answers, 200),
             "4 threads asked for: 2 captured, 1 not queued, 1 no answer within 200 ms"

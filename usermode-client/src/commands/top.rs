@@ -7,6 +7,7 @@ use kstack_client::{
     capture::stack_table::{self, TopLimits},
     error::ClientError,
     live_top::Filter,
+    output::width::{Stream, fit, width},
 };
 
 use super::{
@@ -77,7 +78,8 @@ pub fn run(args: &TopArgs) -> Result<(), ClientError> {
             println!("{line}");
         }
     } else {
-        print!("{}", stack_table::top_text(&table, &symbolizer, limits));
+        let text = stack_table::top_text(&table, &symbolizer, limits);
+        print!("{}", fit(&text, width(Stream::Stdout)));
     }
     Ok(())
 }

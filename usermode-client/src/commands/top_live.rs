@@ -18,6 +18,7 @@ use kstack_client::{
     error::ClientError,
     live_top::{self, DriverCounters, Filter, LiveTop, SortKey},
     naming::symbolizer::Symbolizer,
+    output::width::{Stream, fit, width},
 };
 use ratatui::{
     DefaultTerminal,
@@ -268,13 +269,15 @@ impl Screen for TextScreen {
         let time = OffsetDateTime::now_utc()
             .format(&Rfc3339)
             .unwrap_or_default();
-        let written = writeln!(
-            io::stdout().lock(),
-            "kstack top --live {time}: {}, {}\n{}",
+        let text = format!(
+            "kstack top --live {time}: {}, {}\n{}\n",
             self.driver.text(),
             self.filter.describe(),
             stack_table::top_text(&self.table, &self.symbolizer, self.limits)
         );
+        let written = io::stdout()
+            .lock()
+            .write_all(fit(&text, width(Stream::Stdout)).as_bytes());
         self.closed = written.is_err();
         Ok(())
     }

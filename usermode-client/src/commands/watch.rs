@@ -33,6 +33,6 @@ fn watch(device: &mut impl Transport, args: &WatchArgs) -> Result<(), ClientErro
         print_records(&batch.records, &symbolizer, &args.format);
         Ok(())
     })?;
-    eprintln!("kstack watch: {}", follow_summary_text(&summary));
+    kstack_client::eprintln_fitted!("kstack watch: {}", follow_summary_text(&summary));
     Ok(())
 }

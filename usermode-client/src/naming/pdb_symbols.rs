@@ -120,7 +120,7 @@ impl Dbghelp {
         let loaded = error == 0;
         if !loaded {
             // Said once per module, so a missing image is no mystery.
-            eprintln!(
+            crate::eprintln_fitted!(
                 "kstack: note: dbghelp cannot load {name} ({}); its frames are named {name}+0xoffset. \
                  Put the image on the symbol path, beside its PDB",
                 io::Error::from_raw_os_error(error.cast_signed()),

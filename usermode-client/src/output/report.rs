@@ -244,28 +244,30 @@ fn routine_json(state: HostRoutine, routine: &str) -> Value {
     })
 }
 
-/// The per-source part of the `kstack status` report: one line a source.
+/// The per-source part of the `kstack status` report: one line a source,
+/// under 100 columns, then a line naming each source whose registration
+/// status is not 0 (registered), with that status.
 fn source_table(out: &mut String, status: &StatusResponse) {
     let config = &status.config;
     let _ = writeln!(
         out,
-        "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  registration",
+        "{:<11} {:<5} {:<7} {:>7} {:>10} {:>9} {:>11} {:>9} {:>10} {:>8}",
         "source",
-        "available",
+        "avail",
         "enabled",
         "keep",
         "captured",
         "filtered",
         "sampled-out",
-        "skipped-irql",
-        "skipped-stack",
+        "skip-irql",
+        "skip-stack",
         "not-kept"
     );
     for source in Source::ALL {
         let state = &status.sources[source.index()];
         let _ = writeln!(
             out,
-            "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>11} {:>12} {:>13} {:>8}  {:#010x}",
+            "{:<11} {:<5} {:<7} {:>7} {:>10} {:>9} {:>11} {:>9} {:>10} {:>8}",
             source.name(),
             if state.available { "yes" } else { "no" },
             if config.sources.contains(source) {
@@ -280,7 +282,24 @@ fn source_table(out: &mut String, status: &StatusResponse) {
             state.skipped_irql,
             state.skipped_stack,
             state.not_kept,
-            state.registration,
+        );
+    }
+    let failed: Vec<String> = Source::ALL
+        .into_iter()
+        .filter(|source| status.sources[source.index()].registration != 0)
+        .map(|source| {
+            format!(
+                "{} {:#010x}",
+                source.name(),
+                status.sources[source.index()].registration
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(
+            out,
+            "registration, where not 0 (registered): {}",
+            failed.join(", ")
         );
     }
 }
