@@ -464,13 +464,16 @@ mod tests {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/client.md"),
         )
         .unwrap();
-        let documented: String = docs
+        let mut documented = String::new();
+        for line in docs
             .lines()
             .skip_while(|line| !line.starts_with("> kstack threads --tid 12 --tid 14"))
             .skip(1)
             .take_while(|line| !line.starts_with("```"))
-            .map(|line| format!("{line}\n"))
-            .collect();
+        {
+            documented.push_str(line);
+            documented.push('\n');
+        }
         assert_eq!(shown, documented);
         assert_eq!(
             summary_text(&answers, 200),
