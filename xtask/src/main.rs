@@ -302,8 +302,12 @@ fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
     process::step("sc create kstack type= kernel ... ; sc start kstack");
     wine.start_driver().map_err(anyhow::Error::msg)?;
     client(&["status"])?;
-    process::step("selftest: the driver captures the stack of this very request");
-    client(&["selftest"])?;
+    process::step(
+        "selftest: the driver captures the stack of this very request; --tracer-frames shows kstack.sys's \
+         own frames too (stacks start below them by default, and under Wine the frames below are Wine's, \
+         which its module list does not name)",
+    );
+    client(&["selftest", "--tracer-frames"])?;
     process::step(
         "timer sampling walks stacks at DISPATCH_LEVEL, which is only safe when executive code cannot be \
          paged out: setting DisablePagingExecutive=1 in this prefix's registry (on a real machine: temporary, \
@@ -326,7 +330,7 @@ fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
     ])?;
     process::step("watching for 2 seconds");
     let output = wine
-        .client(&["watch", "--duration", "2"])
+        .client(&["watch", "--duration", "2", "--tracer-frames"])
         .map_err(anyhow::Error::msg)?;
     let text = String::from_utf8_lossy(&output.stdout);
     let records = text.lines().filter(|line| line.starts_with('#')).count();
@@ -348,12 +352,47 @@ fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
         "3",
         "--frames",
         "6",
+        "--tracer-frames",
     ])?;
     process::step("a flamegraph of the capture, drawn by inferno");
     let svg = wine.client_dir().join(DEMO_FLAMEGRAPH);
     let _ = std::fs::remove_file(&svg);
-    client(&["flamegraph", "--input", DEMO_CAPTURE, "-o", DEMO_FLAMEGRAPH])?;
+    client(&[
+        "flamegraph",
+        "--input",
+        DEMO_CAPTURE,
+        "-o",
+        DEMO_FLAMEGRAPH,
+        "--tracer-frames",
+    ])?;
     println!("      open {} in a browser", svg.display());
+    demo_symbols(wine, package, &client)?;
+    client(&["config", "--disable", "all"])?;
+    client(&["status"])?;
+    Ok(())
+}
+
+/// Ring capacity in KiB, and records per round, of the Wine drain
+/// benchmark. The ring is the largest allowed: a round's captures may all
+/// land in one shard, and each of the shards (one per processor) holds its
+/// share of the ring.
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_RING: u32 = 147_456;
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_RECORDS: &str = "60000";
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_ROUNDS: &str = "5";
+
+/// Drains the real driver under Wine in batches (kstack-drain-bench),
+/// with the stack table off (`StackTableEntries`=0) and then on (the
+/// default), in one prefix; ends with the one-line comparison.
+#[cfg(target_os = "linux")]
+/// The demo's step naming kstack.sys's frames from kstack.pdb.
+fn demo_symbols(
+    wine: &WineHost,
+    package: &Path,
+    client: &impl Fn(&[&str]) -> Result<()>,
+) -> Result<()> {
     process::step(
         "function names from kstack.pdb through (Wine's) dbghelp: the package's kstack.sys and kstack.pdb \
          copied to C:\\symbols",
@@ -374,26 +413,11 @@ fn demo_steps(wine: &WineHost, package: &Path) -> Result<()> {
         "4",
         "--symbols",
         r"C:\symbols",
+        "--tracer-frames",
     ])?;
-    client(&["config", "--disable", "all"])?;
-    client(&["status"])?;
     Ok(())
 }
 
-/// Ring capacity in KiB, and records per round, of the Wine drain
-/// benchmark. The ring is the largest allowed: a round's captures may all
-/// land in one shard, and each of the shards (one per processor) holds its
-/// share of the ring.
-#[cfg(target_os = "linux")]
-const DRAIN_BENCH_RING: u32 = 147_456;
-#[cfg(target_os = "linux")]
-const DRAIN_BENCH_RECORDS: &str = "60000";
-#[cfg(target_os = "linux")]
-const DRAIN_BENCH_ROUNDS: &str = "5";
-
-/// Drains the real driver under Wine in batches (kstack-drain-bench),
-/// with the stack table off (`StackTableEntries`=0) and then on (the
-/// default), in one prefix; ends with the one-line comparison.
 #[cfg(target_os = "linux")]
 fn wine_drain_bench(workspace: &Path) -> Result<()> {
     let built = package::build(workspace)?;

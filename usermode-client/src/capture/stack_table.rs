@@ -308,7 +308,7 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
         let share = 100.0 * count as f64 / table.records().max(1) as f64;
         let _ = writeln!(
             out,
-            "\n#{} {} ({share:.1}%) stack {:016x} sources {}\n    first {}, last {}",
+            "\n#{} {} ({share:.1}%) stack {:016x} sources {}\n    first {}\n    last  {}",
             rank + 1,
             counted(count, "record"),
             summary.stack_id,

@@ -2,8 +2,9 @@
 //! continuation indented four columns past its line's own indentation, so a
 //! block still reads as one. The width is the terminal's when the text goes
 //! to one, else [`DEFAULT_WIDTH`] (a file, a pipe, a test). Machine formats
-//! (JSON lines, folded stacks, CallTrace lines) are never wrapped; a single
-//! word longer than the width (a long path) stands alone, unbroken.
+//! (JSON lines, folded stacks, CallTrace lines) are never wrapped; a word
+//! too long for any line (a long path or function name) stays where it is,
+//! unbroken.
 
 use std::io::IsTerminal as _;
 
@@ -55,7 +56,8 @@ pub fn fit(text: &str, width: usize) -> String {
 /// Sysmon writes it.
 const CALL_TRACE: &str = "  CallTrace: ";
 
-/// One line, wrapped into `out` without a final newline.
+/// One line, wrapped into `out` without a final newline. Spaces between
+/// words on one output line are kept as they were (columns stay aligned).
 fn fit_line(line: &str, width: usize, out: &mut String) {
     if line.chars().count() <= width || line.starts_with(CALL_TRACE) {
         out.push_str(line);
@@ -65,16 +67,28 @@ fn fit_line(line: &str, width: usize, out: &mut String) {
     let continuation = " ".repeat(indent + 4);
     out.push_str(&line[..indent]);
     let mut column = indent;
+    let mut rest = &line[indent..];
     let mut first_word = true;
-    for word in line[indent..].split(' ').filter(|word| !word.is_empty()) {
+    while !rest.is_empty() {
+        let spaces = rest.len() - rest.trim_start_matches(' ').len();
+        let (gap, after) = rest.split_at(spaces);
+        let end = after.find(' ').unwrap_or(after.len());
+        let (word, tail) = after.split_at(end);
+        rest = tail;
+        if word.is_empty() {
+            break;
+        }
         let length = word.chars().count();
-        if !first_word && column + 1 + length > width {
+        // A word that would not fit a continuation line either stays here:
+        // moving it would only leave its line's start alone.
+        let fits_below = continuation.len() + length <= width;
+        if !first_word && column + gap.len() + length > width && fits_below {
             out.push('\n');
             out.push_str(&continuation);
             column = continuation.len();
-        } else if !first_word {
-            out.push(' ');
-            column += 1;
+        } else {
+            out.push_str(gap);
+            column += gap.len();
         }
         out.push_str(word);
         column += length;
@@ -111,11 +125,18 @@ mod tests {
             fit("alpha beta gamma delta\n  one two three four\nx", 12),
             "alpha beta\n    gamma\n    delta\n  one two\n      three\n      four\nx"
         );
-        // A word longer than the width stands alone; runs of spaces
-        // inside a wrapped line become one.
+        // A word too long for any line stays where it is, unbroken; the
+        // spaces a break replaces go, the others stay.
         assert_eq!(
             fit("see \\Device\\HarddiskVolume3\\Windows  now", 10),
-            "see\n    \\Device\\HarddiskVolume3\\Windows\n    now"
+            "see \\Device\\HarddiskVolume3\\Windows\n    now"
+        );
+        assert_eq!(
+            fit(
+                "   2  kstack.sys!kstack_driver_core::capture::DriverCore::capture+0xca",
+                40
+            ),
+            "   2  kstack.sys!kstack_driver_core::capture::DriverCore::capture+0xca"
         );
         let text = "word ".repeat(60);
         assert!(
