@@ -889,3 +889,32 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
          {capture_now_path} from capture-now (bound {CAPTURE_NOW_PATH_BOUND}); see docs/kernel-stack.md"
     );
 }
+
+/// The client reads the image's identity (what a symbol server files it
+/// and its PDB under) as the PDB itself states it: the same GUID and age,
+/// from the file and from its bytes alike.
+#[test]
+fn the_clients_image_identity_is_the_pdbs() {
+    let image = image_bytes();
+    let identity = kstack_client::naming::identity::of_image(&image[..]).expect("a PE32+ image");
+    let from_file = kstack_client::naming::identity::of_file(&package_dir().join("kstack.sys"))
+        .expect("the package's kstack.sys");
+    assert_eq!(identity, from_file);
+    let pe = parse(&image);
+    assert_eq!(
+        identity.size_of_image,
+        pe.nt_headers().optional_header.size_of_image.get(LE)
+    );
+    let debug = identity.debug.expect("kstack.sys has a CodeView record");
+    assert_eq!(debug.pdb_name, "kstack.pdb");
+    let information = open_pdb(&package_dir())
+        .pdb_information()
+        .expect("the PDB's information stream");
+    let guid = information.guid.to_string().replace('-', "").to_uppercase();
+    assert_eq!(debug.guid_text(), guid);
+    assert_eq!(debug.age, information.age, "the image's age is the PDB's");
+    assert_eq!(
+        debug.symbol_server_key(),
+        format!("{guid}{:X}", information.age)
+    );
+}
