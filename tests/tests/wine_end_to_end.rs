@@ -817,6 +817,16 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
             .is_some_and(|(module, _)| module.name == "kstack.sys"),
         || format!("the saved module list lacks kstack.sys: {:?}", view.modules),
     )?;
+    // It carries kstack.sys's identity (what a symbol server files kstack.pdb
+    // under), read from the installed image: the package's.
+    let expected = kstack_client::naming::identity::of_file(&context.package.join("kstack.sys"))?;
+    let saved = view
+        .modules
+        .find(start)
+        .and_then(|(module, _)| view.modules.identity(module));
+    ensure(saved == Some(&expected), || {
+        format!("kstack.sys's saved identity {saved:?}, the package's {expected:?}")
+    })?;
     folded_agrees_with_linux(wine, &table, &view.modules)?;
     let top = json_lines(&wine.client_ok(&["top", "--json", "--input", "e2e.kstack"])?)?;
     let counted: u64 = top.iter().filter_map(|stack| stack["count"].as_u64()).sum();

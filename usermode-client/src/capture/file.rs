@@ -8,8 +8,13 @@
 //!   20: process count (u32; format 1: reserved, zero); (format 3) 24: when
 //!   the processes were listed (u64, the record clock's units; all ones:
 //!   not known).
-//! - then per module: base (u64), size (u32), name length (u16), reserved
-//!   zero (u16), the name in UTF-8;
+//! - then per module: base (u64), size (u32), name length (u16), flags
+//!   (u16; formats 1 to 3: reserved, zero), the name in UTF-8; then
+//!   (format 4) when flags bit 0 is set, the image's identity: its
+//!   timestamp (u32) and `SizeOfImage` (u32); when bit 1 is also set, its
+//!   PDB's: GUID (16 bytes, as the `CodeView` record stores it), age (u32),
+//!   PDB name length (u16), the PDB name in UTF-8 (see
+//!   `naming::identity`);
 //! - then (format 2) per process: its id (u32), its module count (u32),
 //!   and its modules as above: the user-mode modules live commands named
 //!   user frames after, so offline analysis names them the same;
@@ -43,6 +48,7 @@ use kstack_abi::{
 use crate::{
     capture::trace::{StackMemory, TraceRecord},
     naming::{
+        identity::{DebugIdentity, ImageIdentity},
         modules::{Module, ModuleMap},
         process_modules::{ModuleChange, ProcessModules},
     },
@@ -50,9 +56,9 @@ use crate::{
 
 /// The first bytes of every capture file.
 pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
-/// The version of this layout. Versions 1 (no process modules) and 2 (no
-/// listing time) still read.
-pub const FORMAT_VERSION: u32 = 3;
+/// The version of this layout. Versions 1 (no process modules), 2 (no
+/// listing time) and 3 (no image identities) still read.
+pub const FORMAT_VERSION: u32 = 4;
 /// The layouts this client reads.
 const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// The ABI versions whose records this client reads: ABI 6 changed the
@@ -71,6 +77,10 @@ const HEADER_SIZE: usize = 32;
 const OLD_HEADER_SIZE: usize = 24;
 const TRAILER_SIZE: usize = 16;
 const MODULE_ENTRY_SIZE: usize = 16;
+/// Module entry flags (format 4): the image's identity follows the name.
+const HAS_IMAGE_IDENTITY: u16 = 1;
+/// ... and its PDB's identity follows that.
+const HAS_DEBUG_IDENTITY: u16 = 2;
 
 /// Why bytes are not a capture this client can read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -271,17 +281,36 @@ impl<W: Write> CaptureWriter<W> {
     }
 }
 
-/// Writes each module's entry and name.
+/// Writes each module's entry, name and identity.
 fn write_modules(out: &mut impl Write, modules: &ModuleMap) -> io::Result<()> {
+    let length = |name: &str| {
+        u16::try_from(name.len()).map_err(|_| io::Error::other(format!("name too long: {name}")))
+    };
     for module in modules.modules() {
-        let name_length = u16::try_from(module.name.len())
-            .map_err(|_| io::Error::other(format!("module name too long: {}", module.name)))?;
+        let identity = modules.identity(module);
+        let flags = match identity {
+            Some(ImageIdentity { debug: Some(_), .. }) => HAS_IMAGE_IDENTITY | HAS_DEBUG_IDENTITY,
+            Some(_) => HAS_IMAGE_IDENTITY,
+            None => 0,
+        };
         let mut entry = [0_u8; MODULE_ENTRY_SIZE];
         entry[..8].copy_from_slice(&module.base.to_le_bytes());
         entry[8..12].copy_from_slice(&module.size.to_le_bytes());
-        entry[12..14].copy_from_slice(&name_length.to_le_bytes());
+        entry[12..14].copy_from_slice(&length(&module.name)?.to_le_bytes());
+        entry[14..16].copy_from_slice(&flags.to_le_bytes());
         out.write_all(&entry)?;
         out.write_all(module.name.as_bytes())?;
+        let Some(identity) = identity else {
+            continue;
+        };
+        out.write_all(&identity.timestamp.to_le_bytes())?;
+        out.write_all(&identity.size_of_image.to_le_bytes())?;
+        if let Some(debug) = &identity.debug {
+            out.write_all(&debug.guid)?;
+            out.write_all(&debug.age.to_le_bytes())?;
+            out.write_all(&length(&debug.pdb_name)?.to_le_bytes())?;
+            out.write_all(debug.pdb_name.as_bytes())?;
+        }
     }
     Ok(())
 }
@@ -339,14 +368,22 @@ impl<'a> CaptureView<'a> {
             (OLD_HEADER_SIZE, u64::MAX)
         };
         let mut read = 0;
-        let modules = read_modules(bytes, &mut at, count, &mut read)?;
+        let (modules, identities) = read_modules(bytes, format, &mut at, count, &mut read)?;
+        let mut module_map = ModuleMap::new(modules);
+        for (base, identity) in identities {
+            module_map.set_identity(base, identity);
+        }
         let mut processes = ProcessModules::default();
         processes.set_listed_at(listed_at);
         for _ in 0..process_count {
             let process_id = u32_at(at)?;
             let count = u32_at(at + 4)?;
             at += 8;
-            processes.add(process_id, read_modules(bytes, &mut at, count, &mut read)?);
+            let (modules, identities) = read_modules(bytes, format, &mut at, count, &mut read)?;
+            processes.add(process_id, modules);
+            for (base, identity) in identities {
+                processes.set_identity(process_id, base, identity);
+            }
         }
         let trailer_at = bytes
             .len()
@@ -356,7 +393,7 @@ impl<'a> CaptureView<'a> {
         let records = &bytes[at..trailer_at];
         note_module_records(records, &mut processes);
         Ok(Self {
-            modules: ModuleMap::new(modules),
+            modules: module_map,
             processes,
             record_count: u64::from_le_bytes(
                 bytes[trailer_at + 8..].try_into().unwrap_or_default(),
@@ -436,33 +473,75 @@ fn note_module_records(records: &[u8], processes: &mut ProcessModules) {
     }
 }
 
-/// Reads `count` module entries at `at`, moving `at` past them; `read`
-/// counts every module read so far (errors name a module by it).
+/// Image identities read with a module list, by module base.
+type Identities = Vec<(u64, ImageIdentity)>;
+
+/// Reads `count` module entries of a capture of `format` at `at`, moving
+/// `at` past them: the modules, and the identities read with them (by
+/// base); `read` counts every module read so far (errors name a module by
+/// it).
 fn read_modules(
     bytes: &[u8],
+    format: u32,
     at: &mut usize,
     count: u32,
     read: &mut usize,
-) -> Result<Vec<Module>, CaptureError> {
+) -> Result<(Vec<Module>, Identities), CaptureError> {
     let mut modules = Vec::new();
+    let mut identities = Vec::new();
+    let mut take = |length: usize| -> Result<&[u8], CaptureError> {
+        let taken = bytes
+            .get(*at..*at + length)
+            .ok_or(CaptureError::Truncated)?;
+        *at += length;
+        Ok(taken)
+    };
+    let name_of = |bytes: &[u8], index: usize| {
+        String::from_utf8(bytes.to_vec()).map_err(|_| CaptureError::ModuleName { index })
+    };
+    let u32_of = |bytes: &[u8]| u32::from_le_bytes(bytes.try_into().unwrap_or_default());
     for _ in 0..count {
-        let entry = bytes
-            .get(*at..*at + MODULE_ENTRY_SIZE)
-            .ok_or(CaptureError::Truncated)?;
+        let entry = take(MODULE_ENTRY_SIZE)?;
+        let base = u64::from_le_bytes(entry[..8].try_into().unwrap_or_default());
+        let size = u32_of(&entry[8..12]);
         let name_length = usize::from(u16::from_le_bytes([entry[12], entry[13]]));
-        let name = bytes
-            .get(*at + MODULE_ENTRY_SIZE..*at + MODULE_ENTRY_SIZE + name_length)
-            .ok_or(CaptureError::Truncated)?;
-        modules.push(Module {
-            base: u64::from_le_bytes(entry[..8].try_into().unwrap_or_default()),
-            size: u32::from_le_bytes(entry[8..12].try_into().unwrap_or_default()),
-            name: String::from_utf8(name.to_vec())
-                .map_err(|_| CaptureError::ModuleName { index: *read })?,
-        });
-        *at += MODULE_ENTRY_SIZE + name_length;
+        // Formats before 4 kept the flags word reserved, zero.
+        let flags = if format >= 4 {
+            u16::from_le_bytes([entry[14], entry[15]])
+        } else {
+            0
+        };
+        let name = name_of(take(name_length)?, *read)?;
+        if flags & HAS_IMAGE_IDENTITY != 0 {
+            let timestamp = u32_of(take(4)?);
+            let size_of_image = u32_of(take(4)?);
+            let debug = if flags & HAS_DEBUG_IDENTITY == 0 {
+                None
+            } else {
+                let guid: [u8; 16] = take(16)?.try_into().unwrap_or_default();
+                let age = u32_of(take(4)?);
+                let pdb_length = take(2)?;
+                let pdb_length = usize::from(u16::from_le_bytes([pdb_length[0], pdb_length[1]]));
+                let pdb_name = name_of(take(pdb_length)?, *read)?;
+                Some(DebugIdentity {
+                    pdb_name,
+                    guid,
+                    age,
+                })
+            };
+            identities.push((
+                base,
+                ImageIdentity {
+                    timestamp,
+                    size_of_image,
+                    debug,
+                },
+            ));
+        }
+        modules.push(Module { base, size, name });
         *read += 1;
     }
-    Ok(modules)
+    Ok((modules, identities))
 }
 
 #[cfg(test)]
@@ -642,6 +721,54 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn image_identities_are_saved_with_their_modules_and_read_back() {
+        let kstack = ImageIdentity {
+            timestamp: 0x6543_2100,
+            size_of_image: 0x2_0000,
+            debug: Some(DebugIdentity {
+                pdb_name: "kstack.pdb".to_owned(),
+                guid: *b"0123456789abcdef",
+                age: 3,
+            }),
+        };
+        let no_pdb = ImageIdentity {
+            timestamp: 7,
+            size_of_image: 0x100_0000,
+            debug: None,
+        };
+        let mut modules = sample_map();
+        let [ntoskrnl, driver] = modules.modules() else {
+            panic!("two modules");
+        };
+        let (ntoskrnl, driver) = (ntoskrnl.clone(), driver.clone());
+        modules.set_identity(ntoskrnl.base, no_pdb.clone());
+        modules.set_identity(driver.base, kstack.clone());
+        let mut processes = ProcessModules::default();
+        let app = Module {
+            base: 0x7FF6_0000_0000,
+            size: 0x1_0000,
+            name: "app.exe".to_owned(),
+        };
+        processes.add(4312, [app.clone()]);
+        processes.set_identity(4312, app.base, no_pdb.clone());
+        let mut out = Vec::new();
+        CaptureWriter::with_processes(&mut out, &modules, &processes)
+            .unwrap()
+            .finish()
+            .unwrap();
+        let view = CaptureView::parse(&out).unwrap();
+        assert_eq!(view.modules.identity(&driver), Some(&kstack));
+        assert_eq!(view.modules.identity(&ntoskrnl), Some(&no_pdb));
+        let (_, app_map) = view.processes.processes().next().unwrap();
+        assert_eq!(app_map.identity(&app), Some(&no_pdb));
+        // Cut inside an identity: the module list is cut short.
+        let cut = out.len() - TRAILER_SIZE - 20;
+        let mut damaged = out[..cut].to_vec();
+        damaged.extend_from_slice(&out[out.len() - TRAILER_SIZE..]);
+        assert!(CaptureView::parse(&damaged).is_err());
+    }
+
+    #[test]
     fn other_files_and_versions_are_refused_by_name() {
         let bytes = saved(&sample_map(), &sample_records());
         assert_eq!(
@@ -649,21 +776,25 @@ pub(crate) mod tests {
             CaptureError::NotACapture
         );
         let mut other_format = bytes.clone();
-        other_format[8] = 4;
+        other_format[8] = 5;
         let error = decoded(&other_format).unwrap_err();
-        assert_eq!(error, CaptureError::FormatVersion(4));
+        assert_eq!(error, CaptureError::FormatVersion(5));
         assert!(
-            error.to_string().contains("reads versions 1 to 3"),
+            error.to_string().contains("reads versions 1 to 4"),
             "{error}"
         );
         // Formats 1 (its process count word reserved, zero) and 2 (no
-        // listing time) still read: their header ends at 24.
+        // listing time) still read: their header ends at 24. Format 3 had
+        // no identities (its modules' flags word is zero).
         for old in [1, 2] {
             let mut old_format = bytes.clone();
             old_format[8] = old;
             old_format.drain(OLD_HEADER_SIZE..HEADER_SIZE);
             assert_eq!(decoded(&old_format).unwrap().1, sample_records());
         }
+        let mut format_3 = bytes.clone();
+        format_3[8] = 3;
+        assert_eq!(decoded(&format_3).unwrap(), decoded(&bytes).unwrap());
         let mut other_abi = bytes.clone();
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();

@@ -19,8 +19,9 @@ use kstack_client::{
     },
     error::ClientError,
     naming::{
+        identity,
         modules::{Module, ModuleMap},
-        system_modules,
+        system_modules::{self, SystemModule},
     },
 };
 
@@ -86,6 +87,18 @@ pub fn stop_flag() -> Arc<AtomicBool> {
 /// list, with kstack.sys as the driver reports it replacing whatever the
 /// list says about that range.
 pub fn live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientError> {
+    live_module_map(device, false)
+}
+
+/// [`live_modules`], each image with its identity read from its file where
+/// it can be (for a capture to be named elsewhere, later): a kernel
+/// module's from the path the kernel lists, kstack.sys's from there or
+/// from where its INF installs it (`%SystemRoot%\System32\drivers`).
+pub fn identified_live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientError> {
+    live_module_map(device, true)
+}
+
+fn live_module_map(device: &mut impl Transport, identify: bool) -> Result<ModuleMap, ClientError> {
     let status = session::status(device)?;
     let system = system_module_list().unwrap_or_else(|error| {
         kstack_client::eprintln_fitted!(
@@ -93,15 +106,35 @@ pub fn live_modules(device: &mut impl Transport) -> Result<ModuleMap, ClientErro
         );
         Vec::new()
     });
-    let map = ModuleMap::new(system);
-    Ok(match Module::from_driver_image(status.driver_image) {
-        Some(driver) => map.with_authoritative(driver),
-        None => map,
-    })
+    let system_root = std::env::var("SystemRoot").unwrap_or_default();
+    let mut map = ModuleMap::new(system.iter().map(|entry| entry.module.clone()));
+    if identify {
+        for entry in &system {
+            if let Some(identity) = system_modules::win32_path(&entry.path, &system_root)
+                .and_then(|path| identity::of_file(&path).ok())
+            {
+                map.set_identity(entry.module.base, identity);
+            }
+        }
+    }
+    let Some(driver) = Module::from_driver_image(status.driver_image) else {
+        return Ok(map);
+    };
+    let mut map = map.with_authoritative(driver.clone());
+    if identify && map.identity(&driver).is_none() {
+        let installed = std::path::Path::new(&system_root)
+            .join("System32")
+            .join("drivers")
+            .join(&driver.name);
+        if let Ok(identity) = identity::of_file(&installed) {
+            map.set_identity(driver.base, identity);
+        }
+    }
+    Ok(map)
 }
 
 #[cfg(windows)]
-fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
+fn system_module_list() -> Result<Vec<SystemModule>, system_modules::ModuleListError> {
     system_modules::query()
 }
 
@@ -110,7 +143,7 @@ fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> 
     clippy::unnecessary_wraps,
     reason = "the same signature as the Windows query"
 )]
-fn system_module_list() -> Result<Vec<Module>, system_modules::ModuleListError> {
+fn system_module_list() -> Result<Vec<SystemModule>, system_modules::ModuleListError> {
     // Live sessions need the device, so this is never reached off Windows.
     Ok(Vec::new())
 }

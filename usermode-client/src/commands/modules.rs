@@ -13,6 +13,7 @@ use kstack_client::{
     clock::system_time_text,
     error::ClientError,
     naming::{
+        identity::ImageIdentity,
         modules::{Module, ModuleMap},
         process_modules::{self, ModuleChange, ProcessModules},
     },
@@ -98,13 +99,15 @@ fn write_modules(
     json: bool,
 ) -> io::Result<()> {
     for module in modules.modules() {
+        let identity = modules.identity(module);
         if json {
-            writeln!(out, "{}", module_json(module, process_id))?;
+            writeln!(out, "{}", module_json(module, identity, process_id))?;
         } else {
             let owner = process_id.map_or_else(String::new, |id| format!("pid {id:>6}  "));
+            let identity = identity.map_or_else(String::new, |identity| format!("  {identity}"));
             writeln!(
                 out,
-                "{owner}{:#018x} {:>#10x} {}",
+                "{owner}{:#018x} {:>#10x} {}{identity}",
                 module.base, module.size, module.name
             )?;
         }
@@ -112,11 +115,25 @@ fn write_modules(
     Ok(())
 }
 
-fn module_json(module: &Module, process_id: Option<u32>) -> serde_json::Value {
+fn module_json(
+    module: &Module,
+    identity: Option<&ImageIdentity>,
+    process_id: Option<u32>,
+) -> serde_json::Value {
     let mut value = json!({
         "base": format!("{:#x}", module.base),
         "size": module.size,
         "name": module.name,
+        "identity": identity.map(|identity| json!({
+            "timestamp": format!("{:#010x}", identity.timestamp),
+            "size_of_image": identity.size_of_image,
+            "pdb": identity.debug.as_ref().map(|debug| json!({
+                "name": debug.pdb_name,
+                "guid": debug.guid_text(),
+                "age": debug.age,
+                "key": debug.symbol_server_key(),
+            })),
+        })),
     });
     if let Some(id) = process_id {
         value["process_id"] = json!(id);
@@ -302,7 +319,8 @@ mod tests {
         assert_eq!(
             values,
             [
-                json!({"base": "0x7ff600000000", "size": 0x1_0000, "name": "kstack.exe", "process_id": 100}),
+                json!({"base": "0x7ff600000000", "size": 0x1_0000, "name": "kstack.exe", "process_id": 100,
+                       "identity": null}),
                 json!({"event": "image_load", "time": "2025-11-23T06:00:00.01Z",
                        "system_time_100ns": 134_083_512_000_100_000_u64, "process_id": 100,
                        "process_key": 0, "thread_id": 9, "base": "0x7ffa00000000", "size": 0x2000,

@@ -16,13 +16,14 @@ use kstack_client::{
     },
     error::ClientError,
     naming::{
+        identity,
         modules::ModuleMap,
         process_modules::{self, ProcessModules},
     },
 };
 
 use super::{
-    live::{FollowArgs, follow_summary_text, live_modules, open_device, stop_flag},
+    live::{FollowArgs, follow_summary_text, identified_live_modules, open_device, stop_flag},
     output::{ForceArg, create_output, discard},
 };
 
@@ -64,15 +65,16 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
 }
 
 /// A capture at `path` (replaced only with `force`), begun with the
-/// kernel's module list and the running processes' modules, which it also
-/// returns.
+/// kernel's module list and the running processes' modules, each image
+/// with its identity where its file could be read; returns them too.
 pub fn start_capture(
     device: &mut impl Transport,
     path: &Path,
     force: bool,
 ) -> Result<(CaptureWriter<BufWriter<File>>, ModuleMap, ProcessModules), ClientError> {
-    let modules = live_modules(device)?;
-    let processes = process_modules::list_running();
+    let modules = identified_live_modules(device)?;
+    let mut processes = process_modules::list_running();
+    processes.identify_images(|path| identity::of_file(Path::new(path)).ok());
     let writer = CaptureWriter::with_processes(create_output(path, force)?, &modules, &processes)
         .map_err(|error| ClientError::file(path, "writing", &error))
         .inspect_err(|_| discard(path))?;

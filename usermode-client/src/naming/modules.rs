@@ -1,7 +1,11 @@
 //! Kernel modules (base, size, name), and which one holds an address
 //! (frames are named after them by `symbolizer`).
 
+use std::collections::BTreeMap;
+
 use kstack_abi::{DRIVER_FILE_NAME, DriverImage};
+
+use crate::naming::identity::ImageIdentity;
 
 /// One loaded image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,10 +40,13 @@ impl Module {
     }
 }
 
-/// Modules sorted by base, never overlapping, looked up by address.
+/// Modules sorted by base, never overlapping, looked up by address; each
+/// with its image's identity where it was read (a saved capture's).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModuleMap {
     modules: Vec<Module>,
+    /// By module base.
+    identities: BTreeMap<u64, ImageIdentity>,
 }
 
 impl ModuleMap {
@@ -62,6 +69,19 @@ impl ModuleMap {
     /// made up (Wine's system module list).
     #[must_use]
     pub fn with_authoritative(mut self, module: Module) -> Self {
+        // The identity of the image it replaces carries over only when
+        // that was the same image: the same base and name.
+        let same_image = self.identities.remove(&module.base).filter(|_| {
+            self.modules.iter().any(|kept| {
+                kept.base == module.base && kept.name.eq_ignore_ascii_case(&module.name)
+            })
+        });
+        for replaced in self.modules.iter().filter(|kept| kept.overlaps(&module)) {
+            self.identities.remove(&replaced.base);
+        }
+        if let Some(identity) = same_image {
+            self.identities.insert(module.base, identity);
+        }
         self.modules.retain(|kept| !kept.overlaps(&module));
         let at = self.modules.partition_point(|kept| kept.base < module.base);
         self.modules.insert(at, module);
@@ -72,6 +92,20 @@ impl ModuleMap {
     #[must_use]
     pub fn modules(&self) -> &[Module] {
         &self.modules
+    }
+
+    /// Notes the identity of the image loaded at `base`; nothing when no
+    /// module starts there.
+    pub fn set_identity(&mut self, base: u64, identity: ImageIdentity) {
+        if self.modules.iter().any(|module| module.base == base) {
+            self.identities.insert(base, identity);
+        }
+    }
+
+    /// The identity of `module`'s image, when it was read.
+    #[must_use]
+    pub fn identity(&self, module: &Module) -> Option<&ImageIdentity> {
+        self.identities.get(&module.base)
     }
 
     /// The module holding `address` and the offset into it.
@@ -127,6 +161,35 @@ pub(crate) mod tests {
         assert_eq!(name_at(0x1_4000_0100), Some("kstack.sys"));
         assert_eq!(name_at(0x1_4008_0000), None, "the stale entry is gone");
         assert_eq!(name_at(0x7000_0010), Some("ntdll.dll"));
+    }
+
+    #[test]
+    fn identities_belong_to_a_module_and_follow_only_the_same_image() {
+        let identity = |timestamp| ImageIdentity {
+            timestamp,
+            size_of_image: 0x3_0000,
+            debug: None,
+        };
+        let mut map = ModuleMap::new([
+            module(0x1_4000_0000, 0x3_0000, "kstack.sys"),
+            module(0x7000_0000, 0x1000, "ntdll.dll"),
+        ]);
+        map.set_identity(0x1_4000_0000, identity(1));
+        map.set_identity(0x7000_0000, identity(2));
+        map.set_identity(0x1234, identity(3));
+        let kstack = module(0x1_4000_0000, 0x3_0000, "kstack.sys");
+        assert_eq!(map.identity(&kstack), Some(&identity(1)));
+        assert_eq!(map.identity(&module(0x1234, 1, "none")), None);
+        // The driver's own report of itself keeps its image's identity.
+        let map = map.with_authoritative(module(0x1_4000_0000, 0x3_0000, "KSTACK.SYS"));
+        assert_eq!(map.identity(&kstack), Some(&identity(1)));
+        // Another image over it drops it.
+        let map = map.with_authoritative(module(0x1_4000_0000, 0x1000, "other.sys"));
+        assert_eq!(map.identity(&kstack), None);
+        assert_eq!(
+            map.identity(&module(0x7000_0000, 0x1000, "ntdll.dll")),
+            Some(&identity(2))
+        );
     }
 
     #[test]

@@ -27,7 +27,10 @@ use std::collections::BTreeMap;
 
 use kstack_abi::{ModuleEvent, ModuleFlags, ModuleHeader, ModuleRecord};
 
-use crate::naming::modules::{Module, ModuleMap};
+use crate::naming::{
+    identity::ImageIdentity,
+    modules::{Module, ModuleMap},
+};
 
 /// One module record as the client keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +160,36 @@ impl ProcessModules {
     /// the first listed is kept, as in [`ModuleMap::new`]).
     pub fn add(&mut self, process_id: u32, modules: impl IntoIterator<Item = Module>) {
         self.listed.insert(process_id, ModuleMap::new(modules));
+    }
+
+    /// Notes the identity of the image at `base` in `process_id`'s listing.
+    pub fn set_identity(&mut self, process_id: u32, base: u64, identity: ImageIdentity) {
+        if let Some(map) = self.listed.get_mut(&process_id) {
+            map.set_identity(base, identity);
+        }
+    }
+
+    /// Reads the identity of every listed image whose path is known, once
+    /// per path, with `read` (a capture is about to be saved).
+    pub fn identify_images(&mut self, mut read: impl FnMut(&str) -> Option<ImageIdentity>) {
+        let mut read_before: BTreeMap<String, Option<ImageIdentity>> = BTreeMap::new();
+        for map in self.listed.values_mut() {
+            let found: Vec<(u64, ImageIdentity)> = map
+                .modules()
+                .iter()
+                .filter_map(|module| {
+                    let path = self.image_paths.get(&(module.base, module.name.clone()))?;
+                    read_before
+                        .entry(path.clone())
+                        .or_insert_with(|| read(path))
+                        .clone()
+                        .map(|identity| (module.base, identity))
+                })
+                .collect();
+            for (base, identity) in found {
+                map.set_identity(base, identity);
+            }
+        }
     }
 
     /// Notes where a listed image is on disk (Toolhelp's path).

@@ -8,7 +8,53 @@
 //! Wine returns a short, made-up list, so the client always adds kstack.sys
 //! as the driver itself reports it (see `ModuleMap::with_authoritative`).
 
+use std::path::PathBuf;
+
 use crate::naming::modules::Module;
+
+/// One entry of the kernel's list: the module, and its path as the
+/// kernel spells it (`\SystemRoot\system32\ntoskrnl.exe`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SystemModule {
+    /// Base, size and file name.
+    pub module: Module,
+    /// `FullPathName`.
+    pub path: String,
+}
+
+/// Where a kernel path (`FullPathName`) is as a Win32 path, given the
+/// Windows folder (`%SystemRoot%`, e.g. `C:\Windows`): `\SystemRoot\...`
+/// under it, `\??\C:\...` and `C:\...` as they are, and a rooted path
+/// (`\Windows\...`) on the Windows folder's drive; `None` for anything
+/// else (a device path).
+#[must_use]
+pub fn win32_path(kernel_path: &str, system_root: &str) -> Option<PathBuf> {
+    let lower = kernel_path.to_ascii_lowercase();
+    let has_drive = |path: &str| {
+        let bytes = path.as_bytes();
+        bytes.len() >= 3 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' && bytes[2] == b'\\'
+    };
+    if lower.starts_with("\\systemroot\\") {
+        let rest = &kernel_path["\\SystemRoot".len()..];
+        return Some(PathBuf::from(format!(
+            "{}{rest}",
+            system_root.trim_end_matches('\\')
+        )));
+    }
+    for prefix in ["\\??\\", "\\\\?\\"] {
+        if let Some(rest) = kernel_path.strip_prefix(prefix) {
+            return has_drive(rest).then(|| PathBuf::from(rest));
+        }
+    }
+    if has_drive(kernel_path) {
+        return Some(PathBuf::from(kernel_path));
+    }
+    let drive = system_root
+        .get(..2)
+        .filter(|drive| has_drive(&format!("{drive}\\")))?;
+    (kernel_path.starts_with('\\') && !kernel_path.starts_with("\\Device\\"))
+        .then(|| PathBuf::from(format!("{drive}{kernel_path}")))
+}
 
 /// `RTL_PROCESS_MODULES.Modules` starts here (x64: a ULONG count, padded).
 const MODULES_OFFSET: usize = 8;
@@ -56,7 +102,7 @@ impl std::error::Error for ModuleListError {}
 ///
 /// # Errors
 /// [`ModuleListError::Truncated`] when `bytes` cannot hold what it announces.
-pub fn parse(bytes: &[u8]) -> Result<Vec<Module>, ModuleListError> {
+pub fn parse(bytes: &[u8]) -> Result<Vec<SystemModule>, ModuleListError> {
     let truncated = |count| ModuleListError::Truncated {
         count,
         bytes: bytes.len(),
@@ -73,7 +119,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Module>, ModuleListError> {
     Ok(entries.chunks_exact(ENTRY_SIZE).map(parse_entry).collect())
 }
 
-fn parse_entry(entry: &[u8]) -> Module {
+fn parse_entry(entry: &[u8]) -> SystemModule {
     let u64_at = |at: usize| u64::from_le_bytes(entry[at..at + 8].try_into().unwrap_or_default());
     let u32_at = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap_or_default());
     let path = &entry[FULL_PATH_NAME..FULL_PATH_NAME + FULL_PATH_NAME_SIZE];
@@ -89,10 +135,13 @@ fn parse_entry(entry: &[u8]) -> Module {
         .get(file_name_at..)
         .filter(|name| !name.is_empty())
         .unwrap_or(path);
-    Module {
-        base: u64_at(IMAGE_BASE),
-        size: u32_at(IMAGE_SIZE),
-        name: String::from_utf8_lossy(name).into_owned(),
+    SystemModule {
+        module: Module {
+            base: u64_at(IMAGE_BASE),
+            size: u32_at(IMAGE_SIZE),
+            name: String::from_utf8_lossy(name).into_owned(),
+        },
+        path: String::from_utf8_lossy(path).into_owned(),
     }
 }
 
@@ -101,7 +150,7 @@ fn parse_entry(entry: &[u8]) -> Module {
 /// # Errors
 /// The failing NTSTATUS, or a malformed reply.
 #[cfg(windows)]
-pub fn query() -> Result<Vec<Module>, ModuleListError> {
+pub fn query() -> Result<Vec<SystemModule>, ModuleListError> {
     use windows_sys::Wdk::System::SystemInformation::{
         NtQuerySystemInformation, SYSTEM_INFORMATION_CLASS,
     };
@@ -234,16 +283,43 @@ mod tests {
         ]);
         let modules = parse(&bytes).unwrap();
         assert_eq!(modules.len(), 2);
-        assert_eq!(modules[0].name, "ntoskrnl.exe");
-        assert_eq!(modules[0].base, 0xFFFF_F800_0000_0000);
-        assert_eq!(modules[0].size, 0x100_0000);
-        assert_eq!(modules[1].name, "kstack.sys");
+        assert_eq!(modules[0].module.name, "ntoskrnl.exe");
+        assert_eq!(modules[0].module.base, 0xFFFF_F800_0000_0000);
+        assert_eq!(modules[0].module.size, 0x100_0000);
+        assert_eq!(modules[0].path, r"\SystemRoot\system32\ntoskrnl.exe");
+        assert_eq!(modules[1].module.name, "kstack.sys");
+    }
+
+    #[test]
+    fn kernel_paths_become_win32_paths_or_none() {
+        let root = r"C:\Windows";
+        let path = |kernel| win32_path(kernel, root).map(|path| path.display().to_string());
+        assert_eq!(
+            path(r"\SystemRoot\system32\ntoskrnl.exe").as_deref(),
+            Some(r"C:\Windows\system32\ntoskrnl.exe")
+        );
+        assert_eq!(
+            path(r"\systemroot\System32\drivers\kstack.sys").as_deref(),
+            Some(r"C:\Windows\System32\drivers\kstack.sys")
+        );
+        assert_eq!(
+            path(r"\??\D:\kstack\kstack.sys").as_deref(),
+            Some(r"D:\kstack\kstack.sys")
+        );
+        assert_eq!(path(r"E:\x.sys").as_deref(), Some(r"E:\x.sys"));
+        assert_eq!(
+            path(r"\Windows\System32\drivers\ACPI.sys").as_deref(),
+            Some(r"C:\Windows\System32\drivers\ACPI.sys")
+        );
+        assert_eq!(path(r"\Device\HarddiskVolume3\x.sys"), None);
+        assert_eq!(path("hal.dll"), None);
+        assert_eq!(path(r"\??\UNC\server\x.sys"), None);
     }
 
     #[test]
     fn a_bad_file_name_offset_keeps_the_whole_path() {
         let modules = parse(&encoded(&[(0x1000, 0x1000, "hal.dll", 200)])).unwrap();
-        assert_eq!(modules[0].name, "hal.dll");
+        assert_eq!(modules[0].module.name, "hal.dll");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use kstack_abi::{
 use kstack_client::{
     capture::{file::CaptureWriter, trace::TraceRecord},
     naming::{
+        identity::{DebugIdentity, ImageIdentity},
         modules::{Module, ModuleMap},
         process_modules::{ModuleChange, ProcessModules},
     },
@@ -23,8 +24,11 @@ const NT: u64 = 0xFFFF_F806_2A00_0000;
 const KSTACK: u64 = 0xFFFF_F806_3110_0000;
 const FLTMGR: u64 = 0xFFFF_F806_2C40_0000;
 
+/// The kernel's modules; kstack.sys and ntoskrnl.exe with their image
+/// identities as a saved capture holds them (FLTMGR.SYS's could not be
+/// read).
 fn modules() -> ModuleMap {
-    ModuleMap::new([
+    let mut map = ModuleMap::new([
         Module {
             base: NT,
             size: 0x104_6000,
@@ -40,7 +44,35 @@ fn modules() -> ModuleMap {
             size: 0x8_2000,
             name: "FLTMGR.SYS".to_owned(),
         },
-    ])
+    ]);
+    map.set_identity(
+        NT,
+        ImageIdentity {
+            timestamp: 0x4A3B_2C1D,
+            size_of_image: 0x104_6000,
+            debug: Some(DebugIdentity {
+                pdb_name: "ntkrnlmp.pdb".to_owned(),
+                guid: [
+                    0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE, 0x01, 0x23, 0x45, 0x67, 0x89,
+                    0xAB, 0xCD, 0xEF,
+                ],
+                age: 1,
+            }),
+        },
+    );
+    map.set_identity(
+        KSTACK,
+        ImageIdentity {
+            timestamp: 0x6745_2301,
+            size_of_image: 0x2_4000,
+            debug: Some(DebugIdentity {
+                pdb_name: "kstack.pdb".to_owned(),
+                guid: *b"kstack-pdb-guid!",
+                age: 1,
+            }),
+        },
+    );
+    map
 }
 
 const TIMER: &[u64] = &[
