@@ -639,6 +639,7 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     ensure(offline == live, || {
         format!("offline frame 0 should be named as live: {offline} vs {live}")
     })?;
+    linux_names_as_dbghelp(context, &wine.client_dir().join("symbols.kstack"), &offline)?;
     let top = wine.client_ok(&[
         "top",
         "--tracer-frames",
@@ -659,6 +660,44 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
         top.contains(&live) && folded.contains(&live.replace(' ', "_")),
         || format!("top and folded should name {live}:\n{top}\n{folded}"),
     )
+}
+
+/// The Linux side of the same saved capture: kstack-client's own PDB
+/// reader (`pdb_files`), finding kstack.pdb in the package folder by the
+/// identity the capture carries, names frame 0 as Wine's dbghelp did
+/// (`expected`); a PDB of another build is refused and the frame stays
+/// `kstack.sys+0x...`.
+fn linux_names_as_dbghelp(context: &Context, capture: &Path, expected: &str) -> WineResult<()> {
+    use kstack_client::{
+        capture::file::CaptureView,
+        naming::{pdb_files::PdbFiles, symbolizer::Symbolizer},
+    };
+    let bytes = std::fs::read(capture).map_err(|error| format!("reading the capture: {error}"))?;
+    let frame_0 = |symbol_path: &Path| -> WineResult<String> {
+        let view = CaptureView::parse(&bytes).map_err(|error| error.to_string())?;
+        let symbolizer = Symbolizer::new(view.modules.clone())
+            .showing_tracer_frames()
+            .with_functions(Box::new(PdbFiles::new(&symbol_path.display().to_string())));
+        let record = view
+            .records()
+            .next()
+            .ok_or("the capture holds no record")?
+            .map_err(|error| error.to_string())?;
+        record
+            .locations(&symbolizer)
+            .into_iter()
+            .next()
+            .ok_or_else(|| "a record without frames".to_owned())
+    };
+    let named = frame_0(&context.package)?;
+    ensure(named == expected, || {
+        format!("the Linux client named frame 0 {named}, dbghelp under Wine {expected}")
+    })?;
+    // The injection build's PDB is another build's: refused.
+    let other = frame_0(&context.wine_support.join(INJECTION_DRIVER_DIR))?;
+    ensure(other.starts_with("kstack.sys+0x"), || {
+        format!("another build's PDB named frame 0: {other}")
+    })
 }
 
 fn read_and_clear(context: &Context) -> WineResult<()> {

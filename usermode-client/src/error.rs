@@ -53,12 +53,6 @@ pub enum ClientError {
         allow(dead_code, reason = "only hosts without the device say this")
     )]
     NeedsWindows,
-    /// `--symbols` needs dbghelp, which only Windows (or Wine) has.
-    #[cfg_attr(
-        windows,
-        allow(dead_code, reason = "only hosts without dbghelp say this")
-    )]
-    SymbolsNeedWindows,
     /// `\\.\KStack` could not be opened.
     #[cfg_attr(
         not(windows),
@@ -160,7 +154,6 @@ impl ClientError {
                 code: ERROR_ACCESS_DENIED,
             } => exit_code::ACCESS_DENIED,
             Self::NeedsWindows
-            | Self::SymbolsNeedWindows
             | Self::Open { .. }
             | Self::ThreadList(ThreadListError::NeedsWindows | ThreadListError::Snapshot { .. }) => {
                 exit_code::DRIVER_UNAVAILABLE
@@ -208,11 +201,6 @@ impl fmt::Display for ClientError {
                 f,
                 "this command talks to the kstack driver and runs on Windows (or under Wine); \
                  offline analysis of saved captures works anywhere"
-            ),
-            Self::SymbolsNeedWindows => write!(
-                f,
-                "--symbols reads PDB symbols with dbghelp, which only Windows (or Wine) has; \
-                 without it frames are named module+0xoffset, which works anywhere"
             ),
             Self::Open {
                 code: ERROR_FILE_NOT_FOUND | ERROR_PATH_NOT_FOUND,

@@ -14,10 +14,11 @@ use super::live::live_modules;
 
 #[derive(Args)]
 pub struct SymbolsArg {
-    /// Name frames `module!function+0xoffset` from PDB symbols found
-    /// through this dbghelp symbol path (`;`-separated folders and `srv*`
-    /// symbol servers). Default: `_NT_SYMBOL_PATH`; "" for none. Windows
-    /// only.
+    /// Name frames `module!function+0xoffset` from PDB symbols found on
+    /// this symbol path (`;`-separated folders and `srv*CACHE*URL`
+    /// symbol servers): through dbghelp on Windows; elsewhere PDB files
+    /// read by the image identities a saved capture carries (folders and
+    /// caches only). Default: `_NT_SYMBOL_PATH`; "" for none.
     #[arg(long, value_name = "PATH")]
     symbols: Option<String>,
     /// Show kstack.sys's own frames at the top of each stack (the capture
@@ -86,14 +87,23 @@ impl SymbolsArg {
         })
     }
 
-    /// Off Windows there is no dbghelp: `--symbols` is refused rather than
-    /// silently ignored; `_NT_SYMBOL_PATH`, a Windows setting, is ignored.
+    /// Off Windows there is no dbghelp: PDB files are read in Rust
+    /// (`pdb_files`), found on the symbol path (`--symbols`, else
+    /// `_NT_SYMBOL_PATH`) by the identity a saved capture carries for each
+    /// image.
     #[cfg(not(windows))]
+    #[expect(clippy::unnecessary_wraps, reason = "the same signature as on Windows")]
     fn naming(&self, modules: ModuleMap, _origin: ModuleOrigin) -> Result<Symbolizer, ClientError> {
-        match symbol_path::chosen(self.symbols.as_deref(), None) {
-            Some(_) => Err(ClientError::SymbolsNeedWindows),
-            None => Ok(Symbolizer::new(modules)),
-        }
+        let environment = std::env::var(symbol_path::ENVIRONMENT_VARIABLE).ok();
+        let symbolizer = Symbolizer::new(modules);
+        Ok(
+            match symbol_path::chosen(self.symbols.as_deref(), environment.as_deref()) {
+                Some(path) => symbolizer.with_functions(Box::new(
+                    kstack_client::naming::pdb_files::PdbFiles::new(&path),
+                )),
+                None => symbolizer,
+            },
+        )
     }
 }
 

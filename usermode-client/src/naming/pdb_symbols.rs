@@ -30,6 +30,7 @@ use windows_sys::Win32::{
 };
 
 use crate::naming::{
+    identity::ImageIdentity,
     modules::Module,
     symbol_path,
     symbolizer::{Function, FunctionSource},
@@ -134,7 +135,14 @@ impl Dbghelp {
 }
 
 impl FunctionSource for Dbghelp {
-    fn function(&mut self, module: &Module, image: Option<&str>, address: u64) -> Option<Function> {
+    fn function(
+        &mut self,
+        module: &Module,
+        image: Option<&str>,
+        // dbghelp reads the identity from the image itself.
+        _identity: Option<&ImageIdentity>,
+        address: u64,
+    ) -> Option<Function> {
         if !self.load(module, image) {
             return None;
         }

@@ -192,6 +192,16 @@ impl ProcessModules {
         }
     }
 
+    /// The identity of a listed image, when it was read (`module` as the
+    /// listing has it).
+    #[must_use]
+    pub fn identity(&self, module: &Module) -> Option<&ImageIdentity> {
+        self.listed.values().find_map(|map| {
+            map.identity(module)
+                .filter(|_| map.modules().contains(module))
+        })
+    }
+
     /// Notes where a listed image is on disk (Toolhelp's path).
     pub fn add_image_path(&mut self, module: &Module, path: String) {
         self.image_paths

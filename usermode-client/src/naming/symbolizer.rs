@@ -9,6 +9,7 @@ use std::{cell::RefCell, collections::HashMap};
 use kstack_abi::{DRIVER_FILE_NAME, RecordHeader};
 
 use crate::naming::{
+    identity::ImageIdentity,
     modules::{Module, ModuleMap},
     process_modules::{ModuleChange, ProcessModules},
 };
@@ -26,12 +27,20 @@ pub struct Function {
 }
 
 /// Where function names come from: PDB symbols through dbghelp on Windows
-/// (`pdb_symbols`), a table in tests.
+/// (`pdb_symbols`), PDB files read in Rust elsewhere (`pdb_files`), a table
+/// in tests.
 pub trait FunctionSource {
     /// The function holding `address` inside `module`, if its symbols name
     /// one; `image` is where the module's image is, when known (a user
-    /// image, or a driver a module record reported).
-    fn function(&mut self, module: &Module, image: Option<&str>, address: u64) -> Option<Function>;
+    /// image, or a driver a module record reported), and `identity` the
+    /// image's, when a saved capture carries it.
+    fn function(
+        &mut self,
+        module: &Module,
+        image: Option<&str>,
+        identity: Option<&ImageIdentity>,
+        address: u64,
+    ) -> Option<Function>;
 }
 
 /// What is known of one frame's address.
@@ -241,7 +250,12 @@ impl Symbolizer {
             if let Some((_, function)) = asked.iter().find(|(kept, _)| kept == module) {
                 return function.clone();
             }
-            let function = source.function(module, self.processes.image_path(module), address);
+            let identity = self
+                .modules
+                .identity(module)
+                .or_else(|| self.processes.identity(module));
+            let function =
+                source.function(module, self.processes.image_path(module), identity, address);
             asked.push((module.clone(), function.clone()));
             function
         });
@@ -304,6 +318,7 @@ pub(crate) mod tests {
             &mut self,
             _module: &Module,
             _image: Option<&str>,
+            _identity: Option<&ImageIdentity>,
             address: u64,
         ) -> Option<Function> {
             self.asked.borrow_mut().push(address);
@@ -442,7 +457,13 @@ pub(crate) mod tests {
     struct ImagesAsked(Rc<RefCell<Vec<ImageAsked>>>);
 
     impl FunctionSource for ImagesAsked {
-        fn function(&mut self, module: &Module, image: Option<&str>, _: u64) -> Option<Function> {
+        fn function(
+            &mut self,
+            module: &Module,
+            image: Option<&str>,
+            _: Option<&ImageIdentity>,
+            _: u64,
+        ) -> Option<Function> {
             self.0
                 .borrow_mut()
                 .push((module.name.clone(), image.map(str::to_owned)));

@@ -1,0 +1,288 @@
+//! Function names from PDB files read in Rust (`pdb-addr2line`), on any
+//! host: each module's PDB is found on the symbol path by the image's
+//! identity, the one a saved capture carries (`naming::identity`), and only
+//! a PDB whose GUID and age are the image's is used.
+//!
+//! Where it looks, for a PDB `name.pdb` whose symbol server key is `KEY`
+//! (GUID and age), in each entry of the path in order (`;`-separated, in
+//! the Windows debuggers' syntax):
+//! - a folder `DIR`: `DIR/name.pdb/KEY/name.pdb` (a symbol store's layout),
+//!   then `DIR/name.pdb` (checked: another build's PDB is refused);
+//! - `srv*CACHE*URL` (or `cache*CACHE`): `CACHE/name.pdb/KEY/name.pdb`.
+//!   Fetching from `URL` into the cache is not done here yet: what is not in
+//!   the cache is reported missing, with the URL it would come from.
+//!
+//! What was not found, or refused, is said once per PDB on stderr, with
+//! every place looked at; those frames stay `module+0xoffset`.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+use pdb_addr2line::{Context, ContextPdbData, pdb::PDB};
+
+use crate::naming::{
+    identity::{DebugIdentity, ImageIdentity},
+    modules::Module,
+    symbolizer::{Function, FunctionSource},
+};
+
+/// One entry of the symbol path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathEntry {
+    /// A folder of PDBs, flat or in a symbol store's layout.
+    Folder(PathBuf),
+    /// A symbol server's local cache, and where it downloads from.
+    Server {
+        /// The cache folder (a symbol store's layout).
+        cache: PathBuf,
+        /// The server, when named.
+        url: Option<String>,
+    },
+}
+
+/// Parses a symbol path (`--symbols`, `_NT_SYMBOL_PATH`): entries separated
+/// by `;`, each a folder, `srv*CACHE*URL`, `srv*URL` (no cache: nothing
+/// local to read), `symsrv*symsrv.dll*CACHE*URL` or `cache*CACHE`.
+#[must_use]
+pub fn parse_path(path: &str) -> Vec<PathEntry> {
+    path.split(';')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .filter_map(|entry| {
+            let parts: Vec<&str> = entry.split('*').collect();
+            match parts
+                .first()
+                .map(|kind| kind.to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("srv") => server(&parts[1..]),
+                Some("symsrv") => server(parts.get(2..).unwrap_or_default()),
+                Some("cache") => parts.get(1).map(|cache| PathEntry::Server {
+                    cache: PathBuf::from(cache),
+                    url: None,
+                }),
+                _ => Some(PathEntry::Folder(PathBuf::from(entry))),
+            }
+        })
+        .collect()
+}
+
+/// `CACHE*URL`, `URL` or `CACHE` after `srv*`.
+fn server(parts: &[&str]) -> Option<PathEntry> {
+    let is_url = |part: &&str| part.contains("://");
+    let cache = parts
+        .iter()
+        .find(|part| !is_url(part) && !part.is_empty())?;
+    Some(PathEntry::Server {
+        cache: PathBuf::from(cache),
+        url: parts
+            .iter()
+            .find(|part| is_url(part))
+            .map(|url| (*url).to_owned()),
+    })
+}
+
+/// A PDB read and ready to answer, or why there is none.
+enum Loaded {
+    Ready(Box<Symbols>),
+    Missing,
+}
+
+/// A PDB's function and line tables, ready for lookups. The context
+/// borrows the PDB's data, which is therefore kept for the rest of the
+/// run (a command reads a handful of PDBs, once each).
+struct Symbols {
+    context: Context<'static, 'static>,
+}
+
+/// Function names from the PDBs on a symbol path.
+pub struct PdbFiles {
+    path: Vec<PathEntry>,
+    /// By PDB name and key.
+    loaded: HashMap<(String, String), Loaded>,
+}
+
+impl PdbFiles {
+    /// Reads PDBs found along `path` (see the module).
+    #[must_use]
+    pub fn new(path: &str) -> Self {
+        Self {
+            path: parse_path(path),
+            loaded: HashMap::new(),
+        }
+    }
+
+    /// Where `debug`'s PDB may be, in the path's order.
+    fn candidates(&self, debug: &DebugIdentity) -> Vec<PathBuf> {
+        let name = &debug.pdb_name;
+        let stored = |dir: &Path| dir.join(name).join(debug.symbol_server_key()).join(name);
+        let mut candidates = Vec::new();
+        for entry in &self.path {
+            match entry {
+                PathEntry::Folder(dir) => {
+                    candidates.push(stored(dir));
+                    candidates.push(dir.join(name));
+                }
+                PathEntry::Server { cache, .. } => candidates.push(stored(cache)),
+            }
+        }
+        candidates
+    }
+
+    /// The PDB of `debug`, read once; what was not found or did not match
+    /// is said on stderr, once.
+    fn load(&mut self, module: &Module, debug: &DebugIdentity) -> Option<&Symbols> {
+        let key = (debug.pdb_name.clone(), debug.symbol_server_key());
+        if !self.loaded.contains_key(&key) {
+            let loaded = self.find(module, debug);
+            self.loaded.insert(key.clone(), loaded);
+        }
+        match self.loaded.get(&key)? {
+            Loaded::Ready(symbols) => Some(symbols),
+            Loaded::Missing => None,
+        }
+    }
+
+    fn find(&self, module: &Module, debug: &DebugIdentity) -> Loaded {
+        let mut looked = Vec::new();
+        for candidate in self.candidates(debug) {
+            if !candidate.is_file() {
+                looked.push(format!("{} (absent)", candidate.display()));
+                continue;
+            }
+            match open(&candidate, debug) {
+                Ok(symbols) => return Loaded::Ready(Box::new(symbols)),
+                Err(why) => looked.push(format!("{} ({why})", candidate.display())),
+            }
+        }
+        let servers: Vec<&str> = self
+            .path
+            .iter()
+            .filter_map(|entry| match entry {
+                PathEntry::Server { url: Some(url), .. } => Some(url.as_str()),
+                _ => None,
+            })
+            .collect();
+        crate::eprintln_fitted!(
+            "kstack: no symbols for {} ({} {}): looked at {}{}; its frames stay {}+0xoffset",
+            module.name,
+            debug.pdb_name,
+            debug.symbol_server_key(),
+            if looked.is_empty() {
+                "nothing (the symbol path has no folder or cache)".to_owned()
+            } else {
+                looked.join(", ")
+            },
+            if servers.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; downloading from {} is not done by this client yet",
+                    servers.join(", ")
+                )
+            },
+            module.name
+        );
+        Loaded::Missing
+    }
+}
+
+/// The PDB at `path`, if it is `debug`'s: its GUID and age checked.
+fn open(path: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
+    let file = File::open(path).map_err(|error| error.to_string())?;
+    let mut pdb = PDB::open(file).map_err(|error| format!("not a PDB: {error}"))?;
+    let information = pdb
+        .pdb_information()
+        .map_err(|error| format!("no PDB information: {error}"))?;
+    let found = information.guid.to_string().replace('-', "").to_uppercase();
+    if found != debug.guid_text() || information.age < debug.age {
+        return Err(format!(
+            "another build's PDB: GUID {found} age {}, the image's {} age {}",
+            information.age,
+            debug.guid_text(),
+            debug.age
+        ));
+    }
+    let data = ContextPdbData::try_from_pdb(pdb).map_err(|error| error.to_string())?;
+    let data: &'static ContextPdbData<'static, 'static, File> = Box::leak(Box::new(data));
+    let context = data.make_context().map_err(|error| error.to_string())?;
+    Ok(Symbols { context })
+}
+
+impl FunctionSource for PdbFiles {
+    fn function(
+        &mut self,
+        module: &Module,
+        _image: Option<&str>,
+        identity: Option<&ImageIdentity>,
+        address: u64,
+    ) -> Option<Function> {
+        let debug = identity?.debug.as_ref()?;
+        let rva = u32::try_from(address.checked_sub(module.base)?).ok()?;
+        let symbols = self.load(module, debug)?;
+        let frames = symbols.context.find_frames(rva).ok()??;
+        // The outermost frame is the function the address is in; the others
+        // were inlined into it.
+        let name = frames.frames.last()?.function.clone()?;
+        Some(Function {
+            name: name.trim_end_matches("()").to_owned(),
+            offset: u64::from(rva - frames.start_rva),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbol_paths_parse_in_the_debuggers_syntax() {
+        assert_eq!(
+            parse_path(
+                r"srv*C:\cache*https://msdl.microsoft.com/download/symbols; D:\pdbs ;;cache*E:\c"
+            ),
+            [
+                PathEntry::Server {
+                    cache: PathBuf::from(r"C:\cache"),
+                    url: Some("https://msdl.microsoft.com/download/symbols".to_owned()),
+                },
+                PathEntry::Folder(PathBuf::from(r"D:\pdbs")),
+                PathEntry::Server {
+                    cache: PathBuf::from(r"E:\c"),
+                    url: None,
+                },
+            ]
+        );
+        assert_eq!(
+            parse_path("symsrv*symsrv.dll*/tmp/cache*http://127.0.0.1:8000"),
+            [PathEntry::Server {
+                cache: PathBuf::from("/tmp/cache"),
+                url: Some("http://127.0.0.1:8000".to_owned()),
+            }]
+        );
+        // A server without a cache has nothing local to read.
+        assert_eq!(parse_path("srv*https://example.com/symbols"), []);
+    }
+
+    #[test]
+    fn a_pdb_is_looked_for_in_each_entry_in_order() {
+        let files = PdbFiles::new("/a;srv*/cache*http://x");
+        let debug = DebugIdentity {
+            pdb_name: "kstack.pdb".to_owned(),
+            guid: [0; 16],
+            age: 2,
+        };
+        let key = debug.symbol_server_key();
+        assert_eq!(
+            files.candidates(&debug),
+            [
+                PathBuf::from(format!("/a/kstack.pdb/{key}/kstack.pdb")),
+                PathBuf::from("/a/kstack.pdb"),
+                PathBuf::from(format!("/cache/kstack.pdb/{key}/kstack.pdb")),
+            ]
+        );
+    }
+}
