@@ -1,5 +1,6 @@
-//! Function names from PDB files read in Rust (`pdb-addr2line`), on any
-//! host: each module's PDB is found on the symbol path by the image's
+//! Function names from PDB files read in Rust (`pdb-addr2line`), where there
+//! is no dbghelp (off Windows; on Windows dbghelp and its symsrv do this):
+//! each module's PDB is found on the symbol path by the image's
 //! identity, the one a saved capture carries (`naming::identity`), and only
 //! a PDB whose GUID and age are the image's is used.
 //!
@@ -8,9 +9,11 @@
 //! the Windows debuggers' syntax):
 //! - a folder `DIR`: `DIR/name.pdb/KEY/name.pdb` (a symbol store's layout),
 //!   then `DIR/name.pdb` (checked: another build's PDB is refused);
-//! - `srv*CACHE*URL` (or `cache*CACHE`): `CACHE/name.pdb/KEY/name.pdb`.
-//!   Fetching from `URL` into the cache is not done here yet: what is not in
-//!   the cache is reported missing, with the URL it would come from.
+//! - `srv*CACHE*URL` (or `cache*CACHE`): `CACHE/name.pdb/KEY/name.pdb`, and
+//!   when the cache lacks it, `URL/name.pdb/KEY/name.pdb` downloaded into
+//!   the cache (through a temporary file, kept only once its GUID and age
+//!   are checked), so each PDB is downloaded once.
+//!   Compressed (`name.pd_`) and `file.ptr` entries are not read.
 //!
 //! What was not found, or refused, is said once per PDB on stderr, with
 //! every place looked at; those frames stay `module+0xoffset`.
@@ -115,18 +118,24 @@ impl PdbFiles {
         }
     }
 
-    /// Where `debug`'s PDB may be, in the path's order.
-    fn candidates(&self, debug: &DebugIdentity) -> Vec<PathBuf> {
+    /// Where `debug`'s PDB may be, in the path's order: files, and a server
+    /// to download it from into a cache file when that is absent.
+    fn candidates(&self, debug: &DebugIdentity) -> Vec<(PathBuf, Option<String>)> {
         let name = &debug.pdb_name;
-        let stored = |dir: &Path| dir.join(name).join(debug.symbol_server_key()).join(name);
+        let key = debug.symbol_server_key();
+        let stored = |dir: &Path| dir.join(name).join(&key).join(name);
         let mut candidates = Vec::new();
         for entry in &self.path {
             match entry {
                 PathEntry::Folder(dir) => {
-                    candidates.push(stored(dir));
-                    candidates.push(dir.join(name));
+                    candidates.push((stored(dir), None));
+                    candidates.push((dir.join(name), None));
                 }
-                PathEntry::Server { cache, .. } => candidates.push(stored(cache)),
+                PathEntry::Server { cache, url } => candidates.push((
+                    stored(cache),
+                    url.as_ref()
+                        .map(|url| format!("{}/{name}/{key}/{name}", url.trim_end_matches('/'))),
+                )),
             }
         }
         candidates
@@ -148,26 +157,25 @@ impl PdbFiles {
 
     fn find(&self, module: &Module, debug: &DebugIdentity) -> Loaded {
         let mut looked = Vec::new();
-        for candidate in self.candidates(debug) {
-            if !candidate.is_file() {
-                looked.push(format!("{} (absent)", candidate.display()));
+        for (candidate, server) in self.candidates(debug) {
+            if candidate.is_file() {
+                match open(&candidate, debug) {
+                    Ok(symbols) => return Loaded::Ready(Box::new(symbols)),
+                    Err(why) => looked.push(format!("{} ({why})", candidate.display())),
+                }
                 continue;
             }
-            match open(&candidate, debug) {
+            looked.push(format!("{} (absent)", candidate.display()));
+            let Some(url) = server else {
+                continue;
+            };
+            match download(&url, &candidate, debug) {
                 Ok(symbols) => return Loaded::Ready(Box::new(symbols)),
-                Err(why) => looked.push(format!("{} ({why})", candidate.display())),
+                Err(why) => looked.push(format!("{url} ({why})")),
             }
         }
-        let servers: Vec<&str> = self
-            .path
-            .iter()
-            .filter_map(|entry| match entry {
-                PathEntry::Server { url: Some(url), .. } => Some(url.as_str()),
-                _ => None,
-            })
-            .collect();
         crate::eprintln_fitted!(
-            "kstack: no symbols for {} ({} {}): looked at {}{}; its frames stay {}+0xoffset",
+            "kstack: no symbols for {} ({} {}): looked at {}; its frames stay {}+0xoffset",
             module.name,
             debug.pdb_name,
             debug.symbol_server_key(),
@@ -176,18 +184,39 @@ impl PdbFiles {
             } else {
                 looked.join(", ")
             },
-            if servers.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; downloading from {} is not done by this client yet",
-                    servers.join(", ")
-                )
-            },
             module.name
         );
         Loaded::Missing
     }
+}
+
+/// The longest a PDB's download may take (the kernel's is tens of MB).
+const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(5);
+
+/// Downloads `url` into the cache file `to`: through a temporary file
+/// beside it, renamed to `to` only once it reads as `debug`'s PDB.
+fn download(url: &str, to: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(DOWNLOAD_TIMEOUT))
+        .build()
+        .into();
+    let response = agent.get(url).call().map_err(|error| match error {
+        ureq::Error::StatusCode(code) => format!("HTTP {code}"),
+        other => other.to_string(),
+    })?;
+    let dir = to.parent().ok_or("no cache folder")?;
+    std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    let mut temp = tempfile::Builder::new()
+        .prefix(".kstack-")
+        .suffix(".pdb")
+        .tempfile_in(dir)
+        .map_err(|error| format!("{}: {error}", dir.display()))?;
+    std::io::copy(&mut response.into_body().into_reader(), &mut temp)
+        .map_err(|error| format!("downloading: {error}"))?;
+    let symbols = open(temp.path(), debug)?;
+    temp.persist(to)
+        .map_err(|error| format!("{}: {}", to.display(), error.error))?;
+    Ok(symbols)
 }
 
 /// The PDB at `path`, if it is `debug`'s: its GUID and age checked.
@@ -279,9 +308,15 @@ mod tests {
         assert_eq!(
             files.candidates(&debug),
             [
-                PathBuf::from(format!("/a/kstack.pdb/{key}/kstack.pdb")),
-                PathBuf::from("/a/kstack.pdb"),
-                PathBuf::from(format!("/cache/kstack.pdb/{key}/kstack.pdb")),
+                (
+                    PathBuf::from(format!("/a/kstack.pdb/{key}/kstack.pdb")),
+                    None
+                ),
+                (PathBuf::from("/a/kstack.pdb"), None),
+                (
+                    PathBuf::from(format!("/cache/kstack.pdb/{key}/kstack.pdb")),
+                    Some(format!("http://x/kstack.pdb/{key}/kstack.pdb"))
+                ),
             ]
         );
     }

@@ -1,0 +1,222 @@
+//! The Linux client names frames from a symbol server: a plain-HTTP server
+//! on 127.0.0.1, started here, serves the package's `kstack.pdb` in the
+//! symbol store layout (`kstack.pdb/<GUID><age>/kstack.pdb`). A capture
+//! whose kstack.sys carries the package image's identity is named through
+//! `srv*CACHE*URL`: the first time downloaded into the cache, the second
+//! time from the cache with no request; a PDB of another build is refused;
+//! a PDB the server lacks leaves the frame `kstack.sys+0x...` and says
+//! where it looked.
+//!
+//! Needs the package (`cargo xtask test` builds it first; or set
+//! `KSTACK_PACKAGE_DIR` and `KSTACK_WINE_SUPPORT_DIR`).
+
+#![cfg(not(windows))]
+
+use std::{
+    collections::HashMap,
+    env,
+    io::{BufRead, BufReader, Write},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, UserPart, stack_id};
+use kstack_client::{
+    capture::{
+        file::{CaptureView, CaptureWriter},
+        trace::TraceRecord,
+    },
+    naming::{
+        identity::{self, ImageIdentity},
+        modules::{Module, ModuleMap},
+        pdb_files::PdbFiles,
+        symbolizer::Symbolizer,
+    },
+};
+
+/// Where kstack.sys is loaded in the capture.
+const BASE: u64 = 0xFFFF_F806_3110_0000;
+
+fn dir_from_env(variable: &str, default: &str) -> PathBuf {
+    match env::var_os(variable) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the workspace")
+            .join(default),
+    }
+}
+
+fn package_dir() -> PathBuf {
+    dir_from_env("KSTACK_PACKAGE_DIR", "target/kstack-package")
+}
+
+fn injection_pdb() -> PathBuf {
+    dir_from_env("KSTACK_WINE_SUPPORT_DIR", "target/kstack-wine")
+        .join(kstack_tests::wine_host::INJECTION_DRIVER_DIR)
+        .join("kstack.pdb")
+}
+
+/// A symbol server: `files` by URL path, every request counted.
+struct Server {
+    url: String,
+    requests: Arc<AtomicUsize>,
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+}
+
+impl Server {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port on 127.0.0.1");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let files: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+        let (counted, served) = (Arc::clone(&requests), Arc::clone(&files));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request_line = String::new();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                // The rest of the request's head.
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
+                    line.clear();
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let path = request_line
+                    .split(' ')
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = served.lock().unwrap().get(&path).cloned();
+                let _ = match body {
+                    Some(body) => write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .and_then(|()| stream.write_all(&body)),
+                    None => write!(
+                        stream,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    ),
+                };
+            }
+        });
+        Self {
+            url,
+            requests,
+            files,
+        }
+    }
+
+    fn serve(&self, path: &str, body: Vec<u8>) {
+        self.files.lock().unwrap().insert(path.to_owned(), body);
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+/// A saved capture of one record whose frame 0 is kstack.sys's entry
+/// point, kstack.sys carrying `identity`.
+fn capture(identity: &ImageIdentity, entry_rva: u32) -> Vec<u8> {
+    let mut modules = ModuleMap::new([Module {
+        base: BASE,
+        size: identity.size_of_image,
+        name: "kstack.sys".to_owned(),
+    }]);
+    modules.set_identity(BASE, identity.clone());
+    let frames = [BASE + u64::from(entry_rva)];
+    let record = TraceRecord {
+        header: RecordHeader {
+            sequence: 1,
+            timestamp: 134_083_512_000_000_000,
+            process_id: 4,
+            thread_id: 8,
+            processor: 0,
+            shard: 0,
+            irql: 0,
+            flags: RecordFlags::NONE,
+            user_frame_count: 0,
+            user_part: UserPart::Off,
+            os_hash: 1,
+            stack_id: stack_id(frames.iter().copied()),
+            facts: SourceFacts::OnDemand { tag: 1 },
+        },
+        frames: frames.into(),
+    };
+    let mut out = Vec::new();
+    let mut writer = CaptureWriter::new(&mut out, &modules).unwrap();
+    writer.append(&record).unwrap();
+    writer.finish().unwrap();
+    out
+}
+
+/// Frame 0 of `capture` named through `symbol_path`.
+fn frame_0(capture: &[u8], symbol_path: &str) -> String {
+    let view = CaptureView::parse(capture).unwrap();
+    let symbolizer = Symbolizer::new(view.modules.clone())
+        .showing_tracer_frames()
+        .with_functions(Box::new(PdbFiles::new(symbol_path)));
+    let record = view.records().next().unwrap().unwrap();
+    record.locations(&symbolizer).remove(0)
+}
+
+#[test]
+fn frames_are_named_from_a_symbol_server_once_then_from_the_cache() {
+    let image = package_dir().join("kstack.sys");
+    let identity = identity::of_file(&image).unwrap_or_else(|error| {
+        panic!("{error}: run `cargo xtask test`, which builds the package first")
+    });
+    let debug = identity.debug.clone().expect("kstack.sys names its PDB");
+    let entry_rva = {
+        let bytes = std::fs::read(&image).unwrap();
+        let pe = object::read::pe::PeFile64::parse(&*bytes).unwrap();
+        pe.nt_headers()
+            .optional_header
+            .address_of_entry_point
+            .get(object::LittleEndian)
+    };
+    let capture = capture(&identity, entry_rva);
+    let server = Server::start();
+    let stored = format!("/kstack.pdb/{}/kstack.pdb", debug.symbol_server_key());
+    server.serve(
+        &stored,
+        std::fs::read(package_dir().join("kstack.pdb")).unwrap(),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let path = format!("srv*{}*{}", cache.path().display(), server.url);
+
+    // Cold: one request, the PDB lands in the cache.
+    let named = frame_0(&capture, &path);
+    assert_eq!(named, "kstack.sys!kstack::driver_entry+0x0");
+    assert_eq!(server.requests(), 1);
+    assert!(cache.path().join(&stored[1..]).is_file(), "cached");
+    // Warm: named the same, no request.
+    assert_eq!(frame_0(&capture, &path), named);
+    assert_eq!(server.requests(), 1, "served from the cache");
+
+    // Another build's PDB under this key is refused, and not cached.
+    let other_cache = tempfile::tempdir().unwrap();
+    server.serve(&stored, std::fs::read(injection_pdb()).unwrap());
+    let other_path = format!("srv*{}*{}", other_cache.path().display(), server.url);
+    let refused = frame_0(&capture, &other_path);
+    assert!(refused.starts_with("kstack.sys+0x"), "{refused}");
+    assert!(
+        !other_cache.path().join(&stored[1..]).exists(),
+        "not cached"
+    );
+
+    // A PDB the server lacks: the module keeps module+offset.
+    server.files.lock().unwrap().clear();
+    let missing = frame_0(&capture, &other_path);
+    assert_eq!(missing, format!("kstack.sys+{entry_rva:#x}"));
+}
