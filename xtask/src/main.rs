@@ -90,6 +90,8 @@ fn run(args: &[String]) -> Result<()> {
         "test" => test(&workspace)?,
         "demo" => demo(&workspace)?,
         "bench" => {
+            // The offline analysis names frames from the package's kstack.pdb.
+            let built = package::build(&workspace)?;
             process::step("criterion benchmarks (results: docs/performance.md)");
             for (package, bench) in [
                 ("kstack-driver-core", "ring"),
@@ -100,6 +102,7 @@ fn run(args: &[String]) -> Result<()> {
                     &workspace,
                     &["bench", "--locked", "--package", package, "--bench", bench],
                 )
+                .env(package::PACKAGE_DIR_ENV, &built.dir)
                 .run()?;
             }
             wine_drain_bench(&workspace)?;
