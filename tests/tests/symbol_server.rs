@@ -34,7 +34,7 @@ use kstack_client::{
         identity::{self, ImageIdentity},
         modules::{Module, ModuleMap},
         pdb_files::PdbFiles,
-        symbolizer::Symbolizer,
+        symbolizer::{SourceFrame, Symbolizer},
     },
 };
 
@@ -162,12 +162,19 @@ fn capture(identity: &ImageIdentity, entry_rva: u32) -> Vec<u8> {
 
 /// Frame 0 of `capture` named through `symbol_path`.
 fn frame_0(capture: &[u8], symbol_path: &str) -> String {
+    frame_0_and_source(capture, symbol_path).0
+}
+
+/// Frame 0 of `capture` named through `symbol_path`, and where in the
+/// source it is.
+fn frame_0_and_source(capture: &[u8], symbol_path: &str) -> (String, Vec<SourceFrame>) {
     let view = CaptureView::parse(capture).unwrap();
     let symbolizer = Symbolizer::new(view.modules.clone())
         .showing_tracer_frames()
         .with_functions(Box::new(PdbFiles::new(symbol_path)));
     let record = view.records().next().unwrap().unwrap();
-    record.locations(&symbolizer).remove(0)
+    let source = symbolizer.source(None, record.frames[0]);
+    (record.locations(&symbolizer).remove(0), source)
 }
 
 #[test]
@@ -200,9 +207,19 @@ fn frames_are_named_from_a_symbol_server_once_then_from_the_cache() {
     assert_eq!(named, "kstack.sys!kstack::driver_entry+0x0");
     assert_eq!(server.requests(), 1);
     assert!(cache.path().join(&stored[1..]).is_file(), "cached");
-    // Warm: named the same, no request.
-    assert_eq!(frame_0(&capture, &path), named);
+    // Warm: named the same, no request; with its source line.
+    let (warm, source) = frame_0_and_source(&capture, &path);
+    assert_eq!(warm, named);
     assert_eq!(server.requests(), 1, "served from the cache");
+    let own = source.last().expect("kstack.pdb has line information");
+    assert_eq!(own.function.as_deref(), Some("kstack::driver_entry"));
+    assert!(
+        own.file
+            .as_deref()
+            .is_some_and(|file| file.ends_with("lib.rs"))
+            && own.line.is_some(),
+        "{own:?}"
+    );
 
     // Another build's PDB under this key is refused, and not cached.
     let other_cache = tempfile::tempdir().unwrap();

@@ -9,7 +9,10 @@ use kstack_abi::{
 };
 use serde_json::{Value, json};
 
-use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
+use crate::{
+    clock::system_time_text,
+    naming::symbolizer::{SourceFrame, Symbolizer},
+};
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 3;
@@ -224,18 +227,36 @@ impl TraceRecord {
             } else {
                 format!("{frame:#018x}")
             };
-            let name = if index < kernel {
-                symbolizer.name(frame)
-            } else {
-                symbolizer.user_name(&self.header, frame)
+            let process =
+                (index >= kernel).then_some((self.header.process_id, self.header.timestamp));
+            let name = match process {
+                Some(_) => symbolizer.user_name(&self.header, frame),
+                None => symbolizer.name(frame),
             };
-            match name {
-                Some(name) => {
-                    let _ = writeln!(out, "  {index:>2}  {address}  {name}");
-                }
-                None => {
-                    let _ = writeln!(out, "  {index:>2}  {}", address.trim_end());
-                }
+            let Some(name) = name else {
+                let _ = writeln!(out, "  {index:>2}  {}", address.trim_end());
+                continue;
+            };
+            // The function's own line, then the calls inlined at the
+            // address, from the one the function makes to the innermost.
+            let source = symbolizer.source(process, frame);
+            let at = |source: &SourceFrame| {
+                source
+                    .place()
+                    .map_or_else(String::new, |place| format!(" at {place}"))
+            };
+            let _ = writeln!(
+                out,
+                "  {index:>2}  {address}  {name}{}",
+                source.last().map(at).unwrap_or_default()
+            );
+            for inlined in source.iter().rev().skip(1) {
+                let _ = writeln!(
+                    out,
+                    "          inlined {}{}",
+                    inlined.function.as_deref().unwrap_or("(unnamed)"),
+                    at(inlined)
+                );
             }
         }
         out
@@ -302,9 +323,14 @@ impl TraceRecord {
             "tracer_frames": symbolizer.hidden_tracer_frames(self.kernel_frames()),
             "frames": Symbolizer::hex(self.shown_kernel_frames(symbolizer)),
             "locations": symbolizer.locations(self.shown_kernel_frames(symbolizer)),
+            "sources": symbolizer.sources_json(None, self.shown_kernel_frames(symbolizer)),
             "user_part": self.header.user_part.name(),
             "user_frames": Symbolizer::hex(self.user_frames()),
             "user_locations": symbolizer.user_locations(&self.header, self.user_frames()),
+            "user_sources": symbolizer.sources_json(
+                Some((self.header.process_id, self.header.timestamp)),
+                self.user_frames()
+            ),
             "user_frames_32_bit": self.shows_user_frames_as_32_bit(),
         })
     }

@@ -29,7 +29,7 @@ use pdb_addr2line::{Context, ContextPdbData, pdb::PDB};
 use crate::naming::{
     identity::{DebugIdentity, ImageIdentity},
     modules::Module,
-    symbolizer::{Function, FunctionSource},
+    symbolizer::{Function, FunctionSource, SourceFrame},
 };
 
 /// One entry of the symbol path.
@@ -241,6 +241,12 @@ fn open(path: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
     Ok(Symbols { context })
 }
 
+/// A function's name without the `()` the PDB's inline records end it
+/// with (dbghelp names it without).
+fn function_name(name: &str) -> String {
+    name.trim_end_matches("()").to_owned()
+}
+
 impl FunctionSource for PdbFiles {
     fn function(
         &mut self,
@@ -255,10 +261,25 @@ impl FunctionSource for PdbFiles {
         let frames = symbols.context.find_frames(rva).ok()??;
         // The outermost frame is the function the address is in; the others
         // were inlined into it.
-        let name = frames.frames.last()?.function.clone()?;
+        let name = frames
+            .frames
+            .last()?
+            .function
+            .as_deref()
+            .map(function_name)?;
+        let source = frames
+            .frames
+            .iter()
+            .map(|frame| SourceFrame {
+                function: frame.function.as_deref().map(function_name),
+                file: frame.file.as_deref().map(str::to_owned),
+                line: frame.line,
+            })
+            .collect();
         Some(Function {
-            name: name.trim_end_matches("()").to_owned(),
+            name,
             offset: u64::from(rva - frames.start_rva),
+            source,
         })
     }
 }

@@ -171,9 +171,11 @@ impl FunctionSource for Dbghelp {
         // SAFETY: dbghelp wrote NameLen units (at most MaxNameLen - 1 are
         // read) from `Name` on, inside the buffer.
         let name = String::from_utf16_lossy(unsafe { std::slice::from_raw_parts(name, units) });
+        // Lines would need SymGetLineFromAddrW64: dbghelp names functions only.
         (!name.is_empty()).then_some(Function {
             name,
             offset: displacement,
+            source: Vec::new(),
         })
     }
 }

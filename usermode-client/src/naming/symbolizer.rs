@@ -24,6 +24,34 @@ pub struct Function {
     pub name: String,
     /// How far into the function the address is, in bytes.
     pub offset: u64,
+    /// Where in the source the address is, when the symbols have lines:
+    /// the calls inlined there, innermost first, then the function's own
+    /// line last. Empty without line information.
+    pub source: Vec<SourceFrame>,
+}
+
+/// One frame of source: a function (inlined, or the one holding the
+/// address) and the file and line the address is at in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// The function's name, when the symbols give it.
+    pub function: Option<String>,
+    /// The source file, as the symbols name it.
+    pub file: Option<String>,
+    /// The line in it.
+    pub line: Option<u32>,
+}
+
+impl SourceFrame {
+    /// `file:line`, `file`, or `None`.
+    #[must_use]
+    pub fn place(&self) -> Option<String> {
+        let file = self.file.as_deref()?;
+        Some(match self.line {
+            Some(line) => format!("{file}:{line}"),
+            None => file.to_owned(),
+        })
+    }
 }
 
 /// Where function names come from: PDB symbols through dbghelp on Windows
@@ -286,6 +314,42 @@ impl Symbolizer {
         frames.iter().map(|&frame| self.location(frame)).collect()
     }
 
+    /// Where in the source `address` is (see [`Function::source`]); empty
+    /// without line information. `process` says whose user frame it is
+    /// (its id and the record's time), `None` for a kernel frame.
+    #[must_use]
+    pub fn source(&self, process: Option<(u32, u64)>, address: u64) -> Vec<SourceFrame> {
+        let resolved = match process {
+            Some((process_id, timestamp)) => self.resolve_user(process_id, timestamp, address),
+            None => self.resolve(address),
+        };
+        resolved
+            .and_then(|frame| frame.function)
+            .map(|function| function.source)
+            .unwrap_or_default()
+    }
+
+    /// The frames' [`Self::source`] as JSON: per frame, its source frames
+    /// (`function`, `file`, `line`, innermost first).
+    #[must_use]
+    pub fn sources_json(&self, process: Option<(u32, u64)>, frames: &[u64]) -> serde_json::Value {
+        frames
+            .iter()
+            .map(|&frame| {
+                self.source(process, frame)
+                    .into_iter()
+                    .map(|source| {
+                        serde_json::json!({
+                            "function": source.function,
+                            "file": source.file,
+                            "line": source.line,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The frames as JSON shows addresses: hex strings.
     #[must_use]
     pub fn hex(frames: &[u64]) -> Vec<String> {
@@ -329,6 +393,7 @@ pub(crate) mod tests {
                 .map(|&(start, name)| Function {
                     name: name.to_owned(),
                     offset: address - start,
+                    source: Vec::new(),
                 })
         }
     }

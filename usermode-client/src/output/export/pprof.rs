@@ -104,10 +104,15 @@ mod proto {
         pub line: Vec<Line>,
     }
 
+    /// One function at a location: with inlining, the inlined calls
+    /// first and the function holding the address last.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Line {
         #[prost(uint64, tag = "1")]
         pub function_id: u64,
+        /// 0: not known.
+        #[prost(int64, tag = "2")]
+        pub line: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -118,6 +123,9 @@ mod proto {
         pub name: i64,
         #[prost(int64, tag = "3")]
         pub system_name: i64,
+        /// The source file, when the symbols have lines (0: none).
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
     }
 }
 
@@ -210,7 +218,7 @@ struct Builder<'a> {
     /// By base and file name: processes map other images at one base.
     mapping_ids: HashMap<(u64, String), u64>,
     functions: Vec<proto::Function>,
-    function_ids: HashMap<String, u64>,
+    function_ids: HashMap<(String, Option<String>), u64>,
     locations: Vec<proto::Location>,
     location_ids: HashMap<u64, u64>,
     /// User frames named after a process's module, by address and name.
@@ -247,20 +255,52 @@ impl<'a> Builder<'a> {
             return id;
         }
         let mapping_id = self.mapping_id(frame.module);
-        let function_id = self.function_id(frame.function_name().unwrap_or_else(|| key.1.clone()));
-        let id = self.add_location(mapping_id, address, function_id);
+        let lines = self.lines(Some(&frame), &key.1);
+        let id = self.add_location(mapping_id, address, lines);
         self.user_location_ids.insert(key, id);
         id
     }
 
-    /// A new location of `address` in a mapping and a function; its id.
-    fn add_location(&mut self, mapping_id: u64, address: u64, function_id: u64) -> u64 {
+    /// A location's lines: each source frame the symbols give (inlined
+    /// calls first, as profile.proto orders them), each function named
+    /// `module!function` with its file; else one line of the frame's
+    /// function, or of `name` (its `kstack top` name) when none is known.
+    fn lines(&mut self, frame: Option<&ResolvedFrame<'_>>, name: &str) -> Vec<proto::Line> {
+        let source = frame
+            .and_then(|frame| frame.function.as_ref())
+            .map_or(&[][..], |function| &function.source[..]);
+        if let Some(module) = frame.map(|frame| &frame.module.name)
+            && source.iter().all(|source| source.function.is_some())
+            && !source.is_empty()
+        {
+            return source
+                .iter()
+                .map(|source| {
+                    let function = format!("{module}!{}", source.function.as_deref().unwrap_or(""));
+                    proto::Line {
+                        function_id: self.function_id(function, source.file.as_deref()),
+                        line: source.line.map_or(0, i64::from),
+                    }
+                })
+                .collect();
+        }
+        let function = frame
+            .and_then(ResolvedFrame::function_name)
+            .unwrap_or_else(|| name.to_owned());
+        vec![proto::Line {
+            function_id: self.function_id(function, None),
+            line: 0,
+        }]
+    }
+
+    /// A new location of `address` in a mapping, with its lines; its id.
+    fn add_location(&mut self, mapping_id: u64, address: u64, line: Vec<proto::Line>) -> u64 {
         let id = next_id(&self.locations);
         self.locations.push(proto::Location {
             id,
             mapping_id,
             address,
-            line: vec![proto::Line { function_id }],
+            line,
         });
         id
     }
@@ -275,12 +315,8 @@ impl<'a> Builder<'a> {
         let mapping_id = resolved
             .as_ref()
             .map_or(0, |frame| self.mapping_id(frame.module));
-        let function_name = resolved
-            .as_ref()
-            .and_then(ResolvedFrame::function_name)
-            .unwrap_or_else(|| symbolizer.location(address));
-        let function_id = self.function_id(function_name);
-        let id = self.add_location(mapping_id, address, function_id);
+        let lines = self.lines(resolved.as_ref(), &symbolizer.location(address));
+        let id = self.add_location(mapping_id, address, lines);
         self.location_ids.insert(address, id);
         id
     }
@@ -302,18 +338,22 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn function_id(&mut self, name: String) -> u64 {
-        if let Some(&id) = self.function_ids.get(&name) {
+    /// The function `name` in `file`, one entry each.
+    fn function_id(&mut self, name: String, file: Option<&str>) -> u64 {
+        let key = (name, file.map(str::to_owned));
+        if let Some(&id) = self.function_ids.get(&key) {
             return id;
         }
         let id = next_id(&self.functions);
-        let name_id = self.strings.id(&name);
+        let name_id = self.strings.id(&key.0);
+        let filename = file.map_or(0, |file| self.strings.id(file));
         self.functions.push(proto::Function {
             id,
             name: name_id,
             system_name: name_id,
+            filename,
         });
-        self.function_ids.insert(name, id);
+        self.function_ids.insert(key, id);
         id
     }
 }
