@@ -140,6 +140,35 @@ impl StackSummary {
         locations
     }
 
+    /// The calls a flame graph shows, most recent first, each with its
+    /// frame's address: every frame shown as [`StackSummary::locations`]
+    /// names it, preceded by the calls the symbols say were inlined at it
+    /// (innermost first), each `module!function`.
+    #[must_use]
+    pub fn calls(&self, symbolizer: &Symbolizer) -> Vec<(u64, String)> {
+        let kernel = self.shown_kernel_frames(symbolizer).len();
+        let user = (self.first_process_id, self.first.timestamp);
+        let mut calls = Vec::new();
+        for (index, (&address, location)) in self
+            .shown_frames(symbolizer)
+            .iter()
+            .zip(self.locations(symbolizer))
+            .enumerate()
+        {
+            let process = (index >= kernel).then_some(user);
+            let source = symbolizer.source(process, address);
+            if let Some(module) = location.split_once('!').map(|(module, _)| module) {
+                for inlined in source.iter().take(source.len().saturating_sub(1)) {
+                    if let Some(function) = &inlined.function {
+                        calls.push((address, format!("{module}!{function}")));
+                    }
+                }
+            }
+            calls.push((address, location));
+        }
+        calls
+    }
+
     /// Records with this stack.
     #[must_use]
     pub fn count(&self) -> u64 {
@@ -260,7 +289,7 @@ impl StackTable {
         let mut lines = Vec::new();
         for summary in self.stacks.values() {
             let mut path = String::new();
-            for location in summary.locations(symbolizer).iter().rev() {
+            for (_, location) in summary.calls(symbolizer).iter().rev() {
                 path.push(';');
                 // `;` separates frames and the last space the count
                 // (function names can hold both: `<A as B>::f`).
@@ -412,6 +441,63 @@ mod tests {
 
     const LEAF: u64 = 0xFFFF_F801_2340_0010;
     const ROOT: u64 = 0xFFFF_F800_0000_0020;
+
+    /// Names every address `f` with two calls inlined at it, as a PDB with
+    /// line information does.
+    struct Inlining;
+
+    impl crate::naming::symbolizer::FunctionSource for Inlining {
+        fn function(
+            &mut self,
+            _module: &crate::naming::modules::Module,
+            _image: Option<&str>,
+            _identity: Option<&crate::naming::identity::ImageIdentity>,
+            _address: u64,
+        ) -> Option<crate::naming::symbolizer::Function> {
+            let frame = |function: &str, line| crate::naming::symbolizer::SourceFrame {
+                function: Some(function.to_owned()),
+                file: Some("f.rs".to_owned()),
+                line: Some(line),
+            };
+            Some(crate::naming::symbolizer::Function {
+                name: "f".to_owned(),
+                offset: 0,
+                source: vec![frame("innermost", 3), frame("middle", 2), frame("f", 1)],
+            })
+        }
+    }
+
+    #[test]
+    fn flame_graph_calls_put_each_inlined_call_above_its_frame() {
+        let symbolizer = Symbolizer::new(sample_map())
+            .showing_tracer_frames()
+            .with_functions(Box::new(Inlining));
+        let table = table(&[record(1, SourceFacts::Timer, &[LEAF, ROOT])]);
+        let stack = &table.ranked()[0];
+        let calls: Vec<String> = stack
+            .calls(&symbolizer)
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                "kstack.sys!innermost",
+                "kstack.sys!middle",
+                "kstack.sys!f+0x0",
+                "ntoskrnl.exe!innermost",
+                "ntoskrnl.exe!middle",
+                "ntoskrnl.exe!f+0x0",
+            ]
+        );
+        assert_eq!(
+            table.folded(&symbolizer),
+            [
+                "timer;ntoskrnl.exe!f+0x0;ntoskrnl.exe!middle;ntoskrnl.exe!innermost;kstack.sys!f+0x0;\
+              kstack.sys!middle;kstack.sys!innermost 1"
+            ]
+        );
+    }
 
     fn table(records: &[TraceRecord]) -> StackTable {
         let mut table = StackTable::default();

@@ -33,11 +33,10 @@ pub fn document(table: &StackTable, symbolizer: &Symbolizer) -> Value {
             // One shared frame per name and address: a user address may
             // name other modules in other processes.
             let sample: Vec<usize> = stack
-                .shown_frames(symbolizer)
-                .iter()
-                .zip(stack.locations(symbolizer))
+                .calls(symbolizer)
+                .into_iter()
                 .rev()
-                .map(|(&address, name)| {
+                .map(|(address, name)| {
                     *frame_index
                         .entry((address, name))
                         .or_insert_with_key(|(_, name)| {
