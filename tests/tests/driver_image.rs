@@ -30,11 +30,12 @@
 use std::{
     env, fs,
     mem::{offset_of, size_of},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
-use kstack_tests::stack_bounds::{
-    CALLBACK_PATH_BOUND, CAPTURE_NOW_PATH_BOUND, USER_WALK_OWN_BOUND,
+use kstack_tests::{
+    folders::{PACKAGE_DIR_ENV, injection_build_dir, package_dir},
+    stack_bounds::{CALLBACK_PATH_BOUND, CAPTURE_NOW_PATH_BOUND, USER_WALK_OWN_BOUND},
 };
 use object::{
     LittleEndian as LE,
@@ -47,34 +48,8 @@ use object::{
 };
 use pdb::FallibleIterator;
 
-/// The environment variable `cargo xtask test` sets to the package folder.
-const PACKAGE_DIR_ENV: &str = "KSTACK_PACKAGE_DIR";
-/// The environment variable `cargo xtask test` sets to the Wine support folder.
-const WINE_SUPPORT_DIR_ENV: &str = "KSTACK_WINE_SUPPORT_DIR";
 /// The DLLs a kernel driver may import from (compared case-insensitively).
 const KERNEL_DLLS: [&str; 2] = ["ntoskrnl.exe", "HAL.dll"];
-
-/// `$variable`, else `default` in the workspace.
-fn dir_from_env(variable: &str, default: &str) -> PathBuf {
-    match env::var_os(variable) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("the tests crate's manifest directory has a parent (the workspace)")
-            .join(default),
-    }
-}
-
-/// The package folder: `$KSTACK_PACKAGE_DIR`, else `target/kstack-package`.
-fn package_dir() -> PathBuf {
-    dir_from_env(PACKAGE_DIR_ENV, "target/kstack-package")
-}
-
-/// The test-injection build's folder.
-fn injection_build_dir() -> PathBuf {
-    dir_from_env(WINE_SUPPORT_DIR_ENV, "target/kstack-wine")
-        .join(kstack_tests::wine_host::INJECTION_DRIVER_DIR)
-}
 
 /// Reads a file from the package folder, failing the test if it is missing.
 fn read_package_file(name: &str) -> Vec<u8> {

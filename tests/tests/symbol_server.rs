@@ -14,10 +14,9 @@
 
 use std::{
     collections::HashMap,
-    env,
     io::{BufRead, BufReader, Write},
     net::TcpListener,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -37,28 +36,13 @@ use kstack_client::{
         symbolizer::{SourceFrame, Symbolizer},
     },
 };
+use kstack_tests::folders::{injection_build_dir, package_dir};
 
 /// Where kstack.sys is loaded in the capture.
 const BASE: u64 = 0xFFFF_F806_3110_0000;
 
-fn dir_from_env(variable: &str, default: &str) -> PathBuf {
-    match env::var_os(variable) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("the workspace")
-            .join(default),
-    }
-}
-
-fn package_dir() -> PathBuf {
-    dir_from_env("KSTACK_PACKAGE_DIR", "target/kstack-package")
-}
-
 fn injection_pdb() -> PathBuf {
-    dir_from_env("KSTACK_WINE_SUPPORT_DIR", "target/kstack-wine")
-        .join(kstack_tests::wine_host::INJECTION_DRIVER_DIR)
-        .join("kstack.pdb")
+    injection_build_dir().join("kstack.pdb")
 }
 
 /// A symbol server: `files` by URL path, every request counted.

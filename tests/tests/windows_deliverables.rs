@@ -24,7 +24,7 @@
 
 use std::{
     collections::BTreeSet,
-    env, fs,
+    fs,
     path::{Path, PathBuf},
 };
 
@@ -32,7 +32,10 @@ use kstack_abi::{
     DRIVER_FILE_NAME, KSTACK_VERSION, PARAMETERS_KEY, RING_CAPACITY_VALUE, SERVICE_NAME,
 };
 use kstack_driver_core::ring::{CAPACITY_RANGE_KIB, DEFAULT_CAPACITY_KIB};
-use kstack_tests::inf::Inf;
+use kstack_tests::{
+    folders::{package_dir, workspace},
+    inf::Inf,
+};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// The System setup class (the `LegacyDriver` class is reserved for the
@@ -53,23 +56,8 @@ const SCRIPTS: [&str; 7] = [
     "verifier-smoke.ps1",
 ];
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate's manifest directory has a parent (the workspace)")
-        .to_path_buf()
-}
-
 fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
-}
-
-/// The package folder: `$KSTACK_PACKAGE_DIR` (set by `cargo xtask test`),
-/// else `target/kstack-package`.
-fn package_dir() -> PathBuf {
-    env::var_os("KSTACK_PACKAGE_DIR")
-        .filter(|dir| !dir.is_empty())
-        .map_or_else(|| workspace().join("target/kstack-package"), PathBuf::from)
 }
 
 /// An INF file's text (stampinf keeps the INX's encoding; `SetupAPI` also
