@@ -9,7 +9,10 @@ use std::{
 use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
-use crate::{clock::system_time_text, naming::symbolizer::Symbolizer};
+use crate::{
+    clock::system_time_text,
+    naming::symbolizer::{Symbolizer, source_text},
+};
 
 /// When a stack was seen: its record's time, shard and sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -347,11 +350,20 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
         );
         let kernel = summary.shown_kernel_frames(symbolizer).len();
         let locations = summary.locations(symbolizer);
-        for (index, location) in locations.iter().take(limits.frames).enumerate() {
+        let frames = summary.shown_frames(symbolizer);
+        let user = (summary.first_process_id, summary.first.timestamp);
+        for (index, (location, &address)) in
+            locations.iter().zip(frames).take(limits.frames).enumerate()
+        {
             if index == kernel {
                 out.push_str("  -- user mode --\n");
             }
-            let _ = writeln!(out, "  {index:>2}  {location}");
+            let process = (index >= kernel).then_some(user);
+            let (at, inlined) = source_text(&symbolizer.source(process, address));
+            let _ = writeln!(out, "  {index:>2}  {location}{at}");
+            for call in inlined {
+                let _ = writeln!(out, "        {call}");
+            }
         }
         let hidden = locations.len().saturating_sub(limits.frames);
         if hidden > 0 {
@@ -388,8 +400,13 @@ pub fn top_json(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
                 "tracer_frames": symbolizer.hidden_tracer_frames(summary.kernel_frames()),
                 "frames": Symbolizer::hex(summary.shown_kernel_frames(symbolizer)),
                 "locations": symbolizer.locations(summary.shown_kernel_frames(symbolizer)),
+                "source_lines": symbolizer.sources_json(None, summary.shown_kernel_frames(symbolizer)),
                 "user_frames": Symbolizer::hex(summary.user_part()),
                 "user_locations": summary.user_locations(symbolizer),
+                "user_source_lines": symbolizer.sources_json(
+                    Some((summary.first_process_id, summary.first.timestamp)),
+                    summary.user_part()
+                ),
             })
         })
         .collect()

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::{
     clock::system_time_text,
-    naming::symbolizer::{SourceFrame, Symbolizer},
+    naming::symbolizer::{Symbolizer, source_text},
 };
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
@@ -237,26 +237,10 @@ impl TraceRecord {
                 let _ = writeln!(out, "  {index:>2}  {}", address.trim_end());
                 continue;
             };
-            // The function's own line, then the calls inlined at the
-            // address, from the one the function makes to the innermost.
-            let source = symbolizer.source(process, frame);
-            let at = |source: &SourceFrame| {
-                source
-                    .place()
-                    .map_or_else(String::new, |place| format!(" at {place}"))
-            };
-            let _ = writeln!(
-                out,
-                "  {index:>2}  {address}  {name}{}",
-                source.last().map(at).unwrap_or_default()
-            );
-            for inlined in source.iter().rev().skip(1) {
-                let _ = writeln!(
-                    out,
-                    "          inlined {}{}",
-                    inlined.function.as_deref().unwrap_or("(unnamed)"),
-                    at(inlined)
-                );
+            let (at, inlined) = source_text(&symbolizer.source(process, frame));
+            let _ = writeln!(out, "  {index:>2}  {address}  {name}{at}");
+            for call in inlined {
+                let _ = writeln!(out, "          {call}");
             }
         }
         out
@@ -323,11 +307,11 @@ impl TraceRecord {
             "tracer_frames": symbolizer.hidden_tracer_frames(self.kernel_frames()),
             "frames": Symbolizer::hex(self.shown_kernel_frames(symbolizer)),
             "locations": symbolizer.locations(self.shown_kernel_frames(symbolizer)),
-            "sources": symbolizer.sources_json(None, self.shown_kernel_frames(symbolizer)),
+            "source_lines": symbolizer.sources_json(None, self.shown_kernel_frames(symbolizer)),
             "user_part": self.header.user_part.name(),
             "user_frames": Symbolizer::hex(self.user_frames()),
             "user_locations": symbolizer.user_locations(&self.header, self.user_frames()),
-            "user_sources": symbolizer.sources_json(
+            "user_source_lines": symbolizer.sources_json(
                 Some((self.header.process_id, self.header.timestamp)),
                 self.user_frames()
             ),

@@ -42,6 +42,33 @@ pub struct SourceFrame {
     pub line: Option<u32>,
 }
 
+/// How text shows where a frame is in the source (`source`, innermost
+/// first, see [`Function::source`]): ` at file:line` to follow the frame's
+/// name, and a line `inlined function at file:line` for each call inlined
+/// there, from the one the function makes to the innermost.
+#[must_use]
+pub fn source_text(source: &[SourceFrame]) -> (String, Vec<String>) {
+    let at = |frame: &SourceFrame| {
+        frame
+            .place()
+            .map_or_else(String::new, |place| format!(" at {place}"))
+    };
+    let own = source.last().map(at).unwrap_or_default();
+    let inlined = source
+        .iter()
+        .rev()
+        .skip(1)
+        .map(|frame| {
+            format!(
+                "inlined {}{}",
+                frame.function.as_deref().unwrap_or("(unnamed)"),
+                at(frame)
+            )
+        })
+        .collect();
+    (own, inlined)
+}
+
 impl SourceFrame {
     /// `file:line`, `file`, or `None`.
     #[must_use]
