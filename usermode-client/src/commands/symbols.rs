@@ -17,8 +17,8 @@ pub struct SymbolsArg {
     /// Name frames `module!function+0xoffset` from PDB symbols found on
     /// this symbol path (`;`-separated folders and `srv*CACHE*URL`
     /// symbol servers): through dbghelp on Windows; elsewhere PDB files
-    /// read by the image identities a saved capture carries (folders and
-    /// caches only). Default: `_NT_SYMBOL_PATH`; "" for none.
+    /// found by the image identities a saved capture carries, downloaded
+    /// into a server's cache once. Default: `_NT_SYMBOL_PATH`; "" for none.
     #[arg(long, value_name = "PATH")]
     symbols: Option<String>,
     /// Show kstack.sys's own frames at the top of each stack (the capture
