@@ -39,8 +39,9 @@ commands:
   bench        run the benchmarks: ring, offline analysis, the client's read,
                draining the real driver under Wine, and the sampling load on the
                second kernel host (figures: docs/performance.md)
-  bench drain  only the Wine drain, with the stack table off then on; ends with
-               one line: events drained per second and events per MiB of ring
+  bench drain  only the Wine drain: 5 interleaved pairs of runs, the stack table
+               off then on; ends with one line: each one's median events drained
+               per second and range, the per-pair ratio, events per MiB of ring
   bench sample only the sampling load on the second kernel host: 100 threads at
                100 Hz through kstack sample's sampler, records and ring bytes a
                second (about a minute of emulation)
@@ -384,11 +385,18 @@ const DRAIN_BENCH_RING: u32 = 147_456;
 #[cfg(target_os = "linux")]
 const DRAIN_BENCH_RECORDS: &str = "60000";
 #[cfg(target_os = "linux")]
-const DRAIN_BENCH_ROUNDS: &str = "5";
+const DRAIN_BENCH_ROUNDS: &str = "3";
+/// Pairs of runs, table off then on: the configurations interleaved, so
+/// the machine's drift between them shows in every pair, not as a gap
+/// between two blocks of runs.
+#[cfg(target_os = "linux")]
+const DRAIN_BENCH_PAIRS: usize = 5;
 
 /// Drains the real driver under Wine in batches (kstack-drain-bench),
-/// with the stack table off (`StackTableEntries`=0) and then on (the
-/// default), in one prefix; ends with the one-line comparison.
+/// in [`DRAIN_BENCH_PAIRS`] pairs of runs with the stack table off
+/// (`StackTableEntries`=0) then on (the default), in one prefix; ends with
+/// one line: each configuration's median over the pairs with its range, and
+/// the per-pair ratio's median and range.
 #[cfg(target_os = "linux")]
 /// The demo's step naming kstack.sys's frames from kstack.pdb.
 fn demo_symbols(
@@ -428,21 +436,72 @@ fn wine_drain_bench(workspace: &Path) -> Result<()> {
     process::step("drain throughput of the real driver under Wine (results: docs/performance.md)");
     let wine = WineHost::create(&prefix, &built.dir, &package::wine_support_dir(workspace))
         .map_err(anyhow::Error::msg)?;
-    let results = [Some(0), None].map(|entries| drain_bench_run(&wine, entries));
+    let mut pairs = Vec::with_capacity(DRAIN_BENCH_PAIRS);
+    for _ in 0..DRAIN_BENCH_PAIRS {
+        let pair = drain_bench_run(&wine, Some(0))
+            .and_then(|off| drain_bench_run(&wine, None).map(|on| (off, on)));
+        match pair {
+            Ok(pair) => pairs.push(pair),
+            Err(error) => {
+                wine.shut_down();
+                return Err(error);
+            }
+        }
+    }
     wine.shut_down();
-    let [off, on] = results;
-    let (off, on) = (off?, on?);
-    println!(
-        "drain: table off {:.0} events/s, table on {:.0} events/s; events per MiB off {:.0}, on {:.0}",
-        off.0, on.0, off.1, on.1
-    );
+    println!("{}", drain_summary(&pairs));
     Ok(())
+}
+
+/// One drain benchmark run's events per second and events per MiB.
+#[cfg(target_os = "linux")]
+type DrainRun = (f64, f64);
+
+/// The drain benchmark's closing line over its pairs of runs, table off
+/// then on.
+#[cfg(target_os = "linux")]
+fn drain_summary(pairs: &[(DrainRun, DrainRun)]) -> String {
+    let spread = |values: Vec<f64>| {
+        let mut values = values;
+        values.sort_by(f64::total_cmp);
+        let median = values.get(values.len() / 2).copied().unwrap_or(0.0);
+        let low = values.first().copied().unwrap_or(0.0);
+        let high = values.last().copied().unwrap_or(0.0);
+        (median, low, high)
+    };
+    let off = spread(pairs.iter().map(|((rate, _), _)| *rate).collect());
+    let on = spread(pairs.iter().map(|(_, (rate, _))| *rate).collect());
+    let ratio = spread(
+        pairs
+            .iter()
+            .map(|((off, _), (on, _))| on / off.max(f64::MIN_POSITIVE))
+            .collect(),
+    );
+    let per_mib =
+        |pick: fn(&(DrainRun, DrainRun)) -> f64| spread(pairs.iter().map(pick).collect()).0;
+    format!(
+        "drain ({} interleaved pairs): table off median {:.0} events/s (min {:.0}, max {:.0}), \
+         on median {:.0} (min {:.0}, max {:.0}); on/off per pair median {:.2}x (min {:.2}x, \
+         max {:.2}x); events per MiB off {:.0}, on {:.0}",
+        pairs.len(),
+        off.0,
+        off.1,
+        off.2,
+        on.0,
+        on.1,
+        on.2,
+        ratio.0,
+        ratio.1,
+        ratio.2,
+        per_mib(|((_, per_mib), _)| *per_mib),
+        per_mib(|(_, (_, per_mib))| *per_mib),
+    )
 }
 
 /// One run of kstack-drain-bench with `StackTableEntries` set to `entries`
 /// (or absent): its median events per second and events per MiB of ring.
 #[cfg(target_os = "linux")]
-fn drain_bench_run(wine: &WineHost, entries: Option<u32>) -> Result<(f64, f64)> {
+fn drain_bench_run(wine: &WineHost, entries: Option<u32>) -> Result<DrainRun> {
     let table = entries.map_or_else(|| "default".to_owned(), |entries| entries.to_string());
     process::step(&format!("kstack-drain-bench, StackTableEntries {table}"));
     if wine.driver_running() {
