@@ -159,11 +159,13 @@ impl StackSummary {
             .enumerate()
         {
             let process = (index >= kernel).then_some(user);
-            let source = symbolizer.source(process, address);
-            if let Some(module) = location.split_once('!').map(|(module, _)| module) {
-                for inlined in source.iter().take(source.len().saturating_sub(1)) {
-                    if let Some(function) = &inlined.function {
-                        calls.push((address, format!("{module}!{function}")));
+            if let Some(frame) = symbolizer.resolve_at(process, address)
+                && let Some(function) = &frame.function
+            {
+                let inlined = &function.source[..function.source.len().saturating_sub(1)];
+                for call in inlined {
+                    if let Some(name) = &call.function {
+                        calls.push((address, format!("{}!{name}", frame.module.name)));
                     }
                 }
             }

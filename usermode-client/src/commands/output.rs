@@ -114,25 +114,20 @@ impl RecordFormat {
 
 pub fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &RecordFormat) {
     let mut out = io::stdout().lock();
+    // Asked once per batch, not per record.
+    let columns = width(Stream::Stdout);
     for record in records {
         let written = if format.json.json {
             writeln!(out, "{}", record.to_json(symbolizer))
         } else {
-            write!(out, "{}", shown_text(record, symbolizer, format.call_trace))
+            let text = record.to_text(symbolizer, format.call_trace);
+            write!(out, "{}", fit(&text, columns))
         };
         if written.is_err() {
             // The reader went away (a closed pipe): nothing more to print.
             return;
         }
     }
-}
-
-/// A record as text for standard output, fitted to its width.
-pub fn shown_text(record: &TraceRecord, symbolizer: &Symbolizer, call_trace: bool) -> String {
-    fit(
-        &record.to_text(symbolizer, call_trace),
-        width(Stream::Stdout),
-    )
 }
 
 /// `-o -`: standard output.

@@ -341,16 +341,27 @@ impl Symbolizer {
         frames.iter().map(|&frame| self.location(frame)).collect()
     }
 
+    /// A frame of `process` (its id and the record's time) as
+    /// [`Self::resolve_user`] finds it, or a kernel frame (`None`) as
+    /// [`Self::resolve`] does.
+    #[must_use]
+    pub fn resolve_at(
+        &self,
+        process: Option<(u32, u64)>,
+        address: u64,
+    ) -> Option<ResolvedFrame<'_>> {
+        match process {
+            Some((process_id, timestamp)) => self.resolve_user(process_id, timestamp, address),
+            None => self.resolve(address),
+        }
+    }
+
     /// Where in the source `address` is (see [`Function::source`]); empty
     /// without line information. `process` says whose user frame it is
     /// (its id and the record's time), `None` for a kernel frame.
     #[must_use]
     pub fn source(&self, process: Option<(u32, u64)>, address: u64) -> Vec<SourceFrame> {
-        let resolved = match process {
-            Some((process_id, timestamp)) => self.resolve_user(process_id, timestamp, address),
-            None => self.resolve(address),
-        };
-        resolved
+        self.resolve_at(process, address)
             .and_then(|frame| frame.function)
             .map(|function| function.source)
             .unwrap_or_default()
