@@ -191,6 +191,21 @@ fn rounds_of(iters: u64, size: u64) -> impl Iterator<Item = u64> {
         .chain((rest > 0).then_some(rest))
 }
 
+/// Times `iters` calls of `each` in rounds of at most [`TABLE_ROUND`],
+/// with `clear` (not timed) before each round; returns the rounds' sum.
+fn timed_in_rounds(iters: u64, mut clear: impl FnMut(), mut each: impl FnMut()) -> Duration {
+    let mut elapsed = Duration::ZERO;
+    for count in rounds_of(iters, TABLE_ROUND) {
+        clear();
+        let start = Instant::now();
+        for _ in 0..count {
+            each();
+        }
+        elapsed += start.elapsed();
+    }
+    elapsed
+}
+
 /// Runs `iters` records on two threads started once, in rounds of at
 /// most `RING_CAPACITY` records: before each round `prepare` runs (not
 /// timed) while both threads wait, then each thread runs `work(its index,
@@ -675,20 +690,17 @@ fn capture_an_event(c: &mut Criterion) {
     request(Ioctl::Configure, &encode_configure_request(&config));
     group.bench_function("known_stack", |b| {
         b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            for count in rounds_of(iters, TABLE_ROUND) {
-                request(Ioctl::Clear, &[]);
-                let start = Instant::now();
-                for _ in 0..count {
+            timed_in_rounds(
+                iters,
+                || request(Ioctl::Clear, &[]),
+                || {
                     let outcome = core.capture(
                         &platform,
                         black_box(SourceFacts::Registry { notify_class: 1 }),
                     );
                     assert!(matches!(outcome, CaptureOutcome::Published(_)));
-                }
-                elapsed += start.elapsed();
-            }
-            elapsed
+                },
+            )
         });
     });
     group.finish();
@@ -779,16 +791,11 @@ fn thread_stack_against_capture_now(c: &mut Criterion) {
     let mut reply = vec![0_u8; MAX_RECORD_SIZE];
     group.bench_function("capture_now", |b| {
         b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            for count in rounds_of(iters, TABLE_ROUND) {
-                request(Ioctl::Clear, &[], &mut []);
-                let start = Instant::now();
-                for _ in 0..count {
-                    request(Ioctl::CaptureNow, black_box(&capture_now), &mut reply);
-                }
-                elapsed += start.elapsed();
-            }
-            elapsed
+            timed_in_rounds(
+                iters,
+                || request(Ioctl::Clear, &[], &mut []),
+                || request(Ioctl::CaptureNow, black_box(&capture_now), &mut reply),
+            )
         });
     });
     let one_thread = encode_capture_threads_request(
@@ -797,11 +804,10 @@ fn thread_stack_against_capture_now(c: &mut Criterion) {
     let mut outcomes = [0_u8; CAPTURE_THREADS_REPLY_SIZE];
     group.bench_function("thread_stack", |b| {
         b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            for count in rounds_of(iters, TABLE_ROUND) {
-                request(Ioctl::Clear, &[], &mut []);
-                let start = Instant::now();
-                for _ in 0..count {
+            timed_in_rounds(
+                iters,
+                || request(Ioctl::Clear, &[], &mut []),
+                || {
                     request(Ioctl::CaptureThreads, black_box(&one_thread), &mut outcomes);
                     let slot = control.0.get();
                     let facts = core
@@ -810,10 +816,8 @@ fn thread_stack_against_capture_now(c: &mut Criterion) {
                     let outcome = core.capture(&platform, black_box(facts));
                     assert!(matches!(outcome, CaptureOutcome::Published(_)));
                     slots[slot].release();
-                }
-                elapsed += start.elapsed();
-            }
-            elapsed
+                },
+            )
         });
     });
     group.finish();
