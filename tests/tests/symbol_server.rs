@@ -5,12 +5,11 @@
 //! `srv*CACHE*URL`: the first time downloaded into the cache, the second
 //! time from the cache with no request; a PDB of another build is refused;
 //! a PDB the server lacks leaves the frame `kstack.sys+0x...` and says
-//! where it looked.
+//! where it looked. A module without an identity is named from its image
+//! found by name on the symbol path.
 //!
 //! Needs the package (`cargo xtask test` builds it first; or set
 //! `KSTACK_PACKAGE_DIR` and `KSTACK_WINE_SUPPORT_DIR`).
-
-#![cfg(not(windows))]
 
 use std::{
     collections::HashMap,
@@ -112,12 +111,20 @@ impl Server {
 /// A saved capture of one record whose frame 0 is kstack.sys's entry
 /// point, kstack.sys carrying `identity`.
 fn capture(identity: &ImageIdentity, entry_rva: u32) -> Vec<u8> {
+    capture_of(identity.size_of_image, Some(identity), entry_rva)
+}
+
+/// [`capture`] with kstack.sys `size` bytes long, and without an identity
+/// when `identity` is `None` (as captures before format 4).
+fn capture_of(size: u32, identity: Option<&ImageIdentity>, entry_rva: u32) -> Vec<u8> {
     let mut modules = ModuleMap::new([Module {
         base: BASE,
-        size: identity.size_of_image,
+        size,
         name: "kstack.sys".to_owned(),
     }]);
-    modules.set_identity(BASE, identity.clone());
+    if let Some(identity) = identity {
+        modules.set_identity(BASE, identity.clone());
+    }
     let frames = [BASE + u64::from(entry_rva)];
     let record = TraceRecord {
         header: RecordHeader {
@@ -161,21 +168,26 @@ fn frame_0_and_source(capture: &[u8], symbol_path: &str) -> (String, Vec<SourceF
     (record.locations(&symbolizer).remove(0), source)
 }
 
-#[test]
-fn frames_are_named_from_a_symbol_server_once_then_from_the_cache() {
+/// The package's kstack.sys: its identity and its entry point's RVA.
+fn package_image() -> (ImageIdentity, u32) {
     let image = package_dir().join("kstack.sys");
     let identity = identity::of_file(&image).unwrap_or_else(|error| {
         panic!("{error}: run `cargo xtask test`, which builds the package first")
     });
+    let bytes = std::fs::read(&image).unwrap();
+    let pe = object::read::pe::PeFile64::parse(&*bytes).unwrap();
+    let entry_rva = pe
+        .nt_headers()
+        .optional_header
+        .address_of_entry_point
+        .get(object::LittleEndian);
+    (identity, entry_rva)
+}
+
+#[test]
+fn frames_are_named_from_a_symbol_server_once_then_from_the_cache() {
+    let (identity, entry_rva) = package_image();
     let debug = identity.debug.clone().expect("kstack.sys names its PDB");
-    let entry_rva = {
-        let bytes = std::fs::read(&image).unwrap();
-        let pe = object::read::pe::PeFile64::parse(&*bytes).unwrap();
-        pe.nt_headers()
-            .optional_header
-            .address_of_entry_point
-            .get(object::LittleEndian)
-    };
     let capture = capture(&identity, entry_rva);
     let server = Server::start();
     let stored = format!("/kstack.pdb/{}/kstack.pdb", debug.symbol_server_key());
@@ -220,4 +232,33 @@ fn frames_are_named_from_a_symbol_server_once_then_from_the_cache() {
     server.files.lock().unwrap().clear();
     let missing = frame_0(&capture, &other_path);
     assert_eq!(missing, format!("kstack.sys+{entry_rva:#x}"));
+}
+
+/// A module without an identity (a live session, a capture before format
+/// 4) is named once its image is found by name on the symbol path, as the
+/// debuggers find images; an image of another size is another build's.
+#[test]
+fn a_module_without_identity_is_named_from_its_image_on_the_symbol_path() {
+    let (identity, entry_rva) = package_image();
+    let package = package_dir().display().to_string();
+    let unidentified = capture_of(identity.size_of_image, None, entry_rva);
+    assert_eq!(
+        frame_0(&unidentified, &package),
+        "kstack.sys!kstack::driver_entry+0x0"
+    );
+    // The PDB alone: no image to read which PDB is the module's.
+    let pdb_only = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        package_dir().join("kstack.pdb"),
+        pdb_only.path().join("kstack.pdb"),
+    )
+    .unwrap();
+    let unnamed = frame_0(&unidentified, &pdb_only.path().display().to_string());
+    assert_eq!(unnamed, format!("kstack.sys+{entry_rva:#x}"));
+    // An image whose size is not the module's is refused.
+    let larger = capture_of(identity.size_of_image + 0x1000, None, entry_rva);
+    assert_eq!(
+        frame_0(&larger, &package),
+        format!("kstack.sys+{entry_rva:#x}")
+    );
 }

@@ -129,7 +129,7 @@ fn cases() -> [(&'static str, Case); 22] {
             threads_are_refused_under_wine,
         ),
         (
-            "PDB symbols through Wine's dbghelp name kstack.sys's functions, live and offline",
+            "kstack.pdb names kstack.sys's functions, live and offline, as on Linux and as llvm-symbolizer",
             pdb_symbols_name_functions,
         ),
         (
@@ -563,8 +563,9 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     // kstack_driver_core, whatever LTO inlined), named from kstack.pdb.
     let names_a_kstack_function =
         |location: &str| location.starts_with("kstack.sys!kstack") && location.contains("+0x");
-    // Only the PDB here: the image is found where the driver was loaded
-    // from (system32\drivers), and its debug directory names this PDB.
+    // Only the PDB here: live, the image is found where the driver was
+    // loaded from (system32\drivers), and its debug directory names this
+    // PDB.
     copy_files(
         &context.package,
         &["kstack.pdb"],
@@ -599,8 +600,8 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
     ensure(off_location.starts_with("kstack.sys+0x"), || {
         format!("--symbols \"\" should turn symbols off: {off_location}")
     })?;
-    // A saved capture, analyzed as if on another machine: the image must be
-    // on the symbol path beside its PDB, as in the package folder.
+    // A saved capture, analyzed as if on another machine: it carries
+    // kstack.sys's identity, so the PDB alone is enough.
     wine.client_ok(&["config", "--enable", "ondemand"])?;
     wine.client_ok(&["selftest"])?;
     let _ = std::fs::remove_file(wine.client_dir().join("symbols.kstack"));
@@ -615,38 +616,42 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
         r"C:\pdb-only",
     ])?;
     let stderr = said(&pdb_only.stderr);
-    let pdb_only_location = first_location(&String::from_utf8_lossy(&pdb_only.stdout))?;
+    let offline = first_location(&String::from_utf8_lossy(&pdb_only.stdout))?;
     ensure(
-        pdb_only.status.success()
-            && pdb_only_location == off_location
-            && stderr.contains("dbghelp cannot load kstack.sys"),
-        || format!("offline without the image: {pdb_only_location}, stderr: {stderr}"),
+        pdb_only.status.success() && names_a_kstack_function(&offline) && stderr.is_empty(),
+        || format!("offline with the PDB only: {offline}, stderr: {stderr}"),
     )?;
+    // Another build's PDB (the test build's) is refused, and said.
     copy_files(
-        &context.package,
-        &["kstack.sys", "kstack.pdb"],
-        &wine.drive_c().join("package"),
+        &context.wine_support.join(INJECTION_DRIVER_DIR),
+        &["kstack.pdb"],
+        &wine.drive_c().join("other-pdb"),
     )?;
-    let offline = first_location(&wine.client_ok(&[
+    let other = wine.client(&[
         "read",
         "--json",
         "--tracer-frames",
         "--input",
         "symbols.kstack",
         "--symbols",
-        r"C:\package",
-    ])?)?;
-    ensure(offline == live, || {
-        format!("offline frame 0 should be named as live: {offline} vs {live}")
-    })?;
-    linux_names_as_dbghelp(context, &wine.client_dir().join("symbols.kstack"), &offline)?;
+        r"C:\other-pdb",
+    ])?;
+    let other_stderr = said(&other.stderr);
+    let other_location = first_location(&String::from_utf8_lossy(&other.stdout))?;
+    ensure(
+        other.status.success()
+            && other_location.starts_with("kstack.sys+0x")
+            && other_stderr.contains("another build's PDB"),
+        || format!("another build's PDB: {other_location}, stderr: {other_stderr}"),
+    )?;
+    linux_names_as_windows(context, &wine.client_dir().join("symbols.kstack"), &offline)?;
     let top = wine.client_ok(&[
         "top",
         "--tracer-frames",
         "--input",
         "symbols.kstack",
         "--symbols",
-        r"C:\package",
+        r"C:\pdb-only",
     ])?;
     let folded = wine.client_ok(&[
         "folded",
@@ -654,50 +659,111 @@ fn pdb_symbols_name_functions(context: &Context) -> WineResult<()> {
         "--input",
         "symbols.kstack",
         "--symbols",
-        r"C:\package",
+        r"C:\pdb-only",
     ])?;
     ensure(
-        top.contains(&live) && folded.contains(&live.replace(' ', "_")),
-        || format!("top and folded should name {live}:\n{top}\n{folded}"),
+        top.contains(&offline) && folded.contains(&function_of(&offline).replace(' ', "_")),
+        || format!("top and folded should name {offline}:\n{top}\n{folded}"),
     )
 }
 
-/// The Linux side of the same saved capture: kstack-client's own PDB
-/// reader (`pdb_files`), finding kstack.pdb in the package folder by the
-/// identity the capture carries, names frame 0 as Wine's dbghelp did
-/// (`expected`); a PDB of another build is refused and the frame stays
+/// `module!function` of `module!function+0xoffset`.
+fn function_of(location: &str) -> &str {
+    location
+        .rsplit_once("+0x")
+        .map_or(location, |(function, _)| function)
+}
+
+/// The Linux side of the same saved capture: the client's PDB reader
+/// (`pdb_files`), finding kstack.pdb in the package folder by the identity
+/// the capture carries, names frame 0 as the Windows client did under Wine
+/// (`expected`), and its function, inlined calls and source lines are
+/// what llvm-symbolizer, an independent PDB reader, says of that address;
+/// a PDB of another build is refused and the frame stays
 /// `kstack.sys+0x...`.
-fn linux_names_as_dbghelp(context: &Context, capture: &Path, expected: &str) -> WineResult<()> {
+fn linux_names_as_windows(context: &Context, capture: &Path, expected: &str) -> WineResult<()> {
     use kstack_client::{
         capture::file::CaptureView,
         naming::{pdb_files::PdbFiles, symbolizer::Symbolizer},
     };
     let bytes = std::fs::read(capture).map_err(|error| format!("reading the capture: {error}"))?;
-    let frame_0 = |symbol_path: &Path| -> WineResult<String> {
-        let view = CaptureView::parse(&bytes).map_err(|error| error.to_string())?;
-        let symbolizer = Symbolizer::new(view.modules.clone())
+    let view = CaptureView::parse(&bytes).map_err(|error| error.to_string())?;
+    let record = view
+        .records()
+        .next()
+        .ok_or("the capture holds no record")?
+        .map_err(|error| error.to_string())?;
+    let address = *record.frames.first().ok_or("a record without frames")?;
+    let symbolizer_of = |symbol_path: &Path| {
+        Symbolizer::new(view.modules.clone())
             .showing_tracer_frames()
-            .with_functions(Box::new(PdbFiles::new(&symbol_path.display().to_string())));
-        let record = view
-            .records()
-            .next()
-            .ok_or("the capture holds no record")?
-            .map_err(|error| error.to_string())?;
-        record
-            .locations(&symbolizer)
-            .into_iter()
-            .next()
-            .ok_or_else(|| "a record without frames".to_owned())
+            .with_functions(Box::new(PdbFiles::new(&symbol_path.display().to_string())))
     };
-    let named = frame_0(&context.package)?;
+    let symbolizer = symbolizer_of(&context.package);
+    let named = record
+        .locations(&symbolizer)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
     ensure(named == expected, || {
-        format!("the Linux client named frame 0 {named}, dbghelp under Wine {expected}")
+        format!("the Linux client named frame 0 {named}, the Windows client under Wine {expected}")
     })?;
+    let (_, rva) = view
+        .modules
+        .find(address)
+        .ok_or("frame 0 is in no module")?;
+    let ours: Vec<(String, String)> = symbolizer
+        .source(None, address)
+        .iter()
+        .map(|frame| {
+            (
+                frame.function.clone().unwrap_or_default(),
+                frame.place().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let theirs = llvm_symbolizer(&context.package.join("kstack.sys"), rva)?;
+    ensure(!ours.is_empty() && ours == theirs, || {
+        format!("frame 0 at RVA {rva:#x}: ours {ours:?}, llvm-symbolizer's {theirs:?}")
+    })?;
+    ensure(
+        theirs
+            .last()
+            .is_some_and(|(function, _)| function_of(expected).ends_with(&format!("!{function}"))),
+        || format!("llvm-symbolizer's outermost function {theirs:?} against {expected}"),
+    )?;
     // The injection build's PDB is another build's: refused.
-    let other = frame_0(&context.wine_support.join(INJECTION_DRIVER_DIR))?;
+    let other = record
+        .locations(&symbolizer_of(
+            &context.wine_support.join(INJECTION_DRIVER_DIR),
+        ))
+        .into_iter()
+        .next()
+        .unwrap_or_default();
     ensure(other.starts_with("kstack.sys+0x"), || {
         format!("another build's PDB named frame 0: {other}")
     })
+}
+
+/// What llvm-symbolizer reads from `image`'s PDB at `rva`: each function,
+/// innermost (inlined) first, with `file:line` (its column dropped).
+fn llvm_symbolizer(image: &Path, rva: u64) -> WineResult<Vec<(String, String)>> {
+    let output = std::process::Command::new("llvm-symbolizer")
+        .arg(format!("--obj={}", image.display()))
+        .args(["--inlining", "--relative-address", &format!("{rva:#x}")])
+        .output()
+        .map_err(|error| format!("running llvm-symbolizer (apt package llvm): {error}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = text.lines().filter(|line| !line.is_empty()).collect();
+    Ok(lines
+        .chunks(2)
+        .map(|pair| {
+            let place = pair.get(1).copied().unwrap_or_default();
+            // file:line:column, where the file may hold ':' (C:\...).
+            let place = place.rsplit_once(':').map_or(place, |(rest, _)| rest);
+            (pair[0].to_owned(), place.to_owned())
+        })
+        .collect())
 }
 
 fn read_and_clear(context: &Context) -> WineResult<()> {

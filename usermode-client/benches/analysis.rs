@@ -15,12 +15,10 @@
 //! reports records per second.
 
 use std::hint::black_box;
-#[cfg(not(windows))]
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput};
 use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
-#[cfg(not(windows))]
 use kstack_client::naming::{identity, pdb_files::PdbFiles};
 use kstack_client::{
     capture::{
@@ -116,7 +114,6 @@ fn table(bytes: &[u8]) -> (StackTable, ModuleMap) {
 }
 
 /// The package folder: `$KSTACK_PACKAGE_DIR`, else `target/kstack-package`.
-#[cfg(not(windows))]
 fn package_dir() -> PathBuf {
     std::env::var_os("KSTACK_PACKAGE_DIR")
         .filter(|dir| !dir.is_empty())
@@ -128,7 +125,6 @@ fn package_dir() -> PathBuf {
 
 /// A capture whose every frame is in kstack.sys's code (the package's
 /// image, with its identity), and the folder holding its PDB.
-#[cfg(not(windows))]
 fn named_capture() -> (Vec<u8>, PathBuf) {
     let dir = package_dir();
     let image = dir.join("kstack.sys");
@@ -158,7 +154,6 @@ fn named_capture() -> (Vec<u8>, PathBuf) {
 }
 
 /// `folded` of a saved capture, start to end: parse, decode, group, name.
-#[cfg(not(windows))]
 fn folded(bytes: &[u8], symbols: Option<&Path>) -> Vec<String> {
     let (table, modules) = table(bytes);
     let symbolizer = Symbolizer::new(modules).showing_tracer_frames();
@@ -169,9 +164,7 @@ fn folded(bytes: &[u8], symbols: Option<&Path>) -> Vec<String> {
     table.folded(&symbolizer)
 }
 
-/// The whole of an offline `folded`, without symbols and with them (off
-/// Windows: on Windows dbghelp names frames).
-#[cfg(not(windows))]
+/// The whole of an offline `folded`, without symbols and with them.
 fn named_folded(criterion: &mut Criterion) {
     let (named, pdb_dir) = named_capture();
     let with_symbols = folded(&named, Some(&pdb_dir));
@@ -207,7 +200,6 @@ fn main() {
         bench.iter(|| black_box(table.folded(black_box(&symbolizer))));
     });
     group.finish();
-    #[cfg(not(windows))]
     named_folded(&mut criterion);
     criterion.final_summary();
     println!(

@@ -405,7 +405,7 @@ fn demo_symbols(
     client: &impl Fn(&[&str]) -> Result<()>,
 ) -> Result<()> {
     process::step(
-        "function names from kstack.pdb through (Wine's) dbghelp: the package's kstack.sys and kstack.pdb \
+        "function names and source lines from kstack.pdb: the package's kstack.sys and kstack.pdb \
          copied to C:\\symbols",
     );
     let symbols = wine.drive_c().join("symbols");

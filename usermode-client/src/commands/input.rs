@@ -55,7 +55,7 @@ pub fn for_each_saved_record(
     let bytes = read_file(path)?;
     let mut capture = parse_capture(path, &bytes)?;
     let symbolizer = symbols
-        .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)?
+        .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)
         .with_processes(std::mem::take(&mut capture.processes));
     for record in capture.records() {
         each(

@@ -8,7 +8,7 @@ use kstack_abi::{DRIVER_FILE_NAME, DriverImage};
 use crate::naming::identity::ImageIdentity;
 
 /// One loaded image.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Module {
     /// Where it is loaded.
     pub base: u64,

@@ -1,8 +1,15 @@
-//! Function names from PDB files read in Rust (`pdb-addr2line`), where there
-//! is no dbghelp (off Windows; on Windows dbghelp and its symsrv do this):
-//! each module's PDB is found on the symbol path by the image's
-//! identity, the one a saved capture carries (`naming::identity`), and only
-//! a PDB whose GUID and age are the image's is used.
+//! Function names from PDB files read in Rust (`pdb-addr2line`), on
+//! Windows and elsewhere alike: each module's PDB is found on the symbol
+//! path by the image's identity (`naming::identity`), and only a PDB whose
+//! GUID and age are the image's is used.
+//!
+//! The image's identity is the one a saved capture carries; when there is
+//! none (a live session, a capture of format 3 or older) it is read from
+//! the image: at the path the module list or a module record gave, else by
+//! name in the image folders (a live session's: where the kernel loads its
+//! modules from) and the symbol path's folders, as the debuggers find
+//! images. An image whose `SizeOfImage` is not the module's is another
+//! build's and is refused.
 //!
 //! Where it looks, for a PDB `name.pdb` whose symbol server key is `KEY`
 //! (GUID and age), in each entry of the path in order (`;`-separated, in
@@ -12,11 +19,14 @@
 //! - `srv*CACHE*URL` (or `cache*CACHE`): `CACHE/name.pdb/KEY/name.pdb`, and
 //!   when the cache lacks it, `URL/name.pdb/KEY/name.pdb` downloaded into
 //!   the cache (through a temporary file, kept only once its GUID and age
-//!   are checked), so each PDB is downloaded once.
+//!   are checked), so each PDB is downloaded once. HTTPS goes through
+//!   rustls off Windows and the system's TLS and certificate store on
+//!   Windows.
 //!   Compressed (`name.pd_`) and `file.ptr` entries are not read.
 //!
-//! What was not found, or refused, is said once per PDB on stderr, with
-//! every place looked at; those frames stay `module+0xoffset`.
+//! What was not found, or refused, is said once per PDB (or image) on
+//! stderr, with every place looked at; those frames stay
+//! `module+0xoffset`.
 
 use std::{
     collections::HashMap,
@@ -27,7 +37,7 @@ use std::{
 use pdb_addr2line::{Context, ContextPdbData, pdb::PDB};
 
 use crate::naming::{
-    identity::{DebugIdentity, ImageIdentity},
+    identity::{self, DebugIdentity, ImageIdentity},
     modules::Module,
     symbolizer::{Function, FunctionSource, SourceFrame},
 };
@@ -104,8 +114,13 @@ struct Symbols {
 /// Function names from the PDBs on a symbol path.
 pub struct PdbFiles {
     path: Vec<PathEntry>,
+    /// Where images without an identity are looked for by name, before
+    /// the symbol path's folders.
+    image_dirs: Vec<PathBuf>,
     /// By PDB name and key.
     loaded: HashMap<(String, String), Loaded>,
+    /// Identities read from images, by module (`None`: no image found).
+    read_images: HashMap<Module, Option<ImageIdentity>>,
 }
 
 impl PdbFiles {
@@ -114,8 +129,70 @@ impl PdbFiles {
     pub fn new(path: &str) -> Self {
         Self {
             path: parse_path(path),
+            image_dirs: Vec::new(),
             loaded: HashMap::new(),
+            read_images: HashMap::new(),
         }
+    }
+
+    /// Looks for images without an identity in `dirs` first.
+    #[must_use]
+    pub fn with_image_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.image_dirs = dirs;
+        self
+    }
+
+    /// The identity of `module`'s image read from the image (see the
+    /// module), once; what was not found is said on stderr, once.
+    fn read_image(&mut self, module: &Module, image: Option<&str>) -> Option<&ImageIdentity> {
+        if !self.read_images.contains_key(module) {
+            let found = self.find_image(module, image);
+            self.read_images.insert(module.clone(), found);
+        }
+        self.read_images.get(module)?.as_ref()
+    }
+
+    fn find_image(&self, module: &Module, image: Option<&str>) -> Option<ImageIdentity> {
+        let folders = self.path.iter().filter_map(|entry| match entry {
+            PathEntry::Folder(dir) => Some(dir),
+            PathEntry::Server { .. } => None,
+        });
+        let candidates = image.map(PathBuf::from).into_iter().chain(
+            self.image_dirs
+                .iter()
+                .chain(folders)
+                .map(|dir| dir.join(&module.name)),
+        );
+        let mut looked = Vec::new();
+        for candidate in candidates {
+            if !candidate.is_file() {
+                looked.push(format!("{} (absent)", candidate.display()));
+                continue;
+            }
+            match identity::of_file(&candidate) {
+                Ok(found) if found.size_of_image == module.size => {
+                    return Some(found);
+                }
+                Ok(found) => looked.push(format!(
+                    "{} (another build: SizeOfImage {:#x}, the module's {:#x})",
+                    candidate.display(),
+                    found.size_of_image,
+                    module.size
+                )),
+                Err(why) => looked.push(format!("{} ({why})", candidate.display())),
+            }
+        }
+        crate::eprintln_fitted!(
+            "kstack: no image of {} to find its PDB by: looked at {}; its frames stay {}+0xoffset",
+            module.name,
+            if looked.is_empty() {
+                "nothing (no image path, image folder or symbol path folder)".to_owned()
+            } else {
+                looked.join(", ")
+            },
+            module.name
+        );
+        None
     }
 
     /// Where `debug`'s PDB may be, in the path's order: files, and a server
@@ -196,10 +273,17 @@ const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(5);
 /// Downloads `url` into the cache file `to`: through a temporary file
 /// beside it, renamed to `to` only once it reads as `debug`'s PDB.
 fn download(url: &str, to: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(DOWNLOAD_TIMEOUT))
-        .build()
-        .into();
+    let config = ureq::Agent::config_builder().timeout_global(Some(DOWNLOAD_TIMEOUT));
+    // The system's TLS (schannel) and certificate store, as Windows'
+    // own tools trust them.
+    #[cfg(windows)]
+    let config = config.tls_config(
+        ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::NativeTls)
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+            .build(),
+    );
+    let agent: ureq::Agent = config.build().into();
     let response = agent.get(url).call().map_err(|error| match error {
         ureq::Error::StatusCode(code) => format!("HTTP {code}"),
         other => other.to_string(),
@@ -242,7 +326,7 @@ fn open(path: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
 }
 
 /// A function's name without the `()` the PDB's inline records end it
-/// with (dbghelp names it without).
+/// with (the debuggers name it without).
 fn function_name(name: &str) -> String {
     name.trim_end_matches("()").to_owned()
 }
@@ -251,11 +335,15 @@ impl FunctionSource for PdbFiles {
     fn function(
         &mut self,
         module: &Module,
-        _image: Option<&str>,
+        image: Option<&str>,
         identity: Option<&ImageIdentity>,
         address: u64,
     ) -> Option<Function> {
-        let debug = identity?.debug.as_ref()?;
+        let identity = match identity {
+            Some(identity) => identity.clone(),
+            None => self.read_image(module, image)?.clone(),
+        };
+        let debug = identity.debug.as_ref()?;
         let rva = u32::try_from(address.checked_sub(module.base)?).ok()?;
         let symbols = self.load(module, debug)?;
         let frames = symbols.context.find_frames(rva).ok()??;

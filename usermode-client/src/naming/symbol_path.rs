@@ -1,16 +1,16 @@
 //! Where PDB symbols are looked for: the symbol path (`--symbols`, else
 //! `_NT_SYMBOL_PATH`, as the Windows debuggers and Sysinternals tools take
 //! it), and, in a live session, the folders the kernel loads its modules
-//! from, where dbghelp finds each image and, through its debug directory,
-//! which PDB matches it.
+//! from, where an image is found to read, from its debug directory, which
+//! PDB matches it (`pdb_files`).
 
 use std::{
     ffi::OsStr,
     path::{Path, PathBuf},
 };
 
-/// The environment variable the Windows debuggers and dbghelp read the
-/// symbol path from.
+/// The environment variable the Windows debuggers read the symbol path
+/// from.
 pub const ENVIRONMENT_VARIABLE: &str = "_NT_SYMBOL_PATH";
 
 /// The symbol path in force: `--symbols` when given, else the environment's.
@@ -32,14 +32,6 @@ pub fn system_image_dirs(system_root: Option<&OsStr>) -> Vec<PathBuf> {
         let system32 = Path::new(root).join("System32");
         vec![system32.join("drivers"), system32]
     })
-}
-
-/// The first file called `name` in `dirs`.
-#[must_use]
-pub fn find_image(name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
-    dirs.iter()
-        .map(|dir| dir.join(name))
-        .find(|path| path.is_file())
 }
 
 #[cfg(test)]
@@ -74,36 +66,5 @@ mod tests {
             [root.join("System32").join("drivers"), root.join("System32")]
         );
         assert_eq!(system_image_dirs(None), Vec::<PathBuf>::new());
-    }
-
-    #[test]
-    fn an_image_is_found_in_the_first_folder_holding_it() {
-        let base = std::env::temp_dir().join(format!("kstack-find-image-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        let (drivers, system32) = (base.join("drivers"), base.join("System32"));
-        for dir in [&drivers, &system32] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        std::fs::write(system32.join("ntoskrnl.exe"), "").unwrap();
-        std::fs::write(system32.join("both.sys"), "").unwrap();
-        std::fs::write(drivers.join("both.sys"), "").unwrap();
-        std::fs::create_dir(drivers.join("folder.sys")).unwrap();
-        let dirs = [drivers.clone(), system32.clone()];
-        assert_eq!(
-            find_image("ntoskrnl.exe", &dirs),
-            Some(system32.join("ntoskrnl.exe"))
-        );
-        assert_eq!(
-            find_image("both.sys", &dirs),
-            Some(drivers.join("both.sys"))
-        );
-        assert_eq!(
-            find_image("folder.sys", &dirs),
-            None,
-            "a folder is no image"
-        );
-        assert_eq!(find_image("missing.sys", &dirs), None);
-        assert_eq!(find_image("ntoskrnl.exe", &[]), None);
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }
