@@ -161,7 +161,7 @@ fn cases() -> [(&'static str, Case); 22] {
             module_records_are_kept,
         ),
         (
-            "module records: a real driver load in kstack's host process, reported by Wine's loader, is recorded with its path, base and size",
+            "module records: a real driver load in kstack's host process, reported by Wine's loader, is recorded with its path, base, size and identity",
             real_image_loads_are_recorded,
         ),
         (
@@ -1790,16 +1790,31 @@ fn real_image_loads_are_recorded(context: &Context) -> WineResult<()> {
     seen
 }
 
-/// Starts the probe driver in kstack's group and finds its load among the
-/// module records of a capture saved while it runs.
+/// Starts the probe driver in kstack's group while a capture is being saved
+/// (after its start listing, so only the module record can tell of it) and
+/// finds its load, with the image's identity, in the capture.
 fn probe_load_case(wine: &WineHost, probe: &Path) -> WineResult<()> {
     let binary = format!(
         r"C:\windows\system32\drivers\{}",
         kstack_tests::wine_host::PROBE_DRIVER
     );
     wine.create_kernel_service(PROBE_SERVICE, &binary, Some(SHARED_GROUP))?;
-    let started = wine.sc(&["start", PROBE_SERVICE]);
-    let saved = wine.client(&["save", "--force", "probe.kstack"]);
+    let capture = wine.client_dir().join("probe.kstack");
+    let _ = std::fs::remove_file(&capture);
+    let (started, saved) = thread::scope(|scope| {
+        let saving =
+            scope.spawn(|| wine.client(&["save", "--force", "--duration", "6", "probe.kstack"]));
+        // The file is made once the start listing is taken.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !capture.exists() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let started = wine.sc(&["start", PROBE_SERVICE]);
+        let saved = saving
+            .join()
+            .unwrap_or_else(|_| Err("the save thread panicked".to_owned()));
+        (started, saved)
+    });
     let _ = wine.sc(&["stop", PROBE_SERVICE]);
     wine.sc(&["delete", PROBE_SERVICE])?;
     started?;
@@ -1813,22 +1828,32 @@ fn probe_load_case(wine: &WineHost, probe: &Path) -> WineResult<()> {
         "probe.kstack",
         "--json",
     ])?)?;
-    let load = listed.iter().find(|line| {
-        line["event"] == "image_load"
-            && line["path"]
-                .as_str()
-                .is_some_and(|path| path.ends_with(kstack_tests::wine_host::PROBE_DRIVER))
-    });
+    let is_probe = |name: &Value| {
+        name.as_str()
+            .is_some_and(|name| name.ends_with(kstack_tests::wine_host::PROBE_DRIVER))
+    };
+    ensure(!listed.iter().any(|line| is_probe(&line["name"])), || {
+        format!("the probe loaded before the start listing: {listed:#?}")
+    })?;
+    let load = listed
+        .iter()
+        .find(|line| line["event"] == "image_load" && is_probe(&line["path"]));
+    // The capture carries the loaded image's identity, read from its file
+    // while the capture was saved.
+    let identity = kstack_client::naming::identity::of_file(probe)?;
     ensure(
         load.is_some_and(|load| {
             load["process_id"] == 0
                 && load["process_key"] == 0
                 && load["base"] == format!("{base:#x}")
                 && load["size"] == end - base
+                && load["identity"]["timestamp"] == format!("{:#010x}", identity.timestamp)
+                && load["identity"]["size_of_image"] == end - base
         }),
         || {
             format!(
-                "the probe's load (a driver, pid 0, at {base:#x}, {} bytes) expected among {listed:#?}",
+                "the probe's load (a driver, pid 0, at {base:#x}, {} bytes, {identity}) expected \
+                 among {listed:#?}",
                 end - base
             )
         },

@@ -25,8 +25,13 @@
 //!   since ABI 9 the driver's module records are among them, as received,
 //!   so offline analysis names user frames after the same time-ordered
 //!   per-process maps as the live client;
-//! - then the trailer: magic `KSTKEND\0` and the record count (u64, module
-//!   records included).
+//! - then (format 5) the identities of the images module records loaded,
+//!   read while the capture was saved (the images of drivers and DLLs
+//!   loaded during it, which no list at its start holds): a count (u32) and
+//!   module entries as above, each with its identity;
+//! - then the trailer: magic `KSTKEND\0`, the record count (u64, module
+//!   records included) and (format 5) the length in bytes of the loaded
+//!   images' identities (u64, their count included).
 //!
 //! The writer appends records as they arrive and the trailer last, so a
 //! capture cut short (the machine stopped mid-write) is told apart from a
@@ -57,8 +62,9 @@ use crate::{
 /// The first bytes of every capture file.
 pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
 /// The version of this layout. Versions 1 (no process modules), 2 (no
-/// listing time) and 3 (no image identities) still read.
-pub const FORMAT_VERSION: u32 = 4;
+/// listing time), 3 (no image identities) and 4 (no identities of images
+/// loaded during the capture) still read.
+pub const FORMAT_VERSION: u32 = 5;
 /// The layouts this client reads.
 const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// The ABI versions whose records this client reads: ABI 6 changed the
@@ -75,7 +81,9 @@ const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
 /// The header of format 3; formats 1 and 2 end it at 24.
 const HEADER_SIZE: usize = 32;
 const OLD_HEADER_SIZE: usize = 24;
-const TRAILER_SIZE: usize = 16;
+const TRAILER_SIZE: usize = 24;
+/// The trailer of formats 1 to 4: no loaded images' identities.
+const OLD_TRAILER_SIZE: usize = 16;
 const MODULE_ENTRY_SIZE: usize = 16;
 /// Module entry flags (format 4): the image's identity follows the name.
 const HAS_IMAGE_IDENTITY: u16 = 1;
@@ -167,6 +175,8 @@ pub struct CaptureWriter<W: Write> {
     scratch: [u8; MAX_RECORD_SIZE],
     /// The frames stored so far under each stack id.
     stored: HashMap<u64, Arc<[u64]>>,
+    /// The identities of images module records loaded, as noted.
+    loaded_images: Vec<(Module, ImageIdentity)>,
 }
 
 impl<W: Write> CaptureWriter<W> {
@@ -211,6 +221,7 @@ impl<W: Write> CaptureWriter<W> {
             modules: 0,
             scratch: [0; MAX_RECORD_SIZE],
             stored: HashMap::new(),
+            loaded_images: Vec::new(),
         })
     }
 
@@ -257,6 +268,20 @@ impl<W: Write> CaptureWriter<W> {
         Ok(())
     }
 
+    /// Notes the identity of the image a module record loaded, saved with
+    /// the capture when it is finished.
+    pub fn note_loaded_identity(&mut self, module: Module, identity: ImageIdentity) {
+        if !self.knows_loaded_image(&module) {
+            self.loaded_images.push((module, identity));
+        }
+    }
+
+    /// Whether `module`'s identity was noted.
+    #[must_use]
+    pub fn knows_loaded_image(&self, module: &Module) -> bool {
+        self.loaded_images.iter().any(|(noted, _)| noted == module)
+    }
+
     /// Records appended so far, module records included.
     #[must_use]
     pub const fn records(&self) -> u64 {
@@ -274,8 +299,20 @@ impl<W: Write> CaptureWriter<W> {
     /// # Errors
     /// The writer's I/O error.
     pub fn finish(mut self) -> io::Result<W> {
+        let mut section = Vec::new();
+        let count = u32::try_from(self.loaded_images.len())
+            .map_err(|_| io::Error::other("too many loaded images"))?;
+        section.extend_from_slice(&count.to_le_bytes());
+        write_entries(
+            &mut section,
+            self.loaded_images
+                .iter()
+                .map(|(module, identity)| (module, Some(identity))),
+        )?;
+        self.out.write_all(&section)?;
         self.out.write_all(&END_MAGIC)?;
         self.out.write_all(&self.records.to_le_bytes())?;
+        self.out.write_all(&(section.len() as u64).to_le_bytes())?;
         self.out.flush()?;
         Ok(self.out)
     }
@@ -283,11 +320,24 @@ impl<W: Write> CaptureWriter<W> {
 
 /// Writes each module's entry, name and identity.
 fn write_modules(out: &mut impl Write, modules: &ModuleMap) -> io::Result<()> {
+    write_entries(
+        out,
+        modules
+            .modules()
+            .iter()
+            .map(|module| (module, modules.identity(module))),
+    )
+}
+
+/// Writes each module's entry, name and identity, when it has one.
+fn write_entries<'m>(
+    out: &mut impl Write,
+    entries: impl Iterator<Item = (&'m Module, Option<&'m ImageIdentity>)>,
+) -> io::Result<()> {
     let length = |name: &str| {
         u16::try_from(name.len()).map_err(|_| io::Error::other(format!("name too long: {name}")))
     };
-    for module in modules.modules() {
-        let identity = modules.identity(module);
+    for (module, identity) in entries {
         let flags = match identity {
             Some(ImageIdentity { debug: Some(_), .. }) => HAS_IMAGE_IDENTITY | HAS_DEBUG_IDENTITY,
             Some(_) => HAS_IMAGE_IDENTITY,
@@ -368,10 +418,12 @@ impl<'a> CaptureView<'a> {
             (OLD_HEADER_SIZE, u64::MAX)
         };
         let mut read = 0;
-        let (modules, identities) = read_modules(bytes, format, &mut at, count, &mut read)?;
-        let mut module_map = ModuleMap::new(modules);
-        for (base, identity) in identities {
-            module_map.set_identity(base, identity);
+        let entries = read_modules(bytes, format, &mut at, count, &mut read)?;
+        let mut module_map = ModuleMap::new(entries.iter().map(|(module, _)| module.clone()));
+        for (module, identity) in entries {
+            if let Some(identity) = identity {
+                module_map.set_identity(module.base, identity);
+            }
         }
         let mut processes = ProcessModules::default();
         processes.set_listed_at(listed_at);
@@ -379,24 +431,58 @@ impl<'a> CaptureView<'a> {
             let process_id = u32_at(at)?;
             let count = u32_at(at + 4)?;
             at += 8;
-            let (modules, identities) = read_modules(bytes, format, &mut at, count, &mut read)?;
-            processes.add(process_id, modules);
-            for (base, identity) in identities {
-                processes.set_identity(process_id, base, identity);
+            let entries = read_modules(bytes, format, &mut at, count, &mut read)?;
+            processes.add(process_id, entries.iter().map(|(module, _)| module.clone()));
+            for (module, identity) in entries {
+                if let Some(identity) = identity {
+                    processes.set_identity(process_id, module.base, identity);
+                }
             }
         }
+        let trailer_size = if format >= 5 {
+            TRAILER_SIZE
+        } else {
+            OLD_TRAILER_SIZE
+        };
         let trailer_at = bytes
             .len()
-            .checked_sub(TRAILER_SIZE)
+            .checked_sub(trailer_size)
             .filter(|&trailer_at| trailer_at >= at && bytes[trailer_at..][..8] == END_MAGIC)
             .ok_or(CaptureError::Unfinished)?;
-        let records = &bytes[at..trailer_at];
+        let records_end = if format >= 5 {
+            let length =
+                u64::from_le_bytes(bytes[trailer_at + 16..].try_into().unwrap_or_default());
+            let loaded_at = usize::try_from(length)
+                .ok()
+                .and_then(|length| trailer_at.checked_sub(length))
+                .filter(|&loaded_at| loaded_at >= at)
+                .ok_or(CaptureError::Truncated)?;
+            let mut section_at = loaded_at;
+            let count = u32_at(section_at)?;
+            section_at += 4;
+            for (module, identity) in
+                read_modules(bytes, format, &mut section_at, count, &mut read)?
+            {
+                if let Some(identity) = identity {
+                    processes.set_loaded_identity(&module, identity);
+                }
+            }
+            if section_at != trailer_at {
+                return Err(CaptureError::Truncated);
+            }
+            loaded_at
+        } else {
+            trailer_at
+        };
+        let records = &bytes[at..records_end];
         note_module_records(records, &mut processes);
         Ok(Self {
             modules: module_map,
             processes,
             record_count: u64::from_le_bytes(
-                bytes[trailer_at + 8..].try_into().unwrap_or_default(),
+                bytes[trailer_at + 8..trailer_at + 16]
+                    .try_into()
+                    .unwrap_or_default(),
             ),
             records_at: at,
             records,
@@ -473,22 +559,17 @@ fn note_module_records(records: &[u8], processes: &mut ProcessModules) {
     }
 }
 
-/// Image identities read with a module list, by module base.
-type Identities = Vec<(u64, ImageIdentity)>;
-
 /// Reads `count` module entries of a capture of `format` at `at`, moving
-/// `at` past them: the modules, and the identities read with them (by
-/// base); `read` counts every module read so far (errors name a module by
-/// it).
+/// `at` past them: each module, with the identity read with it; `read`
+/// counts every module read so far (errors name a module by it).
 fn read_modules(
     bytes: &[u8],
     format: u32,
     at: &mut usize,
     count: u32,
     read: &mut usize,
-) -> Result<(Vec<Module>, Identities), CaptureError> {
+) -> Result<Vec<(Module, Option<ImageIdentity>)>, CaptureError> {
     let mut modules = Vec::new();
-    let mut identities = Vec::new();
     let mut take = |length: usize| -> Result<&[u8], CaptureError> {
         let taken = bytes
             .get(*at..*at + length)
@@ -512,7 +593,9 @@ fn read_modules(
             0
         };
         let name = name_of(take(name_length)?, *read)?;
-        if flags & HAS_IMAGE_IDENTITY != 0 {
+        let identity = if flags & HAS_IMAGE_IDENTITY == 0 {
+            None
+        } else {
             let timestamp = u32_of(take(4)?);
             let size_of_image = u32_of(take(4)?);
             let debug = if flags & HAS_DEBUG_IDENTITY == 0 {
@@ -529,27 +612,29 @@ fn read_modules(
                     age,
                 })
             };
-            identities.push((
-                base,
-                ImageIdentity {
-                    timestamp,
-                    size_of_image,
-                    debug,
-                },
-            ));
-        }
-        modules.push(Module { base, size, name });
+            Some(ImageIdentity {
+                timestamp,
+                size_of_image,
+                debug,
+            })
+        };
+        modules.push((Module { base, size, name }, identity));
         *read += 1;
     }
-    Ok((modules, identities))
+    Ok(modules)
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 
+    use kstack_abi::{ModuleEvent, ModuleFlags, ModuleHeader};
+
     use super::*;
     use crate::naming::modules::tests::sample_map;
+
+    /// The loaded images' identities of a capture without any: their count.
+    const NO_LOADED_IMAGES: usize = 4;
 
     pub fn record(sequence: u64, facts: SourceFacts, frames: &[u64]) -> TraceRecord {
         TraceRecord {
@@ -685,6 +770,7 @@ pub(crate) mod tests {
                 + 100 * by_id
                 + 2 * (kstack_abi::record_size(0) - by_id)
                 + 8 * (40 + 1)
+                + NO_LOADED_IMAGES
                 + TRAILER_SIZE
         );
     }
@@ -695,13 +781,13 @@ pub(crate) mod tests {
         by_id.header.flags = RecordFlags::STACK_BY_ID;
         by_id.header.stack_id = 77;
         let mut bytes = saved(&ModuleMap::default(), &[]);
-        // The saved header and trailer around one record written by hand.
+        // The saved header and end around one record written by hand.
         let mut encoded = [0_u8; MAX_RECORD_SIZE];
         let size = encode_record(&by_id.header, &[], &mut encoded).unwrap();
-        let trailer = bytes.split_off(HEADER_SIZE);
+        let mut end = bytes.split_off(HEADER_SIZE);
+        end[NO_LOADED_IMAGES + 8..][..8].copy_from_slice(&1_u64.to_le_bytes());
         bytes.extend_from_slice(&encoded[..size]);
-        bytes.extend_from_slice(&trailer[..8]);
-        bytes.extend_from_slice(&1_u64.to_le_bytes());
+        bytes.extend_from_slice(&end);
         let error = decoded(&bytes).unwrap_err();
         assert_eq!(
             error,
@@ -716,7 +802,7 @@ pub(crate) mod tests {
     #[test]
     fn an_empty_capture_is_valid() {
         let bytes = saved(&ModuleMap::default(), &[]);
-        assert_eq!(bytes.len(), HEADER_SIZE + TRAILER_SIZE);
+        assert_eq!(bytes.len(), HEADER_SIZE + NO_LOADED_IMAGES + TRAILER_SIZE);
         assert_eq!(decoded(&bytes), Ok((ModuleMap::default(), vec![])));
     }
 
@@ -769,6 +855,71 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn loaded_images_identities_are_saved_at_the_end_and_read_back() {
+        let app = ImageIdentity {
+            timestamp: 0x6543_2100,
+            size_of_image: 0x2_0000,
+            debug: Some(DebugIdentity {
+                pdb_name: "app.pdb".to_owned(),
+                guid: *b"0123456789abcdef",
+                age: 3,
+            }),
+        };
+        let path: Vec<u16> = r"\??\C:\app\app.exe".encode_utf16().collect();
+        let load = ModuleChange {
+            header: ModuleHeader {
+                sequence: 1,
+                timestamp: 134_081_280_000_000_000,
+                process_id: 4312,
+                process_key: 77,
+                thread_id: 8,
+                processor: 0,
+                shard: 0,
+                event: ModuleEvent::ImageLoad,
+                flags: ModuleFlags::NONE,
+                image_base: 0x7FF6_0000_0000,
+                image_size: 0x2_0000,
+            },
+            path,
+        };
+        let module = load.module().unwrap();
+        let mut writer = CaptureWriter::new(Vec::new(), &sample_map()).unwrap();
+        writer.append_module(&load).unwrap();
+        for record in sample_records() {
+            writer.append(&record).unwrap();
+        }
+        assert!(!writer.knows_loaded_image(&module));
+        writer.note_loaded_identity(module.clone(), app.clone());
+        writer.note_loaded_identity(module.clone(), app.clone());
+        assert!(writer.knows_loaded_image(&module));
+        let bytes = writer.finish().unwrap();
+        let view = CaptureView::parse(&bytes).unwrap();
+        assert_eq!(view.processes.identity(&module), Some(&app));
+        assert_eq!(view.processes.changes(), [load]);
+        assert_eq!(
+            view.records().collect::<Result<Vec<_>, _>>().unwrap(),
+            sample_records()
+        );
+        // Noted once: the count is 1.
+        let loaded_length = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap());
+        let loaded_at = bytes.len() - TRAILER_SIZE - usize::try_from(loaded_length).unwrap();
+        assert_eq!(bytes[loaded_at..loaded_at + 4], 1_u32.to_le_bytes());
+        // A length reaching before the records, or not ending at the
+        // trailer, is damage.
+        for wrong in [
+            u64::MAX,
+            bytes.len() as u64,
+            loaded_length - 1,
+            loaded_length + 1,
+        ] {
+            let mut damaged = bytes.clone();
+            let at = damaged.len() - 8;
+            damaged[at..].copy_from_slice(&wrong.to_le_bytes());
+            assert!(CaptureView::parse(&damaged).is_err(), "length {wrong}");
+        }
+    }
+
+    #[test]
     fn other_files_and_versions_are_refused_by_name() {
         let bytes = saved(&sample_map(), &sample_records());
         assert_eq!(
@@ -776,25 +927,34 @@ pub(crate) mod tests {
             CaptureError::NotACapture
         );
         let mut other_format = bytes.clone();
-        other_format[8] = 5;
+        other_format[8] = 6;
         let error = decoded(&other_format).unwrap_err();
-        assert_eq!(error, CaptureError::FormatVersion(5));
+        assert_eq!(error, CaptureError::FormatVersion(6));
         assert!(
-            error.to_string().contains("reads versions 1 to 4"),
+            error.to_string().contains("reads versions 1 to 5"),
             "{error}"
         );
+        // Formats 1 to 4 end without loaded images' identities: their
+        // trailer is the magic and the record count.
+        let old_format = |version: u8| {
+            let mut old = bytes.clone();
+            old[8] = version;
+            old.truncate(old.len() - 8);
+            let loaded_at = old.len() - OLD_TRAILER_SIZE - NO_LOADED_IMAGES;
+            old.drain(loaded_at..loaded_at + NO_LOADED_IMAGES);
+            old
+        };
         // Formats 1 (its process count word reserved, zero) and 2 (no
         // listing time) still read: their header ends at 24. Format 3 had
         // no identities (its modules' flags word is zero).
         for old in [1, 2] {
-            let mut old_format = bytes.clone();
-            old_format[8] = old;
-            old_format.drain(OLD_HEADER_SIZE..HEADER_SIZE);
-            assert_eq!(decoded(&old_format).unwrap().1, sample_records());
+            let mut old = old_format(old);
+            old.drain(OLD_HEADER_SIZE..HEADER_SIZE);
+            assert_eq!(decoded(&old).unwrap().1, sample_records());
         }
-        let mut format_3 = bytes.clone();
-        format_3[8] = 3;
-        assert_eq!(decoded(&format_3).unwrap(), decoded(&bytes).unwrap());
+        for old in [3, 4] {
+            assert_eq!(decoded(&old_format(old)).unwrap(), decoded(&bytes).unwrap());
+        }
         let mut other_abi = bytes.clone();
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
@@ -861,7 +1021,7 @@ pub(crate) mod tests {
     #[test]
     fn a_trailer_count_that_disagrees_is_an_error() {
         let mut bytes = saved(&sample_map(), &sample_records());
-        let count_at = bytes.len() - 8;
+        let count_at = bytes.len() - 16;
         bytes[count_at] = 4;
         assert_eq!(
             decoded(&bytes).unwrap_err(),

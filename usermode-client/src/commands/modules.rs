@@ -124,16 +124,7 @@ fn module_json(
         "base": format!("{:#x}", module.base),
         "size": module.size,
         "name": module.name,
-        "identity": identity.map(|identity| json!({
-            "timestamp": format!("{:#010x}", identity.timestamp),
-            "size_of_image": identity.size_of_image,
-            "pdb": identity.debug.as_ref().map(|debug| json!({
-                "name": debug.pdb_name,
-                "guid": debug.guid_text(),
-                "age": debug.age,
-                "key": debug.symbol_server_key(),
-            })),
-        })),
+        "identity": identity.map(identity_json),
     });
     if let Some(id) = process_id {
         value["process_id"] = json!(id);
@@ -151,10 +142,14 @@ fn write_processes(out: &mut impl Write, processes: &ProcessModules, json: bool)
         listed += 1;
     }
     for change in processes.changes() {
+        let module = change.module();
+        let identity = module
+            .as_ref()
+            .and_then(|module| processes.identity(module));
         if json {
-            writeln!(out, "{}", change_json(change))?;
+            writeln!(out, "{}", change_json(change, identity))?;
         } else {
-            writeln!(out, "{}", change_text(change))?;
+            writeln!(out, "{}", change_text(change, identity))?;
         }
     }
     let unreadable = processes.unreadable();
@@ -192,8 +187,23 @@ fn write_processes(out: &mut impl Write, processes: &ProcessModules, json: bool)
     )
 }
 
-/// One module record as a line: when, whose, what.
-fn change_text(change: &ModuleChange) -> String {
+/// An image's identity as a JSON object.
+fn identity_json(identity: &ImageIdentity) -> serde_json::Value {
+    json!({
+        "timestamp": format!("{:#010x}", identity.timestamp),
+        "size_of_image": identity.size_of_image,
+        "pdb": identity.debug.as_ref().map(|debug| json!({
+            "name": debug.pdb_name,
+            "guid": debug.guid_text(),
+            "age": debug.age,
+            "key": debug.symbol_server_key(),
+        })),
+    })
+}
+
+/// One module record as a line: when, whose, what (and the loaded image's
+/// identity, when the capture carries it).
+fn change_text(change: &ModuleChange, identity: Option<&ImageIdentity>) -> String {
     let header = &change.header;
     let time = system_time_text(header.timestamp).unwrap_or_else(|| "no time".to_owned());
     let what = match header.event {
@@ -215,14 +225,15 @@ fn change_text(change: &ModuleChange) -> String {
     } else {
         format!("process key {}", header.process_key)
     };
+    let identity = identity.map_or_else(String::new, |identity| format!("; {identity}"));
     format!(
-        "module record {time} pid {} {what}, {key} (shard {} #{})",
+        "module record {time} pid {} {what}, {key} (shard {} #{}){identity}",
         header.process_id, header.shard, header.sequence
     )
 }
 
 /// One module record as a JSON object.
-fn change_json(change: &ModuleChange) -> serde_json::Value {
+fn change_json(change: &ModuleChange, identity: Option<&ImageIdentity>) -> serde_json::Value {
     let header = &change.header;
     json!({
         "event": match header.event {
@@ -240,6 +251,7 @@ fn change_json(change: &ModuleChange) -> serde_json::Value {
         "path_truncated": header.flags.contains(ModuleFlags::PATH_TRUNCATED),
         "shard": header.shard,
         "sequence": header.sequence,
+        "identity": identity.map(identity_json),
     })
 }
 
@@ -277,10 +289,19 @@ mod tests {
             image_size: 0x2000,
             process_key: 0,
         };
-        processes.note(ModuleChange {
+        let late = ModuleChange {
             header,
             path: r"\x\late.dll".encode_utf16().collect(),
-        });
+        };
+        processes.set_loaded_identity(
+            &late.module().unwrap(),
+            ImageIdentity {
+                timestamp: 0x1234,
+                size_of_image: 0x2000,
+                debug: None,
+            },
+        );
+        processes.note(late);
         processes.note(ModuleChange {
             header: kstack_abi::ModuleHeader {
                 sequence: 8,
@@ -305,7 +326,8 @@ mod tests {
             String::from_utf8(text).unwrap(),
             "pid    100  0x00007ff600000000    0x10000 kstack.exe\n\
              module record 2025-11-23T06:00:00.01Z pid 100 loaded ...\\x\\late.dll at \
-             0x7ffa00000000 (0x2000 bytes), no process key (shard 1 #7)\n\
+             0x7ffa00000000 (0x2000 bytes), no process key (shard 1 #7); timestamp 0x00001234, \
+             size 0x2000, no pdb\n\
              module record 2025-11-23T06:00:00.011Z pid 100 exited, process key 42 (shard 1 #8)\n\
              1 process listed; 1 could not be read: 4 System (error 5); 2 module records\n"
         );
@@ -324,11 +346,13 @@ mod tests {
                 json!({"event": "image_load", "time": "2025-11-23T06:00:00.01Z",
                        "system_time_100ns": 134_083_512_000_100_000_u64, "process_id": 100,
                        "process_key": 0, "thread_id": 9, "base": "0x7ffa00000000", "size": 0x2000,
-                       "path": r"\x\late.dll", "path_truncated": true, "shard": 1, "sequence": 7}),
+                       "path": r"\x\late.dll", "path_truncated": true, "shard": 1, "sequence": 7,
+                       "identity": {"timestamp": "0x00001234", "size_of_image": 0x2000, "pdb": null}}),
                 json!({"event": "process_exit", "time": "2025-11-23T06:00:00.011Z",
                        "system_time_100ns": 134_083_512_000_110_000_u64, "process_id": 100,
                        "process_key": 42, "thread_id": 9, "base": "0x0", "size": 0,
-                       "path": "", "path_truncated": false, "shard": 1, "sequence": 8}),
+                       "path": "", "path_truncated": false, "shard": 1, "sequence": 8,
+                       "identity": null}),
                 json!({"process_id": 4, "name": "System", "unreadable": 5}),
             ]
         );

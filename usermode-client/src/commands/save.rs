@@ -82,12 +82,19 @@ pub fn start_capture(
 }
 
 /// Appends what one read returned to a capture: its module records, then
-/// its trace records.
+/// its trace records. The identity of each image a module record loaded is
+/// read now, once per image, while its file is surely there (a DLL
+/// unpacked to a temporary folder may be gone by the end).
 pub fn append_batch<W: Write>(writer: &mut CaptureWriter<W>, batch: &Batch) -> io::Result<()> {
-    batch
-        .modules
-        .iter()
-        .try_for_each(|change| writer.append_module(change))?;
+    for change in &batch.modules {
+        writer.append_module(change)?;
+        if let Some((module, path)) = change.module().zip(change.image_path())
+            && !writer.knows_loaded_image(&module)
+            && let Ok(identity) = identity::of_file(Path::new(&path))
+        {
+            writer.note_loaded_identity(module, identity);
+        }
+    }
     batch
         .records
         .iter()

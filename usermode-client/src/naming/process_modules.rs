@@ -126,6 +126,9 @@ pub struct ProcessModules {
     /// Where each image is, by base and name: from the listing and the
     /// module records (for symbols).
     image_paths: BTreeMap<(u64, String), String>,
+    /// The identities of images module records loaded, by base and name
+    /// (read while the capture was saved).
+    loaded_identities: BTreeMap<(u64, String), ImageIdentity>,
 }
 
 impl Default for ProcessModules {
@@ -154,6 +157,7 @@ impl ProcessModules {
         changes: BTreeMap::new(),
         noted: Vec::new(),
         image_paths: BTreeMap::new(),
+        loaded_identities: BTreeMap::new(),
     };
 
     /// Adds `process_id`'s modules to the listing (overlapping entries:
@@ -192,14 +196,26 @@ impl ProcessModules {
         }
     }
 
-    /// The identity of a listed image, when it was read (`module` as the
-    /// listing has it).
+    /// Notes the identity of an image a module record loaded.
+    pub fn set_loaded_identity(&mut self, module: &Module, identity: ImageIdentity) {
+        self.loaded_identities
+            .insert((module.base, module.name.clone()), identity);
+    }
+
+    /// The identity of an image, when it was read: a listed one (`module`
+    /// as the listing has it), else one a module record loaded.
     #[must_use]
     pub fn identity(&self, module: &Module) -> Option<&ImageIdentity> {
-        self.listed.values().find_map(|map| {
-            map.identity(module)
-                .filter(|_| map.modules().contains(module))
-        })
+        self.listed
+            .values()
+            .find_map(|map| {
+                map.identity(module)
+                    .filter(|_| map.modules().contains(module))
+            })
+            .or_else(|| {
+                self.loaded_identities
+                    .get(&(module.base, module.name.clone()))
+            })
     }
 
     /// Notes where a listed image is on disk (Toolhelp's path).
