@@ -60,6 +60,17 @@ impl Origin {
     }
 }
 
+/// One frame of a stack as text shows it ([`StackSummary::frame_texts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameText {
+    /// Its location, with ` at file:line` when the symbols have lines.
+    pub line: String,
+    /// The calls inlined there, `inlined function at file:line` each.
+    pub inlined: Vec<String>,
+    /// Whether it is a user-mode frame.
+    pub user: bool,
+}
+
 /// One unique stack and what is known of its records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StackSummary {
@@ -141,6 +152,29 @@ impl StackSummary {
         let mut locations = symbolizer.locations(self.shown_kernel_frames(symbolizer));
         locations.extend(self.user_locations(symbolizer));
         locations
+    }
+
+    /// Each frame shown, as text shows it: its location with ` at
+    /// file:line`, the calls inlined there (`inlined function at
+    /// file:line`, see `source_text`), and whether it is a user-mode frame.
+    #[must_use]
+    pub fn frame_texts(&self, symbolizer: &Symbolizer) -> Vec<FrameText> {
+        let kernel = self.shown_kernel_frames(symbolizer).len();
+        let user = (self.first_process_id, self.first.timestamp);
+        self.locations(symbolizer)
+            .into_iter()
+            .zip(self.shown_frames(symbolizer))
+            .enumerate()
+            .map(|(index, (location, &address))| {
+                let process = (index >= kernel).then_some(user);
+                let (at, inlined) = source_text(&symbolizer.source(process, address));
+                FrameText {
+                    line: format!("{location}{at}"),
+                    inlined,
+                    user: process.is_some(),
+                }
+            })
+            .collect()
     }
 
     /// The calls a flame graph shows, most recent first, each with its
@@ -350,24 +384,19 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
             sighting_text(summary.first),
             sighting_text(summary.last),
         );
-        let kernel = summary.shown_kernel_frames(symbolizer).len();
-        let locations = summary.locations(symbolizer);
-        let frames = summary.shown_frames(symbolizer);
-        let user = (summary.first_process_id, summary.first.timestamp);
-        for (index, (location, &address)) in
-            locations.iter().zip(frames).take(limits.frames).enumerate()
-        {
-            if index == kernel {
+        let frames = summary.frame_texts(symbolizer);
+        let mut in_user = false;
+        for (index, frame) in frames.iter().take(limits.frames).enumerate() {
+            if frame.user && !in_user {
                 out.push_str("  -- user mode --\n");
+                in_user = true;
             }
-            let process = (index >= kernel).then_some(user);
-            let (at, inlined) = source_text(&symbolizer.source(process, address));
-            let _ = writeln!(out, "  {index:>2}  {location}{at}");
-            for call in inlined {
+            let _ = writeln!(out, "  {index:>2}  {}", frame.line);
+            for call in &frame.inlined {
                 let _ = writeln!(out, "        {call}");
             }
         }
-        let hidden = locations.len().saturating_sub(limits.frames);
+        let hidden = frames.len().saturating_sub(limits.frames);
         if hidden > 0 {
             let _ = writeln!(out, "      ... {}", counted(hidden as u64, "more frame"));
         }
@@ -442,7 +471,7 @@ fn sighting_json(seen: Sighting) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
@@ -463,7 +492,7 @@ mod tests {
 
     /// Names every address `f` with two calls inlined at it, as a PDB with
     /// line information does.
-    struct Inlining;
+    pub struct Inlining;
 
     impl crate::naming::symbolizer::FunctionSource for Inlining {
         fn function(

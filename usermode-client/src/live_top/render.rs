@@ -43,16 +43,25 @@ pub fn draw(frame: &mut Frame<'_>, model: &LiveTop, symbolizer: &Symbolizer, lim
     ])
     .style(Style::new().add_modifier(Modifier::BOLD));
     let rows = model.rows().into_iter().take(limits.stacks).map(|row| {
-        let mut frames = row.stack.locations(symbolizer);
-        frames.truncate(limits.frames);
-        let height = u16::try_from(frames.len().max(1)).unwrap_or(u16::MAX);
+        // Each frame with its source line, then the calls inlined there.
+        let lines: Vec<String> = row
+            .stack
+            .frame_texts(symbolizer)
+            .into_iter()
+            .take(limits.frames)
+            .flat_map(|frame| {
+                core::iter::once(frame.line)
+                    .chain(frame.inlined.into_iter().map(|call| format!("    {call}")))
+            })
+            .collect();
+        let height = u16::try_from(lines.len().max(1)).unwrap_or(u16::MAX);
         TableRow::new([
             Cell::new(Text::from(format!("{:.1}", row.rate)).right_aligned()),
             Cell::new(Text::from(format!("{:.1}", row.window_rate)).right_aligned()),
             Cell::new(Text::from(row.count.to_string()).right_aligned()),
             Cell::new(row.source.name()),
             Cell::new(format!("{:016x}", row.stack.stack_id)),
-            Cell::new(Text::from(frames.join("\n"))),
+            Cell::new(Text::from(lines.join("\n"))),
         ])
         .height(height)
     });
@@ -91,10 +100,20 @@ mod tests {
 
     /// The screen's lines, trailing spaces cut.
     fn drawn(model: &LiveTop, limits: TopLimits, width: u16, height: u16) -> Vec<String> {
-        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         let symbolizer = Symbolizer::new(sample_map()).showing_tracer_frames();
+        drawn_named(model, limits, (width, height), &symbolizer)
+    }
+
+    /// [`drawn`], frames named by `symbolizer`.
+    fn drawn_named(
+        model: &LiveTop,
+        limits: TopLimits,
+        (width, height): (u16, u16),
+        symbolizer: &Symbolizer,
+    ) -> Vec<String> {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         terminal
-            .draw(|frame| draw(frame, model, &symbolizer, limits))
+            .draw(|frame| draw(frame, model, symbolizer, limits))
             .unwrap();
         let buffer = terminal.backend().buffer();
         (0..height)
@@ -170,6 +189,31 @@ mod tests {
                 ""
             ],
             "one row, one frame"
+        );
+    }
+
+    #[test]
+    fn frames_show_their_source_lines_and_inlined_calls() {
+        let start = Instant::now();
+        let mut model = view(start);
+        model.apply(&[timer(&[LEAF, ROOT])]);
+        model.tick(start + Duration::from_secs(1));
+        let symbolizer = Symbolizer::new(sample_map())
+            .showing_tracer_frames()
+            .with_functions(Box::new(crate::capture::stack_table::tests::Inlining));
+        let limits = TopLimits {
+            stacks: 1,
+            frames: 1,
+        };
+        let lines = drawn_named(&model, limits, (110, 6), &symbolizer);
+        assert_eq!(
+            lines[2..5],
+            [
+                "     1.0      1.0         1 timer       d16c83b388104f43 kstack.sys!f+0x0 at f.rs:1",
+                "                                                             inlined middle at f.rs:2",
+                "                                                             inlined innermost at f.rs:3",
+            ],
+            "one frame, with its two inlined calls"
         );
     }
 }
