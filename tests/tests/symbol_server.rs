@@ -6,7 +6,8 @@
 //! time from the cache with no request; a PDB of another build is refused;
 //! a PDB the server lacks leaves the frame `kstack.sys+0x...` and says
 //! where it looked. A module without an identity is named from its image
-//! found by name on the symbol path.
+//! found by name on the symbol path. Compressed PDBs (`name.pd_`, made by
+//! gcab) and `file.ptr` pointers are read, on the server and in a store.
 //!
 //! Needs the package (`cargo xtask test` builds it first; or set
 //! `KSTACK_PACKAGE_DIR` and `KSTACK_WINE_SUPPORT_DIR`).
@@ -260,5 +261,88 @@ fn a_module_without_identity_is_named_from_its_image_on_the_symbol_path() {
     assert_eq!(
         frame_0(&larger, &package),
         format!("kstack.sys+{entry_rva:#x}")
+    );
+}
+
+/// `kstack.pdb` compressed into a cabinet by gcab (an independent
+/// writer), as `symstore /compress` files it: `kstack.pd_`.
+fn compressed_pdb(dir: &std::path::Path) -> Vec<u8> {
+    std::fs::copy(package_dir().join("kstack.pdb"), dir.join("kstack.pdb")).unwrap();
+    let made = std::process::Command::new("gcab")
+        .current_dir(dir)
+        .args(["-c", "-n", "-z", "kstack.pd_", "kstack.pdb"])
+        .status()
+        .expect("gcab (apt package gcab; `cargo xtask test` installs it)");
+    assert!(made.success());
+    std::fs::remove_file(dir.join("kstack.pdb")).unwrap();
+    std::fs::read(dir.join("kstack.pd_")).unwrap()
+}
+
+/// A server (or store) may hold a PDB compressed (`name.pd_`) or a
+/// `file.ptr` pointing at it, asked for in that order after `name.pdb`,
+/// as the debuggers' symsrv does; either is kept in the cache expanded.
+#[test]
+fn compressed_pdbs_and_file_pointers_are_read() {
+    let (identity, entry_rva) = package_image();
+    let debug = identity.debug.clone().unwrap();
+    let key = debug.symbol_server_key();
+    let capture = capture(&identity, entry_rva);
+    let named = "kstack.sys!kstack::driver_entry+0x0";
+    let unnamed = format!("kstack.sys+{entry_rva:#x}");
+    let work = tempfile::tempdir().unwrap();
+    let compressed = compressed_pdb(work.path());
+    let server = Server::start();
+    let folder = format!("/kstack.pdb/{key}");
+
+    // Compressed on the server: two requests (pdb, pd_), kept expanded.
+    server.serve(&format!("{folder}/kstack.pd_"), compressed.clone());
+    let cache = tempfile::tempdir().unwrap();
+    let path = format!("srv*{}*{}", cache.path().display(), server.url);
+    assert_eq!(frame_0(&capture, &path), named);
+    assert_eq!(server.requests(), 2, "kstack.pdb, then kstack.pd_");
+    let cached = cache.path().join(&folder[1..]).join("kstack.pdb");
+    assert_eq!(
+        std::fs::read(&cached).unwrap(),
+        std::fs::read(package_dir().join("kstack.pdb")).unwrap()
+    );
+
+    // A pointer on the server to a file this machine reads.
+    server.files.lock().unwrap().clear();
+    let pointed = work.path().join("pointed.pdb");
+    std::fs::copy(package_dir().join("kstack.pdb"), &pointed).unwrap();
+    server.serve(
+        &format!("{folder}/file.ptr"),
+        format!("PATH:{}", pointed.display()).into_bytes(),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let path = format!("srv*{}*{}", cache.path().display(), server.url);
+    assert_eq!(frame_0(&capture, &path), named);
+    assert!(cache.path().join(&folder[1..]).join("kstack.pdb").is_file());
+    // A pointer that says why there is none.
+    server.serve(
+        &format!("{folder}/file.ptr"),
+        b"MSG: withheld by the publisher".to_vec(),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let path = format!("srv*{}*{}", cache.path().display(), server.url);
+    assert_eq!(frame_0(&capture, &path), unnamed);
+
+    // In a local store, compressed; and a damaged cabinet is refused.
+    let store = tempfile::tempdir().unwrap();
+    let stored = store.path().join(&folder[1..]);
+    std::fs::create_dir_all(&stored).unwrap();
+    std::fs::write(stored.join("kstack.pd_"), &compressed).unwrap();
+    assert_eq!(
+        frame_0(&capture, &store.path().display().to_string()),
+        named
+    );
+    std::fs::write(
+        stored.join("kstack.pd_"),
+        &compressed[..compressed.len() / 2],
+    )
+    .unwrap();
+    assert_eq!(
+        frame_0(&capture, &store.path().display().to_string()),
+        unnamed
     );
 }

@@ -16,6 +16,10 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "golang-go",
         "go tool pprof, which reads the client's pprof export in its tests",
     ),
+    (
+        "gcab",
+        "makes the compressed PDB (name.pd_, a cabinet) the symbol server test serves",
+    ),
     ("libclang-dev", "libclang for bindgen (wdk-sys bindings)"),
     (
         "llvm",

@@ -14,15 +14,20 @@
 //! Where it looks, for a PDB `name.pdb` whose symbol server key is `KEY`
 //! (GUID and age), in each entry of the path in order (`;`-separated, in
 //! the Windows debuggers' syntax):
-//! - a folder `DIR`: `DIR/name.pdb/KEY/name.pdb` (a symbol store's layout),
-//!   then `DIR/name.pdb` (checked: another build's PDB is refused);
-//! - `srv*CACHE*URL` (or `cache*CACHE`): `CACHE/name.pdb/KEY/name.pdb`, and
-//!   when the cache lacks it, `URL/name.pdb/KEY/name.pdb` downloaded into
-//!   the cache (through a temporary file, kept only once its GUID and age
-//!   are checked), so each PDB is downloaded once. HTTPS goes through
-//!   rustls off Windows and the system's TLS and certificate store on
-//!   Windows.
-//!   Compressed (`name.pd_`) and `file.ptr` entries are not read.
+//! - a folder `DIR`: the store folder `DIR/name.pdb/KEY` (a symbol store's
+//!   layout), then `DIR/name.pdb` (checked: another build's PDB is
+//!   refused);
+//! - `srv*CACHE*URL` (or `cache*CACHE`): the store folder
+//!   `CACHE/name.pdb/KEY`, and when the cache lacks it, the server's
+//!   `URL/name.pdb/KEY`, downloaded into the cache as `name.pdb` (through a
+//!   temporary file, kept only once its GUID and age are checked), so each
+//!   PDB is downloaded once. HTTPS goes through rustls off Windows and the
+//!   system's TLS and certificate store on Windows.
+//!
+//! A store folder (local or on the server) is asked, as the debuggers'
+//! symsrv asks, for `name.pdb`, then `name.pd_` (the PDB compressed in a
+//! cabinet, as `symstore /compress` files it: expanded), then `file.ptr`
+//! (`PATH:` where the PDB is, followed; `MSG:` why there is none, said).
 //!
 //! What was not found, or refused, is said once per PDB (or image) on
 //! stderr, with every place looked at; those frames stay
@@ -30,7 +35,7 @@
 
 use std::{
     collections::HashMap,
-    fs::File,
+    io::Cursor,
     path::{Path, PathBuf},
 };
 
@@ -195,24 +200,27 @@ impl PdbFiles {
         None
     }
 
-    /// Where `debug`'s PDB may be, in the path's order: files, and a server
-    /// to download it from into a cache file when that is absent.
-    fn candidates(&self, debug: &DebugIdentity) -> Vec<(PathBuf, Option<String>)> {
+    /// Where `debug`'s PDB may be, in the path's order.
+    fn candidates(&self, debug: &DebugIdentity) -> Vec<Candidate> {
         let name = &debug.pdb_name;
         let key = debug.symbol_server_key();
-        let stored = |dir: &Path| dir.join(name).join(&key).join(name);
+        let stored = |dir: &Path| dir.join(name).join(&key);
         let mut candidates = Vec::new();
         for entry in &self.path {
             match entry {
                 PathEntry::Folder(dir) => {
-                    candidates.push((stored(dir), None));
-                    candidates.push((dir.join(name), None));
+                    candidates.push(Candidate::Store(stored(dir)));
+                    candidates.push(Candidate::File(dir.join(name)));
                 }
-                PathEntry::Server { cache, url } => candidates.push((
-                    stored(cache),
-                    url.as_ref()
-                        .map(|url| format!("{}/{name}/{key}/{name}", url.trim_end_matches('/'))),
-                )),
+                PathEntry::Server { cache, url } => {
+                    candidates.push(Candidate::Store(stored(cache)));
+                    if let Some(url) = url {
+                        candidates.push(Candidate::Server {
+                            url: format!("{}/{name}/{key}", url.trim_end_matches('/')),
+                            cache: stored(cache),
+                        });
+                    }
+                }
             }
         }
         candidates
@@ -234,21 +242,14 @@ impl PdbFiles {
 
     fn find(&self, module: &Module, debug: &DebugIdentity) -> Loaded {
         let mut looked = Vec::new();
-        for (candidate, server) in self.candidates(debug) {
-            if candidate.is_file() {
-                match open(&candidate, debug) {
-                    Ok(symbols) => return Loaded::Ready(Box::new(symbols)),
-                    Err(why) => looked.push(format!("{} ({why})", candidate.display())),
-                }
-                continue;
-            }
-            looked.push(format!("{} (absent)", candidate.display()));
-            let Some(url) = server else {
-                continue;
+        for candidate in self.candidates(debug) {
+            let found = match candidate {
+                Candidate::File(path) => read_file_at(&path, debug, &mut looked),
+                Candidate::Store(dir) => read_store(&dir, debug, &mut looked),
+                Candidate::Server { url, cache } => download(&url, &cache, debug, &mut looked),
             };
-            match download(&url, &candidate, debug) {
-                Ok(symbols) => return Loaded::Ready(Box::new(symbols)),
-                Err(why) => looked.push(format!("{url} ({why})")),
+            if let Some(symbols) = found {
+                return Loaded::Ready(Box::new(symbols));
             }
         }
         crate::eprintln_fitted!(
@@ -267,12 +268,144 @@ impl PdbFiles {
     }
 }
 
+/// A place a PDB may be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Candidate {
+    /// A file that is the PDB or another build's (a flat folder).
+    File(PathBuf),
+    /// A symbol store's folder for one PDB (`name.pdb/KEY`): its
+    /// `name.pdb`, compressed `name.pd_` or `file.ptr`.
+    Store(PathBuf),
+    /// A symbol server's folder for one PDB (`URL/name.pdb/KEY`), and the
+    /// cache's folder for it, where what is downloaded is kept as
+    /// `name.pdb`.
+    Server { url: String, cache: PathBuf },
+}
+
+/// What a symbol store's folder for one PDB may hold, in the order the
+/// debuggers' symsrv asks for them.
+#[derive(Clone, Copy)]
+enum StoredAs {
+    /// `name.pdb`.
+    Plain,
+    /// `name.pd_`: a cabinet holding it.
+    Compressed,
+    /// `file.ptr`: `PATH:` where the PDB is, or `MSG:` why there is none.
+    Pointer,
+}
+
+impl StoredAs {
+    const ALL: [Self; 3] = [Self::Plain, Self::Compressed, Self::Pointer];
+
+    fn file_name(self, pdb_name: &str) -> String {
+        match self {
+            Self::Plain => pdb_name.to_owned(),
+            Self::Compressed => compressed_name(pdb_name),
+            Self::Pointer => "file.ptr".to_owned(),
+        }
+    }
+}
+
+/// `name.pd_` for `name.pdb`: the name's last character replaced by `_`.
+fn compressed_name(name: &str) -> String {
+    let mut compressed = name.to_owned();
+    compressed.pop();
+    compressed.push('_');
+    compressed
+}
+
+/// The PDB in a symbol store's folder for it (see [`StoredAs`]).
+fn read_store(dir: &Path, debug: &DebugIdentity, looked: &mut Vec<String>) -> Option<Symbols> {
+    for stored in StoredAs::ALL {
+        let path = dir.join(stored.file_name(&debug.pdb_name));
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        match unpack(stored, bytes).and_then(|pdb| open(pdb, debug)) {
+            Ok(symbols) => return Some(symbols),
+            Err(why) => looked.push(format!("{} ({why})", path.display())),
+        }
+    }
+    looked.push(format!("{} (absent)", dir.display()));
+    None
+}
+
+/// The PDB at `path`, when it is `debug`'s.
+fn read_file_at(path: &Path, debug: &DebugIdentity, looked: &mut Vec<String>) -> Option<Symbols> {
+    let opened = std::fs::read(path)
+        .map_err(|error| {
+            if error.kind() == std::io::ErrorKind::NotFound {
+                "absent".to_owned()
+            } else {
+                error.to_string()
+            }
+        })
+        .and_then(|bytes| open(bytes, debug));
+    opened
+        .map_err(|why| looked.push(format!("{} ({why})", path.display())))
+        .ok()
+}
+
+/// The PDB's bytes from what a store holds as `stored`: a cabinet
+/// expanded, a pointer followed (to a plain or compressed file).
+fn unpack(stored: StoredAs, bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    match stored {
+        StoredAs::Plain => Ok(bytes),
+        StoredAs::Compressed => expand(bytes),
+        StoredAs::Pointer => {
+            let text = String::from_utf8_lossy(&bytes);
+            let text = text.trim();
+            if let Some(message) = text.strip_prefix("MSG:") {
+                return Err(format!("the store says: {}", message.trim()));
+            }
+            let target = text
+                .strip_prefix("PATH:")
+                .ok_or_else(|| format!("a file.ptr that is neither PATH: nor MSG: ({text:.40})"))?
+                .trim();
+            let pointed = std::fs::read(target).map_err(|error| format!("{target}: {error}"))?;
+            if target.ends_with('_') {
+                expand(pointed)
+            } else {
+                Ok(pointed)
+            }
+        }
+    }
+}
+
+/// The one file a `name.pd_` cabinet holds.
+fn expand(cabinet: Vec<u8>) -> Result<Vec<u8>, String> {
+    let mut cabinet = cab::Cabinet::new(std::io::Cursor::new(cabinet))
+        .map_err(|error| format!("not a cabinet: {error}"))?;
+    let name = cabinet
+        .folder_entries()
+        .flat_map(cab::FolderEntry::file_entries)
+        .map(|file| file.name().to_owned())
+        .next()
+        .ok_or("an empty cabinet")?;
+    let mut expanded = Vec::new();
+    std::io::Read::read_to_end(
+        &mut cabinet
+            .read_file(&name)
+            .map_err(|error| format!("expanding {name}: {error}"))?,
+        &mut expanded,
+    )
+    .map_err(|error| format!("expanding {name}: {error}"))?;
+    Ok(expanded)
+}
+
 /// The longest a PDB's download may take (the kernel's is tens of MB).
 const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(5);
 
-/// Downloads `url` into the cache file `to`: through a temporary file
-/// beside it, renamed to `to` only once it reads as `debug`'s PDB.
-fn download(url: &str, to: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
+/// Downloads `debug`'s PDB from a symbol server's folder for it (`url`):
+/// `name.pdb`, else `name.pd_`, else `file.ptr`, as symsrv asks; what is
+/// found is kept in the cache folder as `name.pdb`, written through a
+/// temporary file beside it once it reads as `debug`'s PDB.
+fn download(
+    url: &str,
+    cache: &Path,
+    debug: &DebugIdentity,
+    looked: &mut Vec<String>,
+) -> Option<Symbols> {
     let config = ureq::Agent::config_builder().timeout_global(Some(DOWNLOAD_TIMEOUT));
     // The system's TLS (schannel) and certificate store, as Windows'
     // own tools trust them.
@@ -284,29 +417,59 @@ fn download(url: &str, to: &Path, debug: &DebugIdentity) -> Result<Symbols, Stri
             .build(),
     );
     let agent: ureq::Agent = config.build().into();
-    let response = agent.get(url).call().map_err(|error| match error {
-        ureq::Error::StatusCode(code) => format!("HTTP {code}"),
-        other => other.to_string(),
-    })?;
-    let dir = to.parent().ok_or("no cache folder")?;
-    std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    for stored in StoredAs::ALL {
+        let file_url = format!("{url}/{}", stored.file_name(&debug.pdb_name));
+        let fetched = match agent.get(&file_url).call() {
+            Ok(response) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut response.into_body().into_reader(), &mut bytes)
+                    .map(|_| bytes)
+                    .map_err(|error| format!("downloading: {error}"))
+            }
+            // Not there as this: the next form may be.
+            Err(ureq::Error::StatusCode(404)) => continue,
+            Err(ureq::Error::StatusCode(code)) => Err(format!("HTTP {code}")),
+            Err(other) => Err(other.to_string()),
+        };
+        let kept = fetched
+            .and_then(|bytes| unpack(stored, bytes))
+            .and_then(|pdb| {
+                let temp = stage(cache, &pdb)?;
+                let symbols = open(pdb, debug)?;
+                let to = cache.join(&debug.pdb_name);
+                temp.persist(&to)
+                    .map_err(|error| format!("{}: {}", to.display(), error.error))?;
+                Ok(symbols)
+            });
+        return kept
+            .map_err(|why| looked.push(format!("{file_url} ({why})")))
+            .ok();
+    }
+    looked.push(format!(
+        "{url} (HTTP 404 for {}, {} and file.ptr)",
+        debug.pdb_name,
+        compressed_name(&debug.pdb_name)
+    ));
+    None
+}
+
+/// `pdb` written to a temporary file in the cache folder `dir`, to be
+/// renamed into place once checked (and removed if dropped before).
+fn stage(dir: &Path, pdb: &[u8]) -> Result<tempfile::NamedTempFile, String> {
+    let in_dir = |error: std::io::Error| format!("{}: {error}", dir.display());
+    std::fs::create_dir_all(dir).map_err(in_dir)?;
     let mut temp = tempfile::Builder::new()
         .prefix(".kstack-")
         .suffix(".pdb")
         .tempfile_in(dir)
-        .map_err(|error| format!("{}: {error}", dir.display()))?;
-    std::io::copy(&mut response.into_body().into_reader(), &mut temp)
-        .map_err(|error| format!("downloading: {error}"))?;
-    let symbols = open(temp.path(), debug)?;
-    temp.persist(to)
-        .map_err(|error| format!("{}: {}", to.display(), error.error))?;
-    Ok(symbols)
+        .map_err(in_dir)?;
+    std::io::Write::write_all(&mut temp, pdb).map_err(in_dir)?;
+    Ok(temp)
 }
 
-/// The PDB at `path`, if it is `debug`'s: its GUID and age checked.
-fn open(path: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
-    let file = File::open(path).map_err(|error| error.to_string())?;
-    let mut pdb = PDB::open(file).map_err(|error| format!("not a PDB: {error}"))?;
+/// The PDB in `data`, if it is `debug`'s: its GUID and age checked.
+fn open(data: Vec<u8>, debug: &DebugIdentity) -> Result<Symbols, String> {
+    let mut pdb = PDB::open(Cursor::new(data)).map_err(|error| format!("not a PDB: {error}"))?;
     let information = pdb
         .pdb_information()
         .map_err(|error| format!("no PDB information: {error}"))?;
@@ -320,7 +483,8 @@ fn open(path: &Path, debug: &DebugIdentity) -> Result<Symbols, String> {
         ));
     }
     let data = ContextPdbData::try_from_pdb(pdb).map_err(|error| error.to_string())?;
-    let data: &'static ContextPdbData<'static, 'static, File> = Box::leak(Box::new(data));
+    let data: &'static ContextPdbData<'static, 'static, Cursor<Vec<u8>>> =
+        Box::leak(Box::new(data));
     let context = data.make_context().map_err(|error| error.to_string())?;
     Ok(Symbols { context })
 }
@@ -417,16 +581,15 @@ mod tests {
         assert_eq!(
             files.candidates(&debug),
             [
-                (
-                    PathBuf::from(format!("/a/kstack.pdb/{key}/kstack.pdb")),
-                    None
-                ),
-                (PathBuf::from("/a/kstack.pdb"), None),
-                (
-                    PathBuf::from(format!("/cache/kstack.pdb/{key}/kstack.pdb")),
-                    Some(format!("http://x/kstack.pdb/{key}/kstack.pdb"))
-                ),
+                Candidate::Store(PathBuf::from(format!("/a/kstack.pdb/{key}"))),
+                Candidate::File(PathBuf::from("/a/kstack.pdb")),
+                Candidate::Store(PathBuf::from(format!("/cache/kstack.pdb/{key}"))),
+                Candidate::Server {
+                    url: format!("http://x/kstack.pdb/{key}"),
+                    cache: PathBuf::from(format!("/cache/kstack.pdb/{key}")),
+                },
             ]
         );
+        assert_eq!(compressed_name("kstack.pdb"), "kstack.pd_");
     }
 }
