@@ -242,7 +242,7 @@ fn symbols_off_windows_are_looked_for_by_identity_and_what_is_missing_said() {
         assert!(
             stderr.contains(
                 "no symbols for kstack.sys (kstack.pdb 6174736B6B63702D64622D67756964211): looked \
-                 at /srv/symbols/kstack.pdb/6174736B6B63702D64622D67756964211/kstack.pdb (absent), \
+                 at /srv/symbols/kstack.pdb/6174736B6B63702D64622D67756964211 (absent), \
                  /srv/symbols/kstack.pdb (absent)"
             ),
             "{stderr}"
