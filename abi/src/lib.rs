@@ -63,7 +63,7 @@ pub use user_part::UserPart;
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 12;
+pub const ABI_VERSION: u32 = 13;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (

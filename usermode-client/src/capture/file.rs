@@ -74,7 +74,9 @@ const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// records, which older captures never hold; ABI 10 shortened records
 /// without frames, whose older 72-byte form reads the same; ABI 11 added a
 /// user-part outcome and ABI 12 the thread-stack source, which older
-/// captures never hold.
+/// captures never hold; ABI 13 computes stack ids another way, and a
+/// capture's ids are read as saved (the client groups by them and never
+/// recomputes them), so each capture's are consistent in themselves.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
@@ -959,7 +961,7 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 12"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 13"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(
