@@ -1500,7 +1500,7 @@ mod tests {
             user_frame_count: 1,
             user_part: UserPart::Captured,
             os_hash: 0,
-            stack_id: stack_id(frames),
+            stack_id: stack_id(&frames),
             facts: SourceFacts::OnDemand { tag: 1 },
         };
         let mut buffer = [0_u8; READ_HEADER_SIZE + 200];

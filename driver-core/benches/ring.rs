@@ -1,4 +1,5 @@
-//! Host benchmarks of the record ring (criterion): publishing a 32-frame
+//! Host benchmarks of the record ring (criterion): the stack id of 32
+//! frames (beside ABI 12's, its baseline); publishing a 32-frame
 //! record with one and two producers against a plain encode into a buffer;
 //! publishing through the stack table, an event of a known stack and of a
 //! new one, against a plain encode of the same event record (48 bytes: a
@@ -96,7 +97,7 @@ fn timer_header(frames: &[u64; FRAMES], processor: u16) -> RecordHeader {
         // Windows' BackTraceHash is the low 32 bits of the sum of the frames.
         os_hash: u32::try_from(frames.iter().copied().fold(0_u64, u64::wrapping_add) & 0xFFFF_FFFF)
             .expect("masked to 32 bits"),
-        stack_id: stack_id(frames.iter().copied()),
+        stack_id: stack_id(frames),
         facts: SourceFacts::Timer,
     }
 }
@@ -156,24 +157,40 @@ fn publish_records(
     full
 }
 
-/// Encodes `count` records with sequence numbers from `first` into
-/// `buffer`, one after the other: `publish_records` without the ring, into
-/// as much memory as a shard, so it meets the same cache misses.
-fn copy_records(buffer: &mut [u8], header: &RecordHeader, frames: &[u64], first: u64, count: u64) {
+/// The fair floor of a publish: `count` records with sequence numbers
+/// from `first` encoded into `buffer` record after record, as a shard's
+/// tail advances, back to the start when the next would not fit (a shard
+/// holds whole records, so it wraps at the same places): the publish's
+/// work (its header built around the sequence number, the same
+/// fixed-size frame array encoded into a room of exactly the record's
+/// bytes) without the ring's synchronisation and bookkeeping. No division
+/// places a record: until 2026-11-27 one (`sequence % places`) cost the
+/// floor more than the publish's own arithmetic, so the ratio flattered
+/// the publish.
+fn copy_records<const N: usize>(
+    buffer: &mut [u8],
+    header: &RecordHeader,
+    frames: &[u64; N],
+    first: u64,
+    count: u64,
+) {
     // The size the record encodes to (a record naming its stack is shorter).
     let bytes = encode_record(header, frames, &mut [0; kstack_abi::MAX_RECORD_SIZE])
         .expect("at most 62 frames");
-    let places = (buffer.len() / bytes) as u64;
+    let mut at = 0;
     for sequence in first..first + count {
+        if at + bytes > buffer.len() {
+            at = 0;
+        }
         let header = RecordHeader {
             sequence,
             ..*header
         };
-        let index = usize::try_from(sequence % places).expect("below the length");
-        let place = &mut buffer[index * bytes..(index + 1) * bytes];
-        encode_record(&header, frames, place).expect("the place fits the frames");
+        let room = &mut buffer[at..at + bytes];
+        encode_record(&header, frames, room).expect("the room fits the frames");
         // As the ring's Release store does, make every record's bytes count.
-        black_box(&mut *place);
+        black_box(room);
+        at += bytes;
     }
 }
 
@@ -486,7 +503,7 @@ fn publish_tabled(
     for sequence in first..first + count {
         let id = if new_stacks {
             stack[0] = sequence;
-            stack_id(stack.iter().copied())
+            stack_id(&stack)
         } else {
             header.stack_id
         };
@@ -570,7 +587,7 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
     group.bench_function("plain_copy_event_record", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
-            copy_records(&mut buffer, black_box(&event), &[], 0, iters);
+            copy_records::<0>(&mut buffer, black_box(&event), &[], 0, iters);
             start.elapsed()
         });
     });
@@ -826,8 +843,57 @@ fn thread_stack_against_capture_now(c: &mut Criterion) {
     assert_eq!(status.thread_captures.in_flight, 0);
 }
 
+/// The stack id of ABI 7 to 12, the baseline of [`stack_id_of_32_frames`]:
+/// every frame in one multiply-rotate chain, then murmur3's finaliser.
+fn serial_stack_id(frames: impl IntoIterator<Item = u64>) -> u64 {
+    const K: u64 = 0x517C_C1B7_2722_0A95;
+    let (hash, count) = frames
+        .into_iter()
+        .fold((0_u64, 0_u64), |(hash, count), frame| {
+            ((hash.rotate_left(5) ^ frame).wrapping_mul(K), count + 1)
+        });
+    let mut h = hash ^ count;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    h ^ (h >> 33)
+}
+
+/// The stack id of a 32-frame stack as the capture computes it (ABI 13's
+/// eight lanes), beside ABI 12's serial chain, in the same run. Latency:
+/// each id changes the next stack (as in a capture, where the table lookup
+/// waits for the id), so one id's whole chain is timed; throughput: ids of
+/// one stack back to back, which a processor overlaps.
+fn stack_id_of_32_frames(c: &mut Criterion) {
+    let frames = kernel_frames();
+    let mut group = record_group(c, "stack_id_of_32_frames");
+    let mut chained = frames;
+    let mut id = 0;
+    group.bench_function("abi_13_eight_lanes/latency", |b| {
+        b.iter(|| {
+            chained[0] ^= id & 8;
+            id = stack_id(&chained);
+        });
+    });
+    group.bench_function("abi_12_serial/latency", |b| {
+        b.iter(|| {
+            chained[0] ^= id & 8;
+            id = serial_stack_id(chained.iter().copied());
+        });
+    });
+    group.bench_function("abi_13_eight_lanes/throughput", |b| {
+        b.iter(|| stack_id(black_box(&frames)));
+    });
+    group.bench_function("abi_12_serial/throughput", |b| {
+        b.iter(|| serial_stack_id(black_box(&frames).iter().copied()));
+    });
+    group.finish();
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
+    stack_id_of_32_frames(&mut criterion);
     publish_32_frames(&mut criterion);
     publish_through_the_stack_table(&mut criterion);
     capture_an_event(&mut criterion);

@@ -470,7 +470,7 @@ impl<'a> DriverCore<'a> {
             RecordFlags::NONE
         };
         stack.user_part = self.walk_user(platform, config.user_frames, stack);
-        stack.id = stack_id(stack.frames().iter().copied());
+        stack.id = stack_id(stack.frames());
         Ok(())
     }
 
@@ -894,7 +894,7 @@ pub(crate) mod tests {
             "processor 1 of a one-shard ring publishes into shard 0"
         );
         assert_eq!(header.os_hash, 0xABCD);
-        assert_eq!(header.stack_id, stack_id(frames.iter().copied()));
+        assert_eq!(header.stack_id, stack_id(frames));
         assert_eq!(
             header.flags,
             RecordFlags::NONE,
@@ -1059,11 +1059,7 @@ pub(crate) mod tests {
                     .all(|&frame| frame >= 0x7FF0_0000_0000),
                 "{why}"
             );
-            assert_eq!(
-                header.stack_id,
-                stack_id(frames.iter().copied()),
-                "{why}: the whole stack"
-            );
+            assert_eq!(header.stack_id, stack_id(&frames), "{why}: the whole stack");
             assert_eq!(header.flags.contains(RecordFlags::WOW64), wow64, "{why}");
             let mut expected = [0; UserPart::COUNT];
             expected[part.index()] = 1;

@@ -140,7 +140,7 @@ fn capture_of(size: u32, identity: Option<&ImageIdentity>, entry_rva: u32) -> Ve
             user_frame_count: 0,
             user_part: UserPart::Off,
             os_hash: 1,
-            stack_id: stack_id(frames.iter().copied()),
+            stack_id: stack_id(&frames),
             facts: SourceFacts::OnDemand { tag: 1 },
         },
         frames: frames.into(),

@@ -93,7 +93,7 @@ fn capture_of(modules: &ModuleMap, frames: impl Fn(u64) -> Vec<u64>) -> Vec<u8> 
                 user_frame_count: 0,
                 user_part: kstack_abi::UserPart::Off,
                 os_hash: 0,
-                stack_id: stack_id(stack_frames.iter().copied()),
+                stack_id: stack_id(stack_frames),
                 facts: SourceFacts::Timer,
             },
             frames: stack_frames.clone().into(),

@@ -652,7 +652,7 @@ pub(crate) mod tests {
                 user_frame_count: 0,
                 user_part: kstack_abi::UserPart::Off,
                 os_hash: 0x1234,
-                stack_id: stack_id(frames.iter().copied()),
+                stack_id: stack_id(frames),
                 facts,
             },
             frames: frames.into(),

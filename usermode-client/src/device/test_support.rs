@@ -46,7 +46,7 @@ pub fn record_header(
         user_frame_count: 0,
         user_part: kstack_abi::UserPart::Off,
         os_hash: 1,
-        stack_id: stack_id(stack.iter().copied()),
+        stack_id: stack_id(stack),
         facts,
     }
 }

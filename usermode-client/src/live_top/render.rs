@@ -100,7 +100,7 @@ mod tests {
 
     /// A stack's id as the view prints it.
     fn id(frames: &[u64]) -> String {
-        format!("{:016x}", kstack_abi::stack_id(frames.iter().copied()))
+        format!("{:016x}", kstack_abi::stack_id(frames))
     }
 
     /// The screen's lines, trailing spaces cut.
@@ -151,9 +151,15 @@ mod tests {
             [
                 "kstack top --live | sort rate | sources all, pid all | r/c/s sort, f source, space pause, q quit",
                 "  rate/s window/s     count source      stack            top frames",
-                &format!("     1.0      2.0         4 timer       {} kstack.sys+0x10", id(&[LEAF, ROOT, 0x42])),
+                &format!(
+                    "     1.0      2.0         4 timer       {} kstack.sys+0x10",
+                    id(&[LEAF, ROOT, 0x42])
+                ),
                 "                                                         ntoskrnl.exe+0x20",
-                &format!("     1.0      0.5         1 ondemand    {} 0x42", id(&[0x42])),
+                &format!(
+                    "     1.0      0.5         1 ondemand    {} 0x42",
+                    id(&[0x42])
+                ),
                 "",
                 "",
                 "ring 3 records in 1/8 KiB, 0 dropped (0 since start), 6 read | here: 5 records, 2 unique stacks",
@@ -190,7 +196,10 @@ mod tests {
         assert_eq!(
             lines[2..4],
             [
-                format!("     3.0      3.0         3 timer       {} kstack.sys+0x10", id(&[LEAF, ROOT, 0x42])),
+                format!(
+                    "     3.0      3.0         3 timer       {} kstack.sys+0x10",
+                    id(&[LEAF, ROOT, 0x42])
+                ),
                 String::new()
             ],
             "one row, one frame"

@@ -160,8 +160,8 @@ fn records() -> Vec<TraceRecord> {
                 } else {
                     kstack_abi::UserPart::Captured
                 },
-                os_hash: u32::try_from(stack_id(frames.iter().copied()) & 0xFFFF_FFFF).unwrap(),
-                stack_id: stack_id(frames.iter().copied()),
+                os_hash: u32::try_from(stack_id(frames) & 0xFFFF_FFFF).unwrap(),
+                stack_id: stack_id(frames),
                 facts,
             },
             frames: frames.into(),

@@ -1213,7 +1213,7 @@ mod tests {
             user_frame_count: 1,
             user_part: UserPart::Truncated,
             os_hash: 0xABCD,
-            stack_id: stack_id(frames),
+            stack_id: stack_id(&frames),
             facts: SourceFacts::ImageLoad {
                 image_base: 0x7FF6_1230_0000,
                 image_size: 0x5_0000,
