@@ -31,6 +31,7 @@ pub mod module_record;
 pub mod ntstatus;
 pub mod paging;
 pub mod record;
+pub mod ring_writers;
 pub mod source;
 pub mod source_facts;
 pub mod thread_capture;
@@ -54,6 +55,7 @@ pub use record::{
     record_flags, record_os_hash, record_size, record_size_field, record_timestamp,
     set_record_os_hash, stack_id,
 };
+pub use ring_writers::RingWriters;
 pub use source::{Source, SourceSet};
 pub use source_facts::SourceFacts;
 pub use thread_capture::{

@@ -985,6 +985,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "arithmetic over thousands of stacks, nothing unsafe: minutes under Miri"
+    )]
     fn real_looking_stacks_get_distinct_ids() {
         let stacks = real_looking_stacks();
         assert!(stacks.len() > 20_000, "{} stacks", stacks.len());
@@ -1004,6 +1008,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "arithmetic over thousands of stacks, nothing unsafe: minutes under Miri"
+    )]
     fn every_frame_bit_moves_half_the_id_bits() {
         // Flipping one bit of one frame of a 32-frame stack flips each id bit
         // with probability one half: over all 32 x 64 flips, the mean is

@@ -36,8 +36,8 @@ use kstack_abi::{
     thread_capture::{CAPTURE_THREADS_REPLY_SIZE, encode_capture_threads_request},
 };
 use kstack_abi::{
-    RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, by_id_record_size,
-    encode_record, record_size, record_timestamp, stack_id,
+    RecordFlags, RecordHeader, Records, RingWriters, Source, SourceFacts, UserPart,
+    by_id_record_size, encode_record, record_size, record_timestamp, stack_id,
 };
 use kstack_driver_core::{
     Caller, CaptureOutcome, DriverCore, Platform, Routine, Shard, ShardedRing, SourceControl,
@@ -115,7 +115,14 @@ fn ring_memory() -> Vec<Word> {
 
 /// The shards over `words`.
 fn ring_shards(words: &[Word]) -> Vec<Shard<'_>> {
-    shards_over(words, SHARDS).collect()
+    ring_shards_written_by(words, RingWriters::Shared)
+}
+
+/// The shards over `words`, written by `writers`.
+fn ring_shards_written_by(words: &[Word], writers: RingWriters) -> Vec<Shard<'_>> {
+    shards_over(words, SHARDS)
+        .map(|shard| shard.with_writers(writers))
+        .collect()
 }
 
 /// Empties the ring (not timed) so the next round's publishes all find
@@ -296,18 +303,37 @@ fn record_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, Wall
 fn publish_32_frames(c: &mut Criterion) {
     let frames = kernel_frames();
     let mut group = record_group(c, "publish_32_frames");
-
-    let words = ring_memory();
-    let shards = ring_shards(&words);
-    let ring = ShardedRing::new(&shards);
     let header = timer_header(&frames, 0);
-    group.bench_function("ring_1_producer", |b| {
+    for (name, writers) in [
+        ("", RingWriters::Shared),
+        ("_exclusive", RingWriters::Exclusive),
+    ] {
+        publish_by(&mut group, name, writers, &header, &frames);
+    }
+    copy_floors(&mut group, &header, &frames);
+    group.finish();
+}
+
+/// `publish_32_frames`'s publishes into shards written by `writers`, the
+/// benchmarks' names ending in `suffix`: exclusive shards are each written
+/// by one thread here, as on Windows by one processor.
+fn publish_by(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    suffix: &str,
+    writers: RingWriters,
+    header: &RecordHeader,
+    frames: &[u64; FRAMES],
+) {
+    let words = ring_memory();
+    let shards = ring_shards_written_by(&words, writers);
+    let ring = ShardedRing::new(&shards);
+    group.bench_function(format!("ring_1_producer{suffix}"), |b| {
         b.iter_custom(|iters| {
             let mut elapsed = Duration::ZERO;
             for count in rounds(iters) {
                 empty(&ring);
                 let start = Instant::now();
-                let full = publish_records(&ring, 0, black_box(&header), black_box(&frames), count);
+                let full = publish_records(&ring, 0, black_box(header), black_box(frames), count);
                 elapsed += start.elapsed();
                 assert_eq!(full, 0, "a timed publish met a full shard");
             }
@@ -321,20 +347,20 @@ fn publish_32_frames(c: &mut Criterion) {
     // start to the last one's end, as each thread measures it: thread
     // start-up and the barriers are not timed.
     let words = ring_memory();
-    let shards = ring_shards(&words);
+    let shards = ring_shards_written_by(&words, writers);
     let ring = ShardedRing::new(&shards);
-    group.bench_function("ring_2_producers", |b| {
+    group.bench_function(format!("ring_2_producers{suffix}"), |b| {
         b.iter_custom(|iters| {
             two_threads_in_rounds(
                 iters,
                 || empty(&ring),
                 |processor, half| {
-                    let header = timer_header(&frames, processor);
+                    let header = timer_header(frames, processor);
                     let full = publish_records(
                         &ring,
                         u32::from(processor),
                         black_box(&header),
-                        black_box(&frames),
+                        black_box(frames),
                         half,
                     );
                     assert_eq!(full, 0, "a timed publish met a full shard");
@@ -343,9 +369,6 @@ fn publish_32_frames(c: &mut Criterion) {
         });
     });
     assert_eq!(ring.dropped(), 0);
-
-    copy_floors(&mut group, &header, &frames);
-    group.finish();
 }
 
 /// The floors the publishes are measured against, in the same group (so
@@ -625,6 +648,9 @@ impl Platform for BenchPlatform {
         self.clock.set(now);
         now
     }
+
+    /// One thread: nothing to flush.
+    fn flush_processors(&self) {}
 
     fn remaining_stack(&self) -> usize {
         16 * 1024

@@ -19,11 +19,26 @@
 //! another processor (a copy of at most [`MAX_RECORD_SIZE`] bytes at
 //! `DISPATCH_LEVEL`, plus the interrupts it takes). Inside the section
 //! everything is plain loads and stores: one locked instruction per record
-//! in all. The timestamp is taken inside the section too
-//! ([`RecordRing::publish`]'s `write`), so a ring's byte order is its
-//! records' time order, and a reader can tell from the writer word whether
-//! a publish that began before a given time may still be unwritten
+//! in all ([`RingWriters::Shared`]). The timestamp is taken inside the
+//! section too ([`RecordRing::publish`]'s `write`), so a ring's byte order
+//! is its records' time order, and a reader can tell from the writer word
+//! whether a publish that began before a given time may still be unwritten
 //! ([`RecordRing::settle`]).
+//!
+//! Where a ring is one processor's alone and written only at
+//! `DISPATCH_LEVEL` ([`RingWriters::Exclusive`]: Windows, every processor
+//! the machine can have with a shard of its own), no two sections ever
+//! meet, so the writer word is moved with plain stores: no locked
+//! instruction at all. What the compare-and-swap's full fence gave the
+//! reader (a section that began before the reader's clock read is seen
+//! inside) then comes from the reader: after its clock read, and before it
+//! looks at the writer words, it interrupts every processor and waits until
+//! each has signalled with a locked instruction (`KeIpiGenericCall`,
+//! `Platform::flush_processors`). A processor interrupted after a section's
+//! odd store has made that store visible by then, so the reader waits for
+//! the section; one interrupted before it reads its timestamp after the
+//! interrupt, so no earlier than the reader's clock, and its record is
+//! left to a later read.
 //!
 //! A record never wraps: when it does not fit between the tail and the end
 //! of the memory, the producer writes a *wrap mark* (a size word of 0)
@@ -52,9 +67,9 @@
 //! the consumer writes (`head`, the try-lock) sit on cache lines of their
 //! own, so draining does not pull the producers' line away from them.
 
-use kstack_abi::MAX_RECORD_SIZE;
+use kstack_abi::{MAX_RECORD_SIZE, RingWriters};
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering, Wait, spin_loop};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, Wait, compiler_fence, spin_loop};
 
 /// Bytes in a [`Word`]: every record is a whole number of words.
 pub const WORD_SIZE: usize = 8;
@@ -217,12 +232,18 @@ pub struct Full {
 /// What producers write.
 struct ProducerSide<'a> {
     words: &'a [Word],
+    /// How the writer word is taken.
+    writers: RingWriters,
     /// Even while no producer is inside a publish section, odd while one
     /// is; each section adds 2 in all.
     writer: AtomicU64,
     /// The byte position after the last record written. Written inside
     /// sections only, with Release once the record is in place.
     tail: AtomicU64,
+    /// Where the tail is in memory, as a word index (`tail % capacity / 8`),
+    /// kept beside it so a publish places its record without a division.
+    /// Written inside sections only.
+    tail_word: AtomicU64,
     /// Records written. Written inside sections only.
     published: AtomicU64,
     /// Records dropped for want of room. Written inside sections only.
@@ -294,8 +315,10 @@ impl<'a> RecordRing<'a> {
         Self {
             producers: CacheAligned(ProducerSide {
                 words,
+                writers: RingWriters::Shared,
                 writer: AtomicU64::new(0),
                 tail: AtomicU64::new(0),
+                tail_word: AtomicU64::new(0),
                 published: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
             }),
@@ -305,6 +328,21 @@ impl<'a> RecordRing<'a> {
                 active: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// The ring, written by `writers` (a new ring's are [`RingWriters::Shared`]).
+    #[must_use]
+    pub const fn with_writers(mut self, writers: RingWriters) -> Self {
+        self.producers.0.writers = writers;
+        self
+    }
+
+    /// Who may write the ring.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub const fn writers(&self) -> RingWriters {
+        self.producers.0.writers
     }
 
     /// The ring's size in bytes.
@@ -343,6 +381,19 @@ impl<'a> RecordRing<'a> {
     fn enter(&self) -> Section<'_> {
         let writer = &self.producers.writer;
         let mut word = writer.load(Ordering::Relaxed);
+        if self.producers.writers == RingWriters::Exclusive {
+            // No other section of this ring can be inside (the module):
+            // the word is even, and only this processor writes it.
+            debug_assert!(word.is_multiple_of(2), "two sections in an exclusive ring");
+            writer.store(word + 1, Ordering::Relaxed);
+            // The timestamp and the record are written after the odd word
+            // in program order; the reader's flush does the rest.
+            compiler_fence(Ordering::SeqCst);
+            return Section {
+                writer,
+                word: word + 1,
+            };
+        }
         let mut wait = Wait::new("another producer to leave the shard's publish section");
         loop {
             if word.is_multiple_of(2) {
@@ -418,7 +469,12 @@ impl<'a> RecordRing<'a> {
         // Acquire: the consumer's copies of everything below the head are
         // done, so that memory may be written again.
         let head = self.consumer.head.load(Ordering::Acquire);
-        let (offset, words_to_end) = self.place(tail);
+        let words = producers.words;
+        // Below the word count: only this section writes it, from below.
+        #[expect(clippy::cast_possible_truncation, reason = "a word index")]
+        let offset = producers.tail_word.load(Ordering::Relaxed) as usize;
+        debug_assert_eq!(offset, self.place(tail).0, "the tail's word");
+        let words_to_end = words.len() - offset;
         let (start, skipped) = if record_words <= words_to_end {
             (offset, 0)
         } else {
@@ -429,7 +485,6 @@ impl<'a> RecordRing<'a> {
             producers.dropped.store(dropped + 1, Ordering::Relaxed);
             return Err(Full { sequence });
         }
-        let words = producers.words;
         if skipped > 0 {
             // SAFETY: the space from the tail to the end is free (checked
             // above) and only this section writes it.
@@ -449,6 +504,15 @@ impl<'a> RecordRing<'a> {
             });
         }
         producers.published.store(published + 1, Ordering::Relaxed);
+        let next_word = start + record_words;
+        producers.tail_word.store(
+            if next_word == words.len() {
+                0
+            } else {
+                next_word
+            } as u64,
+            Ordering::Relaxed,
+        );
         let new_tail = tail + ((skipped + record_words) * WORD_SIZE) as u64;
         producers.tail.store(new_tail, Ordering::Release);
         Ok(sequence)

@@ -5,9 +5,15 @@
 pub use loom::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
-pub use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, fence};
+pub use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, compiler_fence, fence,
+};
 #[cfg(loom)]
 pub use loom::sync::atomic::fence;
+
+/// Under loom a compiler fence orders nothing the model sees: a no-op.
+#[cfg(loom)]
+pub fn compiler_fence(_: Ordering) {}
 
 /// One turn of a wait for another thread: the processor's spin hint, and a
 /// yield under loom so the model lets the other thread run.
