@@ -5,6 +5,8 @@
 //! `KeQuerySystemTimePrecise`; Wine 8 lacks both, and `CmRegisterCallbackEx`.
 //! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
 //! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
+//! `KeIpiGenericCall` and `KeQueryMaximumProcessorCountEx` decide whether
+//! the ring's shards may be exclusive; without either they are shared.
 //!
 //! `RtlWalkFrameChain` (the user-stack walk),
 //! `PsGetProcessCreateTimeQuadPart` (module records' process keys) and
