@@ -567,14 +567,20 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
     let frames = kernel_frames();
     let header = timer_header(&frames, 0);
     let mut group = record_group(c, "publish_through_the_stack_table");
-    let words = ring_memory();
-    let shards = ring_shards(&words);
-    let ring = ShardedRing::new(&shards);
     let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
     let table = StackTable::new(&entries);
     let mut slots = Vec::with_capacity(usize::try_from(TABLE_ROUND).expect("256"));
     let mut first = 0;
-    for (name, new_stacks) in [("known_stack", false), ("new_stack", true)] {
+    let shared = ring_memory();
+    let shared_shards = ring_shards(&shared);
+    let exclusive = ring_memory();
+    let exclusive_shards = ring_shards_written_by(&exclusive, RingWriters::Exclusive);
+    for (name, new_stacks, shards) in [
+        ("known_stack", false, &shared_shards),
+        ("new_stack", true, &shared_shards),
+        ("known_stack_exclusive", false, &exclusive_shards),
+    ] {
+        let ring = ShardedRing::new(shards);
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut elapsed = Duration::ZERO;
@@ -595,6 +601,10 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
                     elapsed += start.elapsed();
                     first += count;
                     assert_eq!(missed, 0, "a timed event was carried inline or dropped");
+                }
+                empty(&ring);
+                for slot in slots.drain(..) {
+                    table.release(slot);
                 }
                 elapsed
             });

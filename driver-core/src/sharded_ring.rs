@@ -223,6 +223,7 @@ impl Shard<'_> {
     pub fn with_writers(self, writers: RingWriters) -> Self {
         Self {
             ring: self.ring.with_writers(writers),
+            table: self.table.with_writers(writers),
             ..self
         }
     }

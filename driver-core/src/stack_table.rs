@@ -34,7 +34,7 @@
 //! epoch). Every event a reader receives thus has its stack available to
 //! that reader: in the record, or in an earlier record it received.
 
-use kstack_abi::{MAX_FRAMES, StackTableStatus};
+use kstack_abi::{MAX_FRAMES, RingWriters, StackTableStatus};
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -148,6 +148,30 @@ pub struct TableCounters {
     full: AtomicU64,
     busy: AtomicU64,
     empty: AtomicU64,
+    /// Whether only the shard's own processor counts here, at
+    /// `DISPATCH_LEVEL` (exclusive shards): a plain load and store then
+    /// count exactly, with no locked instruction; else a locked add.
+    exclusive: bool,
+}
+
+impl TableCounters {
+    /// The counters of a shard written by `writers`.
+    #[must_use]
+    pub fn with_writers(self, writers: RingWriters) -> Self {
+        Self {
+            exclusive: writers == RingWriters::Exclusive,
+            ..self
+        }
+    }
+
+    /// Counts one outcome.
+    fn bump(&self, counter: &AtomicU64) {
+        if self.exclusive {
+            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        } else {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The table. Lives with the ring, in non-paged memory; its lookup
@@ -221,7 +245,7 @@ impl<'a> StackTable<'a> {
             Outcome::Hit => &counters.hits,
             Outcome::Insert => &counters.inserts,
             Outcome::Eviction => {
-                counters.evictions.fetch_add(1, Ordering::Relaxed);
+                counters.bump(&counters.evictions);
                 &counters.inserts
             }
             Outcome::Collision => &counters.collisions,
@@ -229,7 +253,7 @@ impl<'a> StackTable<'a> {
             Outcome::Busy => &counters.busy,
             Outcome::Empty => &counters.empty,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counters.bump(counter);
         tabled
     }
 
@@ -296,7 +320,11 @@ impl<'a> StackTable<'a> {
         // The reference, a full fence, then the version again; an evictor
         // claims the version, a full fence, then reads `refs` (see the
         // module). Of two such sequences one sees the other's write (SeqCst
-        // fences on both sides, as the store-buffer pattern needs).
+        // fences on both sides, as the store-buffer pattern needs). The
+        // reference is a locked add: every processor's captures share the
+        // entry. On x64 that locked add already orders the load after it;
+        // the fence (a second locked instruction) is what the Rust memory
+        // model asks for, and what loom can check.
         entry.refs.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if entry.version.load(Ordering::Relaxed) != version {
@@ -581,6 +609,30 @@ mod tests {
         assert_eq!(frames_in(table, slot), [1, 2, 3]);
         let status = table.status();
         assert_eq!((status.inserts, status.hits, status.used), (1, 1, 1));
+    }
+
+    #[test]
+    fn an_exclusive_shards_counters_count_the_same_without_locked_adds() {
+        for writers in [RingWriters::Shared, RingWriters::Exclusive] {
+            let entries: Vec<StackEntry> = (0..2).map(|_| StackEntry::new()).collect();
+            let table = StackTable::new(&entries);
+            let counters = TableCounters::default().with_writers(writers);
+            for id in [1, 1, 2, 3, 3] {
+                table.enter(&[id, 9], id, 0, &counters);
+            }
+            table.enter(&[], 4, 0, &counters);
+            let counted = [
+                &counters.hits,
+                &counters.inserts,
+                &counters.evictions,
+                &counters.full,
+                &counters.empty,
+            ]
+            .map(|counter| counter.load(Ordering::Relaxed));
+            // 1 is inserted then hit, 2 inserted; both entries are held by
+            // their references, so 3 finds the table full, twice.
+            assert_eq!(counted, [1, 2, 0, 2, 1], "{writers:?}");
+        }
     }
 
     #[test]
