@@ -28,6 +28,8 @@ use std::{
 };
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
+#[path = "support/ticket_ring.rs"]
+mod ticket_ring;
 use kstack_abi::{
     CaptureConfig, CaptureThreadsRequest, DriverImage, HostRoutine, Ioctl, MAX_RECORD_SIZE,
     PagingExecutive, SourceSet, ThreadRequestOutcome,
@@ -47,6 +49,7 @@ use kstack_driver_core::{
     thread_captures::Slot,
     user_walk_guard::UserWalkGuard,
 };
+use ticket_ring::TicketRing;
 
 /// Frames per benchmarked record (the default `frames_to_capture`).
 const FRAMES: usize = 32;
@@ -310,8 +313,50 @@ fn publish_32_frames(c: &mut Criterion) {
     ] {
         publish_by(&mut group, name, writers, &header, &frames);
     }
+    ticket_rings(&mut group, &frames);
     copy_floors(&mut group, &header, &frames);
     group.finish();
+}
+
+/// The same publishes into per-processor ticket-spinlock rings (the
+/// baseline, `support/ticket_ring.rs`), one ring per thread, in the same
+/// rounds: a round never meets a full ring.
+fn ticket_rings(group: &mut BenchmarkGroup<'_, WallTime>, frames: &[u64; FRAMES]) {
+    let slots = usize::try_from(RING_CAPACITY).expect("4096");
+    let rings = [
+        TicketRing::new(slots, RECORD_BYTES),
+        TicketRing::new(slots, RECORD_BYTES),
+    ];
+    let header = timer_header(frames, 0);
+    group.bench_function("ticket_ring_1_producer", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds(iters) {
+                rings[0].clear();
+                let start = Instant::now();
+                for _ in 0..count {
+                    assert!(rings[0].publish(black_box(&header), black_box(frames)));
+                }
+                elapsed += start.elapsed();
+            }
+            elapsed
+        });
+    });
+    group.bench_function("ticket_ring_2_producers", |b| {
+        b.iter_custom(|iters| {
+            two_threads_in_rounds(
+                iters,
+                || rings.iter().for_each(TicketRing::clear),
+                |processor, half| {
+                    let header = timer_header(frames, processor);
+                    let ring = &rings[usize::from(processor)];
+                    for _ in 0..half {
+                        assert!(ring.publish(black_box(&header), black_box(frames)));
+                    }
+                },
+            )
+        });
+    });
 }
 
 /// `publish_32_frames`'s publishes into shards written by `writers`, the
@@ -472,16 +517,9 @@ fn drain_and_decode(c: &mut Criterion) {
                         break;
                     }
                     drained += u64::from(batch.records);
-                    for record in Records::new(&buffer[..batch.bytes]) {
-                        let record = record
-                            .ok()
-                            .and_then(kstack_abi::Entry::trace)
-                            .expect("the ring holds valid trace records");
-                        sum = sum
-                            .wrapping_add(record.header.sequence)
-                            .wrapping_add(record.frames().fold(0, u64::wrapping_add));
-                        decoded += 1;
-                    }
+                    let (records, checksum) = decode_all(&buffer[..batch.bytes]);
+                    decoded += records;
+                    sum = sum.wrapping_add(checksum);
                 }
                 drop(consumer);
                 black_box(sum);
@@ -491,8 +529,77 @@ fn drain_and_decode(c: &mut Criterion) {
             elapsed
         });
     });
+    ticket_rings_drained(&mut group, &frames, &mut buffer);
     group.finish();
     assert_eq!(ring.dropped(), 0);
+}
+
+/// Decodes every record in `bytes`, frames included, as a client does:
+/// how many, and a sum of their sequence numbers and frames. One function
+/// for both drains, never inlined, so their decode costs the same.
+#[inline(never)]
+fn decode_all(bytes: &[u8]) -> (u64, u64) {
+    let (mut decoded, mut sum) = (0, 0_u64);
+    for record in Records::new(bytes) {
+        let record = record
+            .ok()
+            .and_then(kstack_abi::Entry::trace)
+            .expect("the ring holds valid trace records");
+        sum = sum
+            .wrapping_add(record.header.sequence)
+            .wrapping_add(record.frames().fold(0, u64::wrapping_add));
+        decoded += 1;
+    }
+    (decoded, sum)
+}
+
+/// The same records drained from two ticket-spinlock rings (the baseline):
+/// filled alternately as the shards are, drained ring after ring (no merge
+/// by time: the baseline promises no order across rings), every record
+/// decoded the same way.
+fn ticket_rings_drained(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    frames: &[u64; FRAMES],
+    buffer: &mut [u8],
+) {
+    let slots = usize::try_from(RING_CAPACITY).expect("4096");
+    let rings = [
+        TicketRing::new(slots, RECORD_BYTES),
+        TicketRing::new(slots, RECORD_BYTES),
+    ];
+    group.bench_function("ticket_rings_4096_into_256KiB", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            for count in rounds(iters) {
+                rings.iter().for_each(TicketRing::clear);
+                for index in 0..count {
+                    let processor = u16::try_from(index % 2).expect("0 or 1");
+                    let header = RecordHeader {
+                        timestamp: 134_081_000_000_000_000 + index,
+                        ..timer_header(frames, processor)
+                    };
+                    assert!(rings[usize::from(processor)].publish(&header, frames));
+                }
+                let start = Instant::now();
+                let (mut decoded, mut sum) = (0_u64, 0_u64);
+                for ring in &rings {
+                    loop {
+                        let bytes = ring.drain(buffer);
+                        if bytes == 0 {
+                            break;
+                        }
+                        let (records, checksum) = decode_all(&buffer[..bytes]);
+                        decoded += records;
+                        sum = sum.wrapping_add(checksum);
+                    }
+                }
+                black_box(sum);
+                elapsed += start.elapsed();
+                assert_eq!(decoded, count);
+            }
+            elapsed
+        });
+    });
 }
 
 /// Entries of the benchmarked stack table: the driver's default.
