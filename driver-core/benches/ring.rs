@@ -28,7 +28,6 @@ use std::{
 };
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
-#[path = "support/ticket_ring.rs"]
 mod ticket_ring;
 use kstack_abi::{
     CaptureConfig, CaptureThreadsRequest, DriverImage, HostRoutine, Ioctl, MAX_RECORD_SIZE,
@@ -319,7 +318,7 @@ fn publish_32_frames(c: &mut Criterion) {
 }
 
 /// The same publishes into per-processor ticket-spinlock rings (the
-/// baseline, `support/ticket_ring.rs`), one ring per thread, in the same
+/// baseline, `ticket_ring/mod.rs`), one ring per thread, in the same
 /// rounds: a round never meets a full ring.
 fn ticket_rings(group: &mut BenchmarkGroup<'_, WallTime>, frames: &[u64; FRAMES]) {
     let slots = usize::try_from(RING_CAPACITY).expect("4096");
