@@ -67,6 +67,8 @@
 //! the consumer writes (`head`, the try-lock) sit on cache lines of their
 //! own, so draining does not pull the producers' line away from them.
 
+use core::cell::Cell;
+
 use kstack_abi::{MAX_RECORD_SIZE, RingWriters};
 
 use crate::sync::{AtomicBool, AtomicU64, Ordering, Wait, compiler_fence, spin_loop};
@@ -362,17 +364,15 @@ impl<'a> RecordRing<'a> {
         self.producers.0.words.len()
     }
 
-    /// Where byte position `position` lies in memory, as a word index, and
-    /// how many words are left from there to the end.
-    fn place(&self, position: u64) -> (usize, usize) {
-        let words = self.producers.words.len();
-        // The remainder is below the memory's size in bytes, a usize.
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "the remainder is below capacity()"
-        )]
-        let offset = (position % self.capacity() as u64) as usize / WORD_SIZE;
-        (offset, words - offset)
+    /// Where byte position `position` lies in memory, as a word index.
+    /// A division: the publish and the consumer keep their word index
+    /// beside their position instead, and call this only to start from one.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the remainder is below capacity(), a usize"
+    )]
+    fn word_index(&self, position: u64) -> usize {
+        (position % self.capacity() as u64) as usize / WORD_SIZE
     }
 
     /// Enters the publish section, waiting while another producer is
@@ -473,7 +473,7 @@ impl<'a> RecordRing<'a> {
         // Below the word count: only this section writes it, from below.
         #[expect(clippy::cast_possible_truncation, reason = "a word index")]
         let offset = producers.tail_word.load(Ordering::Relaxed) as usize;
-        debug_assert_eq!(offset, self.place(tail).0, "the tail's word");
+        debug_assert_eq!(offset, self.word_index(tail), "the tail's word");
         let words_to_end = words.len() - offset;
         let (start, skipped) = if record_words <= words_to_end {
             (offset, 0)
@@ -595,9 +595,14 @@ impl<'a> RecordRing<'a> {
             .active
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| Consumer {
-                ring: self,
-                head: self.consumer.head.load(Ordering::Relaxed),
+            .map(|_| {
+                let head = self.consumer.head.load(Ordering::Relaxed);
+                Consumer {
+                    ring: self,
+                    head,
+                    head_word: self.word_index(head),
+                    front: Cell::new(None),
+                }
             })
     }
 }
@@ -647,6 +652,13 @@ pub struct Consumer<'r, 'a> {
     ring: &'r RecordRing<'a>,
     /// The ring's `head`, which only this holder changes.
     head: u64,
+    /// Where the head is in memory, as a word index (`head % capacity /
+    /// 8`): reading a record needs no division.
+    head_word: usize,
+    /// The oldest written record, once found: it stays where it is until
+    /// this holder moves the head past it, so a look then a take (the
+    /// merge's way) find it once.
+    front: Cell<Option<Front>>,
 }
 
 impl<'a> Consumer<'_, 'a> {
@@ -698,6 +710,9 @@ impl<'a> Consumer<'_, 'a> {
 
     /// Where the oldest written record lies, past a wrap mark.
     fn front(&self) -> Option<Front> {
+        if let Some(front) = self.front.get() {
+            return Some(front);
+        }
         // Acquire: pairs with the producer's Release store of the tail, so
         // every record below it is completely written.
         let tail = self.ring.producers.tail.load(Ordering::Acquire);
@@ -706,7 +721,8 @@ impl<'a> Consumer<'_, 'a> {
         if position == tail {
             return None;
         }
-        let (mut offset, mut words_to_end) = self.ring.place(position);
+        let (mut offset, mut words_to_end) = (self.head_word, words.len() - self.head_word);
+        debug_assert_eq!(offset, self.ring.word_index(position), "the head's word");
         // SAFETY: the word at the head lies below the tail: written, and
         // not written again before the head moves past it.
         let mut size = unsafe { read_words(&words[offset..=offset], size_word) };
@@ -727,12 +743,14 @@ impl<'a> Consumer<'_, 'a> {
         let record_words = size
             .div_ceil(WORD_SIZE)
             .clamp(1, words_to_end.min(below_tail));
-        Some(Front {
+        let front = Front {
             position,
             offset,
             words: record_words,
             size: size.min(record_words * WORD_SIZE),
-        })
+        };
+        self.front.set(Some(front));
+        Some(front)
     }
 
     /// Runs `read` on the oldest record, if one is written.
@@ -757,7 +775,14 @@ impl<'a> Consumer<'_, 'a> {
         // SAFETY: as in `peek`.
         let taken = unsafe { read_words(words, |bytes| take(&bytes[..front.size])) };
         if taken {
+            self.front.set(None);
             self.head = front.position + (front.words * WORD_SIZE) as u64;
+            let next_word = front.offset + front.words;
+            self.head_word = if next_word == self.ring.producers.words.len() {
+                0
+            } else {
+                next_word
+            };
             let consumer = &self.ring.consumer;
             // Release: the copy above is done before a producer may write
             // these words again.
@@ -772,6 +797,7 @@ impl<'a> Consumer<'_, 'a> {
 }
 
 /// Where a written record lies.
+#[derive(Clone, Copy)]
 struct Front {
     /// Its byte position (past a wrap mark before it).
     position: u64,
