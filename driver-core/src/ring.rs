@@ -236,8 +236,13 @@ struct ProducerSide<'a> {
     words: &'a [Word],
     /// How the writer word is taken.
     writers: RingWriters,
-    /// Even while no producer is inside a publish section, odd while one
-    /// is; each section adds 2 in all.
+    /// The writer word: twice the sequence numbers spent (records written
+    /// plus records dropped), plus one while a producer is inside a publish
+    /// section. Even to odd on entering, odd to even on leaving: each
+    /// section adds 2 in all, kept or dropped, so the word never returns
+    /// to an earlier value, and a section's sequence number is what it
+    /// finds there halved, plus one (numbers start at 1; 0 marks records
+    /// not kept in any ring).
     writer: AtomicU64,
     /// The byte position after the last record written. Written inside
     /// sections only, with Release once the record is in place.
@@ -246,11 +251,8 @@ struct ProducerSide<'a> {
     /// kept beside it so a publish places its record without a division.
     /// Written inside sections only.
     tail_word: AtomicU64,
-    /// Records written. Written inside sections only.
-    published: AtomicU64,
-    /// Records dropped for want of room. Written inside sections only.
-    /// Sequence numbers start at 1 (0 marks records not kept in any ring):
-    /// a record's is `published + dropped + 1` when it is claimed.
+    /// Records dropped for want of room. Written inside sections only;
+    /// the records written are the sequence numbers spent minus these.
     dropped: AtomicU64,
 }
 
@@ -277,6 +279,14 @@ struct Section<'r> {
     word: u64,
 }
 
+impl Section<'_> {
+    /// The sequence number this section spends: the numbers spent before
+    /// it (half the even word it found), plus one.
+    const fn sequence(&self) -> u64 {
+        self.word.div_ceil(2)
+    }
+}
+
 impl Drop for Section<'_> {
     fn drop(&mut self) {
         // Release: what the section wrote is visible to whoever sees the
@@ -292,11 +302,9 @@ fn size_word(bytes: &[u8]) -> usize {
 }
 
 /// How far the producers' count `ahead` is past the consumer's `behind`, at
-/// most `bound`. `behind` is read first, so a count that moves meanwhile
-/// only makes the gap larger, never negative.
-fn counted_gap(behind: &AtomicU64, ahead: &AtomicU64, bound: usize) -> usize {
-    let behind = behind.load(Ordering::Relaxed);
-    let ahead = ahead.load(Ordering::Relaxed);
+/// most `bound` (the caller loads `behind` first, so a count that moves
+/// meanwhile only makes the gap larger).
+fn gap(behind: u64, ahead: u64, bound: usize) -> usize {
     usize::try_from(ahead.saturating_sub(behind))
         .unwrap_or(usize::MAX)
         .min(bound)
@@ -321,7 +329,6 @@ impl<'a> RecordRing<'a> {
                 writer: AtomicU64::new(0),
                 tail: AtomicU64::new(0),
                 tail_word: AtomicU64::new(0),
-                published: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
             }),
             consumer: CacheAligned(ConsumerSide {
@@ -459,13 +466,11 @@ impl<'a> RecordRing<'a> {
     ) -> Result<u64, Full> {
         let size = size.clamp(2, MAX_RECORD_SIZE);
         let record_words = size.div_ceil(WORD_SIZE);
-        let _section = self.enter();
+        let section = self.enter();
         count();
         let producers = &self.producers;
         let tail = producers.tail.load(Ordering::Relaxed);
-        let published = producers.published.load(Ordering::Relaxed);
-        let dropped = producers.dropped.load(Ordering::Relaxed);
-        let sequence = published + dropped + 1;
+        let sequence = section.sequence();
         // Acquire: the consumer's copies of everything below the head are
         // done, so that memory may be written again.
         let head = self.consumer.head.load(Ordering::Acquire);
@@ -482,6 +487,7 @@ impl<'a> RecordRing<'a> {
         };
         let free = self.capacity() as u64 - (tail - head);
         if ((skipped + record_words) * WORD_SIZE) as u64 > free {
+            let dropped = producers.dropped.load(Ordering::Relaxed);
             producers.dropped.store(dropped + 1, Ordering::Relaxed);
             return Err(Full { sequence });
         }
@@ -503,7 +509,6 @@ impl<'a> RecordRing<'a> {
                 record[..2].copy_from_slice(&(size as u16).to_le_bytes());
             });
         }
-        producers.published.store(published + 1, Ordering::Relaxed);
         let next_word = start + record_words;
         producers.tail_word.store(
             if next_word == words.len() {
@@ -545,11 +550,12 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn len(&self) -> usize {
-        counted_gap(
-            &self.consumer.taken,
-            &self.producers.published,
-            self.max_records(),
-        )
+        // Taken first, then dropped before spent: whatever moves meanwhile
+        // only makes the gap larger, never negative.
+        let taken = self.consumer.taken.load(Ordering::Relaxed);
+        let dropped = self.producers.dropped.load(Ordering::Relaxed);
+        let written = self.sequences_spent().saturating_sub(dropped);
+        gap(taken, written, self.max_records())
     }
 
     /// Bytes in use: records written and not yet copied out, and the space
@@ -558,7 +564,11 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: `DISPATCH_LEVEL`.
     #[must_use]
     pub fn bytes_used(&self) -> usize {
-        counted_gap(&self.consumer.head, &self.producers.tail, self.capacity())
+        // The head first: a tail that moves meanwhile only makes the gap
+        // larger.
+        let head = self.consumer.head.load(Ordering::Relaxed);
+        let tail = self.producers.tail.load(Ordering::Relaxed);
+        gap(head, tail, self.capacity())
     }
 
     /// Whether no record is waiting.
@@ -582,8 +592,7 @@ impl<'a> RecordRing<'a> {
     /// Max IRQL: any.
     #[must_use]
     pub fn sequences_spent(&self) -> u64 {
-        self.producers.published.load(Ordering::Relaxed)
-            + self.producers.dropped.load(Ordering::Relaxed)
+        self.producers.writer.load(Ordering::Relaxed) / 2
     }
 
     /// The consumer side, unless another caller holds it now.
@@ -966,7 +975,7 @@ mod tests {
     }
 
     #[test]
-    fn the_writer_word_never_returns_to_an_earlier_value() {
+    fn the_writer_word_counts_sections_and_never_returns_to_an_earlier_value() {
         // A reader that saw a section inside tells its end from a later
         // section by the word having moved on: it must count sections.
         let words = words(2);
@@ -976,8 +985,14 @@ mod tests {
         for sections in 1..=3 {
             let section = ring.enter();
             assert_eq!(word(), 2 * sections - 1, "odd inside");
+            assert_eq!(
+                section.sequence(),
+                sections,
+                "half the word found, plus one"
+            );
             drop(section);
             assert_eq!(word(), 2 * sections, "even outside, one step on");
+            assert_eq!(ring.sequences_spent(), sections);
         }
     }
 

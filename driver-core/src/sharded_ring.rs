@@ -34,10 +34,12 @@
 //!   cleared.
 //! - **Counters.** The per-source counts a capture bumps are kept per shard
 //!   as well, and summed for status, so a capture writes nothing but its
-//!   own shard: `captured` (records that entered the shard: published or
-//!   dropped, counted inside the publish section, so per shard the sum over
-//!   sources is the sequence numbers spent), `skipped_irql`, `skipped_stack`, `filtered`
-//!   and `not_kept` (see `kstack_abi::SourceStatus`).
+//!   own shard: `entered` (trace records that entered the shard, published
+//!   or dropped, by source and user part, counted inside the publish
+//!   section with one plain add, so per shard the sum over them and the
+//!   module records is the sequence numbers spent; a source's `captured`
+//!   is its row's sum), `skipped_irql`, `skipped_stack`, `filtered` and
+//!   `not_kept` (see `kstack_abi::SourceStatus`).
 //! - **Reading.** One consumer for all shards: [`ShardedRing::consumer`]
 //!   takes every shard's try-lock in shard order and gives up if one is
 //!   held, so a second concurrent reader is told the device is busy and
@@ -144,14 +146,14 @@ pub fn shards_over(words: &[Word], shards: usize) -> impl Iterator<Item = Shard<
                 .ok()
                 .filter(|&index| index < MAX_SHARDS)
                 .expect("at most MAX_SHARDS shards"),
-            captured: core::array::from_fn(|_| AtomicU64::new(0)),
+            entered: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
             skipped_irql: core::array::from_fn(|_| AtomicU64::new(0)),
             skipped_stack: core::array::from_fn(|_| AtomicU64::new(0)),
             filtered: core::array::from_fn(|_| AtomicU64::new(0)),
             not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
             sampled_out: core::array::from_fn(|_| AtomicU64::new(0)),
             sample_ticks: core::array::from_fn(|_| AtomicU64::new(0)),
-            user_parts: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
+            answered_only: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
             module_records: AtomicU64::new(0),
             table: TableCounters::default(),
         }
@@ -164,9 +166,12 @@ pub struct Shard<'a> {
     ring: RecordRing<'a>,
     /// Its place among the shards, written into its records.
     index: u16,
-    /// Records that entered this shard (published or dropped), per source
-    /// ([`Source::index`]); written inside the publish section only.
-    captured: [AtomicU64; Source::COUNT],
+    /// Trace records that entered this shard (published or dropped), per
+    /// source ([`Source::index`]) and by what happened to their user part
+    /// ([`UserPart::index`]); written inside the publish section only. One
+    /// counter a record: a source's captured count and its records' user
+    /// parts are both sums over these.
+    entered: [[AtomicU64; UserPart::COUNT]; Source::COUNT],
     /// Walks skipped because the IRQL was too high, per source.
     skipped_irql: [AtomicU64; Source::COUNT],
     /// Walks skipped because too little kernel stack was left, per source.
@@ -181,8 +186,9 @@ pub struct Shard<'a> {
     /// Events that reached this shard's sampling, per source: the n-th
     /// (from 0) is kept when n is a multiple of the source's rate.
     sample_ticks: [AtomicU64; Source::COUNT],
-    /// Records by what happened to their user part, per source.
-    user_parts: [[AtomicU64; UserPart::COUNT]; Source::COUNT],
+    /// Walked events that entered no ring (capture-now answered only), per
+    /// source and by what happened to their user part.
+    answered_only: [[AtomicU64; UserPart::COUNT]; Source::COUNT],
     /// Module records that entered this shard (published or dropped);
     /// written inside the publish section only.
     module_records: AtomicU64,
@@ -251,20 +257,17 @@ impl Shard<'_> {
         size: usize,
         write: impl FnOnce(u64, &mut [u8]),
     ) -> Result<u64, Full> {
-        let counters: &[&AtomicU64] = match counted {
-            Counted::Trace(source, user_part) => &[
-                &self.captured[source.index()],
-                &self.user_parts[source.index()][user_part.index()],
-            ],
-            Counted::Module => &[&self.module_records],
-        };
         self.ring.publish_counted(size, write, || {
-            // Inside the section: only this producer writes these counters,
-            // so a plain load and store count exactly, without a locked
+            // Inside the section: only this producer writes the counter, so
+            // a plain load and store count exactly, without a locked
             // instruction.
-            for counter in counters {
-                counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            }
+            let entered = match counted {
+                Counted::Trace(source, user_part) => {
+                    &self.entered[source.index()][user_part.index()]
+                }
+                Counted::Module => &self.module_records,
+            };
+            entered.store(entered.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         })
     }
 
@@ -296,7 +299,7 @@ impl Shard<'_> {
     ///
     /// Max IRQL: any.
     pub fn count_user_part(&self, source: Source, part: UserPart) {
-        self.user_parts[source.index()][part.index()].fetch_add(1, Ordering::Relaxed);
+        self.answered_only[source.index()][part.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether this shard keeps its next event of `source` under
@@ -450,7 +453,8 @@ impl<'a> ShardedRing<'a> {
     pub fn captured(&self, source: Source) -> u64 {
         self.shards
             .iter()
-            .map(|shard| shard.captured[source.index()].load(Ordering::Relaxed))
+            .flat_map(|shard| &shard.entered[source.index()])
+            .map(|counter| counter.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -496,7 +500,13 @@ impl<'a> ShardedRing<'a> {
         core::array::from_fn(|part| {
             self.shards
                 .iter()
-                .map(|shard| shard.user_parts[source.index()][part].load(Ordering::Relaxed))
+                .flat_map(|shard| {
+                    [
+                        &shard.entered[source.index()][part],
+                        &shard.answered_only[source.index()][part],
+                    ]
+                })
+                .map(|counter| counter.load(Ordering::Relaxed))
                 .sum()
         })
     }
