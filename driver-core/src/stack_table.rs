@@ -8,14 +8,16 @@
 //! odd while one writer fills it) plus a count of the records in the ring
 //! that name it (`refs`). A capture at `DISPATCH_LEVEL`:
 //!
-//! - finds an entry with its id whose frames equal its own: a *hit*. It
-//!   adds itself to `refs`, then checks the version did not move; an
-//!   evictor claims the version first and checks `refs` after, each with a
-//!   sequentially consistent fence between its write and its read, so one
-//!   of the two sees the other and the entry is never replaced under a
-//!   record that names it;
-//! - finds its id with other frames: a *collision*, carried inline (the
-//!   record keeps its frames), counted, never merged;
+//! - finds an entry with its id: it adds itself to `refs`, then checks
+//!   the version did not move; an evictor claims the version first and
+//!   checks `refs` after, each with a sequentially consistent fence
+//!   between its write and its read, so one of the two sees the other and
+//!   the entry is never replaced under a reference. Holding it, the
+//!   capture compares the entry's frames with its own (plain memory: no
+//!   writer can be at them now) and keeps the reference on a *hit*;
+//! - finds its id with other frames: a *collision*: the reference is
+//!   given back, and the event carried inline (the record keeps its
+//!   frames), counted, never merged;
 //! - finds an empty slot, or else an entry no record names (the oldest
 //!   of the window): claims it and writes its stack, an
 //!   *insert* (an *eviction* too when it replaced a stack);
@@ -36,7 +38,7 @@
 
 use kstack_abi::{MAX_FRAMES, RingWriters, StackTableStatus};
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell, fence};
 
 /// Slots looked at from a stack id's home slot.
 pub const PROBES: usize = 8;
@@ -58,8 +60,11 @@ pub fn entries_for_setting(setting: Option<u32>) -> usize {
     }
 }
 
-/// One stack. 8-byte fields only, read and written as atomics: a reader
-/// may look at an entry while a writer fills it (the version tells it).
+/// One stack. 8-byte fields only. The fields a capture looks at before it
+/// holds a reference are atomics (a writer may be filling the entry
+/// meanwhile: the version tells); the frames are plain memory, read only
+/// under a reference and written only by a writer that has claimed the
+/// entry and seen it unreferenced ([`Frames`]).
 pub struct StackEntry {
     /// Even when stable, odd while a writer fills it.
     version: AtomicU64,
@@ -74,7 +79,80 @@ pub struct StackEntry {
     /// When it was written, on the table's insert clock: the oldest entry
     /// no record names is replaced first.
     inserted: AtomicU64,
-    frames: [AtomicU64; MAX_FRAMES as usize],
+    frames: Frames,
+}
+
+/// An entry's frames. Written only by an insert that claimed the entry (odd
+/// version) and then saw no reference; read only while holding a reference
+/// taken on the stable version (a capture's pin, a record's): a pin after
+/// the claim sees the version moved and reads nothing, and an insert after
+/// a pin sees the reference and writes nothing (the module's fences). So
+/// the frames are never written while read, and a hit compares them as
+/// plain memory, 32 frames in a few vector compares.
+struct Frames(UnsafeCell<[u64; MAX_FRAMES as usize]>);
+
+// SAFETY: the frames are written only by the one insert that holds the
+// entry's claim while no reference exists, and read only under a
+// reference; the claim and the references exclude each other (see
+// `Frames`), and the version's Release/Acquire order the writes before
+// any read.
+unsafe impl Sync for Frames {}
+
+impl Frames {
+    fn new() -> Self {
+        Self(UnsafeCell::new([0; MAX_FRAMES as usize]))
+    }
+
+    /// Writes `frames` (at most [`MAX_FRAMES`]) from the first.
+    ///
+    /// # Safety
+    /// The caller holds the entry's claim and saw no reference after it.
+    #[cfg(not(loom))]
+    unsafe fn write(&self, frames: &[u64]) {
+        // SAFETY: no reader nor other writer meanwhile (the caller's claim).
+        let kept = unsafe { &mut *self.0.get() };
+        copy_frames(frames, kept);
+    }
+
+    /// Writes `frames` (loom checks the caller's claim).
+    ///
+    /// # Safety
+    /// As above.
+    #[cfg(loom)]
+    unsafe fn write(&self, frames: &[u64]) {
+        self.0.with_mut(|kept| {
+            // SAFETY: no reader nor other writer meanwhile (the caller's claim).
+            copy_frames(frames, unsafe { &mut *kept });
+        });
+    }
+
+    /// Runs `read` on the frames.
+    ///
+    /// # Safety
+    /// The caller holds a reference on the entry.
+    #[cfg(not(loom))]
+    unsafe fn read<R>(&self, read: impl FnOnce(&[u64; MAX_FRAMES as usize]) -> R) -> R {
+        // SAFETY: no writer meanwhile (the caller's reference).
+        read(unsafe { &*self.0.get() })
+    }
+
+    /// Runs `read` on the frames (loom checks the caller's reference).
+    ///
+    /// # Safety
+    /// As above.
+    #[cfg(loom)]
+    unsafe fn read<R>(&self, read: impl FnOnce(&[u64; MAX_FRAMES as usize]) -> R) -> R {
+        self.0.with(|kept| {
+            // SAFETY: no writer meanwhile (the caller's reference).
+            read(unsafe { &*kept })
+        })
+    }
+}
+
+/// Copies `frames` into `kept` from the first, as many as fit.
+fn copy_frames(frames: &[u64], kept: &mut [u64]) {
+    let count = frames.len().min(kept.len());
+    kept[..count].copy_from_slice(&frames[..count]);
 }
 
 impl StackEntry {
@@ -88,7 +166,7 @@ impl StackEntry {
             refs: AtomicU32::new(0),
             sent_to: AtomicU64::new(0),
             inserted: AtomicU64::new(0),
-            frames: core::array::from_fn(|_| AtomicU64::new(0)),
+            frames: Frames::new(),
         }
     }
 
@@ -100,13 +178,25 @@ impl StackEntry {
         (self.shape.load(Ordering::Relaxed) >> 32) as u32
     }
 
-    fn holds(&self, frames: &[u64]) -> bool {
+    /// Whether the entry holds `frames`.
+    ///
+    /// # Safety
+    /// The caller holds a reference on the entry.
+    unsafe fn holds(&self, frames: &[u64]) -> bool {
         self.frame_count() == frames.len()
-            && self
-                .frames
-                .iter()
-                .zip(frames)
-                .all(|(kept, &frame)| kept.load(Ordering::Relaxed) == frame)
+            // SAFETY: the caller's reference.
+            && unsafe {
+                self.frames.read(|kept| {
+                    // Every frame compared, no early exit: a hit (the
+                    // common case) compares them all anyway, and this is a
+                    // few vector instructions with no library call (a
+                    // driver links no memcmp).
+                    kept.iter()
+                        .zip(frames)
+                        .fold(0, |differ, (kept, frame)| differ | (kept ^ frame))
+                        == 0
+                })
+            }
     }
 }
 
@@ -284,19 +374,7 @@ impl<'a> StackTable<'a> {
                     target = Some((slot, version, false));
                     break;
                 }
-                kept if kept == id => {
-                    let same = entry.holds(frames);
-                    // Acquire: the frames were read before the version is
-                    // looked at again (the sequence lock's read side).
-                    fence(Ordering::Acquire);
-                    if entry.version.load(Ordering::Relaxed) != version {
-                        return (Tabled::Inline, Outcome::Busy);
-                    }
-                    if !same {
-                        return (Tabled::Inline, Outcome::Collision);
-                    }
-                    return self.pin(slot, version);
-                }
+                kept if kept == id => return self.pin(slot, version, frames),
                 _ => {
                     let inserted = entry.inserted.load(Ordering::Relaxed);
                     if entry.refs.load(Ordering::Relaxed) == 0 && inserted < oldest {
@@ -314,8 +392,9 @@ impl<'a> StackTable<'a> {
         }
     }
 
-    /// Takes a reference on a stable entry found holding the stack.
-    fn pin(&self, slot: usize, version: u64) -> (Tabled, Outcome) {
+    /// Takes a reference on an entry seen stable at `version` with the
+    /// stack's id, and keeps it when the entry holds `frames` (a hit).
+    fn pin(&self, slot: usize, version: u64, frames: &[u64]) -> (Tabled, Outcome) {
         let entry = &self.entries[slot];
         // The reference, a full fence, then the version again; an evictor
         // claims the version, a full fence, then reads `refs` (see the
@@ -330,6 +409,12 @@ impl<'a> StackTable<'a> {
         if entry.version.load(Ordering::Relaxed) != version {
             entry.refs.fetch_sub(1, Ordering::Release);
             return (Tabled::Inline, Outcome::Busy);
+        }
+        // SAFETY: the reference is held, on the version whose stack the
+        // Acquire load in `find_or_insert` made visible.
+        if !unsafe { entry.holds(frames) } {
+            entry.refs.fetch_sub(1, Ordering::Release);
+            return (Tabled::Inline, Outcome::Collision);
         }
         (Tabled::Slot(slot_number(slot)), Outcome::Hit)
     }
@@ -366,9 +451,9 @@ impl<'a> StackTable<'a> {
             u64::from(os_hash) << 32 | frames.len() as u64,
             Ordering::Relaxed,
         );
-        for (kept, &frame) in entry.frames.iter().zip(frames) {
-            kept.store(frame, Ordering::Relaxed);
-        }
+        // SAFETY: the entry is claimed and was seen unreferenced after the
+        // claim's fence.
+        unsafe { entry.frames.write(frames) };
         entry.sent_to.store(0, Ordering::Relaxed);
         let tick = self.insert_clock.fetch_add(1, Ordering::Relaxed);
         entry.inserted.store(tick, Ordering::Relaxed);
@@ -451,9 +536,12 @@ impl<'a> StackTable<'a> {
         // The record's reference keeps the entry unchanged; the ring's
         // Acquire of the record made the entry's writes visible.
         let count = entry.frame_count().min(frames.len());
-        for (out, kept) in frames.iter_mut().zip(&entry.frames[..count]) {
-            *out = kept.load(Ordering::Relaxed);
-        }
+        // SAFETY: the record's reference.
+        unsafe {
+            entry
+                .frames
+                .read(|kept| frames[..count].copy_from_slice(&kept[..count]))
+        };
         Some((entry.os_hash(), count))
     }
 

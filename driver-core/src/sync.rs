@@ -11,6 +11,11 @@ pub use core::sync::atomic::{
 #[cfg(loom)]
 pub use loom::sync::atomic::fence;
 
+#[cfg(not(loom))]
+pub use core::cell::UnsafeCell;
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
+
 /// Under loom a compiler fence orders nothing the model sees: a no-op.
 #[cfg(loom)]
 pub fn compiler_fence(_: Ordering) {}
