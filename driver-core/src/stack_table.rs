@@ -540,7 +540,7 @@ impl<'a> StackTable<'a> {
         unsafe {
             entry
                 .frames
-                .read(|kept| frames[..count].copy_from_slice(&kept[..count]))
+                .read(|kept| frames[..count].copy_from_slice(&kept[..count]));
         };
         Some((entry.os_hash(), count))
     }
