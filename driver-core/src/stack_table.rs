@@ -4,9 +4,10 @@
 //!
 //! Entries are fixed, allocated at load (`Parameters\StackTableEntries`),
 //! and found by open addressing from the 64-bit stack id, looking at
-//! [`PROBES`] slots. Each entry is a small sequence lock (its `version` is
-//! odd while one writer fills it) plus a count of the records in the ring
-//! that name it (`refs`). A capture at `DISPATCH_LEVEL`:
+//! [`PROBES`] slots. Each entry has a `version` (odd while one writer
+//! fills it) and a count of the references to it (`refs`: the records in
+//! the ring that name it, and a capture comparing its frames). A capture
+//! at `DISPATCH_LEVEL`:
 //!
 //! - finds an entry with its id: it adds itself to `refs`, then checks
 //!   the version did not move; an evictor claims the version first and
@@ -443,8 +444,8 @@ impl<'a> StackTable<'a> {
             entry.version.store(version, Ordering::Release);
             return (Tabled::Inline, Outcome::Busy);
         }
-        // Release: a reader that sees any of the stores below also sees the
-        // odd version (the sequence lock's write side).
+        // Release: a capture that sees any of the stores below also sees
+        // the odd version, so it never pins what is being written.
         fence(Ordering::Release);
         entry.id.store(id, Ordering::Relaxed);
         entry.shape.store(
