@@ -126,6 +126,9 @@ pub struct PdbFiles {
     loaded: HashMap<(String, String), Loaded>,
     /// Identities read from images, by module (`None`: no image found).
     read_images: HashMap<Module, Option<ImageIdentity>>,
+    /// The HTTP agent of every download, made at the first: its
+    /// connections are kept for the next PDB from the same server.
+    agent: std::cell::OnceCell<ureq::Agent>,
 }
 
 impl PdbFiles {
@@ -137,6 +140,7 @@ impl PdbFiles {
             image_dirs: Vec::new(),
             loaded: HashMap::new(),
             read_images: HashMap::new(),
+            agent: std::cell::OnceCell::new(),
         }
     }
 
@@ -246,7 +250,13 @@ impl PdbFiles {
             let found = match candidate {
                 Candidate::File(path) => read_file_at(&path, debug, &mut looked),
                 Candidate::Store(dir) => read_store(&dir, debug, &mut looked),
-                Candidate::Server { url, cache } => download(&url, &cache, debug, &mut looked),
+                Candidate::Server { url, cache } => download(
+                    self.agent.get_or_init(http_agent),
+                    &url,
+                    &cache,
+                    debug,
+                    &mut looked,
+                ),
             };
             if let Some(symbols) = found {
                 return Loaded::Ready(Box::new(symbols));
@@ -396,19 +406,11 @@ fn expand(cabinet: Vec<u8>) -> Result<Vec<u8>, String> {
 /// The longest a PDB's download may take (the kernel's is tens of MB).
 const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(5);
 
-/// Downloads `debug`'s PDB from a symbol server's folder for it (`url`):
-/// `name.pdb`, else `name.pd_`, else `file.ptr`, as symsrv asks; what is
-/// found is kept in the cache folder as `name.pdb`, written through a
-/// temporary file beside it once it reads as `debug`'s PDB.
-fn download(
-    url: &str,
-    cache: &Path,
-    debug: &DebugIdentity,
-    looked: &mut Vec<String>,
-) -> Option<Symbols> {
+/// The agent downloads go through: each download at most
+/// [`DOWNLOAD_TIMEOUT`]; on Windows the system's TLS (schannel) and
+/// certificate store, as Windows' own tools trust them.
+fn http_agent() -> ureq::Agent {
     let config = ureq::Agent::config_builder().timeout_global(Some(DOWNLOAD_TIMEOUT));
-    // The system's TLS (schannel) and certificate store, as Windows'
-    // own tools trust them.
     #[cfg(windows)]
     let config = config.tls_config(
         ureq::tls::TlsConfig::builder()
@@ -416,7 +418,21 @@ fn download(
             .root_certs(ureq::tls::RootCerts::PlatformVerifier)
             .build(),
     );
-    let agent: ureq::Agent = config.build().into();
+    config.build().into()
+}
+
+/// Downloads `debug`'s PDB from a symbol server's folder for it (`url`)
+/// through `agent`: `name.pdb`, else `name.pd_`, else `file.ptr`, as
+/// symsrv asks; what is found is kept in the cache folder as `name.pdb`,
+/// written through a temporary file beside it once it reads as `debug`'s
+/// PDB.
+fn download(
+    agent: &ureq::Agent,
+    url: &str,
+    cache: &Path,
+    debug: &DebugIdentity,
+    looked: &mut Vec<String>,
+) -> Option<Symbols> {
     for stored in StoredAs::ALL {
         let file_url = format!("{url}/{}", stored.file_name(&debug.pdb_name));
         let fetched = match agent.get(&file_url).call() {
