@@ -65,7 +65,13 @@
 //!
 //! What producers write (the writer word, the tail, the counters) and what
 //! the consumer writes (`head`, the try-lock) sit on cache lines of their
-//! own, so draining does not pull the producers' line away from them.
+//! own, and each side keeps the other's position as it last loaded it: a
+//! publish loads the head again only when the room it last saw seems
+//! short, a reader loads the tail again only when it has caught up with
+//! the one it saw. So a drain does not pull the producers' line away from
+//! them on every record, nor a publish the reader's. (A benchmark of a
+//! producer publishing while a reader drains was too bimodal on the
+//! 2-vCPU benchmark machine to show the difference: `docs/performance.md`.)
 
 use core::cell::Cell;
 
@@ -251,6 +257,12 @@ struct ProducerSide<'a> {
     /// kept beside it so a publish places its record without a division.
     /// Written inside sections only.
     tail_word: AtomicU64,
+    /// The consumer's head as a section last loaded it: never ahead of
+    /// it. A publish checks its room against this first and loads the
+    /// consumer's line only when that seems short, so producers do not
+    /// pull that line from a draining reader on every record. Written
+    /// inside sections only.
+    head_seen: AtomicU64,
     /// Records dropped for want of room. Written inside sections only;
     /// the records written are the sequence numbers spent minus these.
     dropped: AtomicU64,
@@ -329,6 +341,7 @@ impl<'a> RecordRing<'a> {
                 writer: AtomicU64::new(0),
                 tail: AtomicU64::new(0),
                 tail_word: AtomicU64::new(0),
+                head_seen: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
             }),
             consumer: CacheAligned(ConsumerSide {
@@ -471,9 +484,6 @@ impl<'a> RecordRing<'a> {
         let producers = &self.producers;
         let tail = producers.tail.load(Ordering::Relaxed);
         let sequence = section.sequence();
-        // Acquire: the consumer's copies of everything below the head are
-        // done, so that memory may be written again.
-        let head = self.consumer.head.load(Ordering::Acquire);
         let words = producers.words;
         // Below the word count: only this section writes it, from below.
         #[expect(clippy::cast_possible_truncation, reason = "a word index")]
@@ -485,8 +495,12 @@ impl<'a> RecordRing<'a> {
         } else {
             (0, words_to_end)
         };
-        let free = self.capacity() as u64 - (tail - head);
-        if ((skipped + record_words) * WORD_SIZE) as u64 > free {
+        let needed = ((skipped + record_words) * WORD_SIZE) as u64;
+        let fits = |head: u64| needed <= self.capacity() as u64 - (tail - head);
+        // The head a section saw happened before this section (the same
+        // processor's, or another's through the writer word's Release and
+        // compare-and-swap), and so did the consumer's copies below it.
+        if !fits(producers.head_seen.load(Ordering::Relaxed)) && !fits(self.refresh_head_seen()) {
             let dropped = producers.dropped.load(Ordering::Relaxed);
             producers.dropped.store(dropped + 1, Ordering::Relaxed);
             return Err(Full { sequence });
@@ -521,6 +535,15 @@ impl<'a> RecordRing<'a> {
         let new_tail = tail + ((skipped + record_words) * WORD_SIZE) as u64;
         producers.tail.store(new_tail, Ordering::Release);
         Ok(sequence)
+    }
+
+    /// Loads the consumer's head into `head_seen`, inside a section.
+    fn refresh_head_seen(&self) -> u64 {
+        // Acquire: the consumer's copies of everything below the head are
+        // done, so that memory may be written again.
+        let head = self.consumer.head.load(Ordering::Acquire);
+        self.producers.head_seen.store(head, Ordering::Relaxed);
+        head
     }
 
     /// Waits, boundedly, for a publish section that is under way now to
@@ -610,6 +633,7 @@ impl<'a> RecordRing<'a> {
                     ring: self,
                     head,
                     head_word: self.word_index(head),
+                    tail_seen: Cell::new(head),
                     front: Cell::new(None),
                 }
             })
@@ -664,6 +688,10 @@ pub struct Consumer<'r, 'a> {
     /// Where the head is in memory, as a word index (`head % capacity /
     /// 8`): reading a record needs no division.
     head_word: usize,
+    /// The producers' tail as this holder last loaded it: the records
+    /// below it are written. Loaded again only when the head reaches it,
+    /// so a reader does not pull the producers' line on every record.
+    tail_seen: Cell<u64>,
     /// The oldest written record, once found: it stays where it is until
     /// this holder moves the head past it, so a look then a take (the
     /// merge's way) find it once.
@@ -722,14 +750,18 @@ impl<'a> Consumer<'_, 'a> {
         if let Some(front) = self.front.get() {
             return Some(front);
         }
-        // Acquire: pairs with the producer's Release store of the tail, so
-        // every record below it is completely written.
-        let tail = self.ring.producers.tail.load(Ordering::Acquire);
-        let words = self.ring.producers.words;
         let mut position = self.head;
+        let mut tail = self.tail_seen.get();
         if position == tail {
-            return None;
+            // Acquire: pairs with the producer's Release store of the
+            // tail, so every record below it is completely written.
+            tail = self.ring.producers.tail.load(Ordering::Acquire);
+            self.tail_seen.set(tail);
+            if position == tail {
+                return None;
+            }
         }
+        let words = self.ring.producers.words;
         let (mut offset, mut words_to_end) = (self.head_word, words.len() - self.head_word);
         debug_assert_eq!(offset, self.ring.word_index(position), "the head's word");
         // SAFETY: the word at the head lies below the tail: written, and
