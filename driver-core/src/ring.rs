@@ -395,6 +395,17 @@ impl<'a> RecordRing<'a> {
         (position % self.capacity() as u64) as usize / WORD_SIZE
     }
 
+    /// The word index after `words` words from `start` (which end at the
+    /// end of the memory at most): back to 0 at the end.
+    fn word_after(&self, start: usize, words: usize) -> usize {
+        let next = start + words;
+        if next == self.producers.words.len() {
+            0
+        } else {
+            next
+        }
+    }
+
     /// Enters the publish section, waiting while another producer is
     /// inside (on Windows only one that shares this ring's shard from
     /// another processor, for at most its own section).
@@ -523,13 +534,8 @@ impl<'a> RecordRing<'a> {
                 record[..2].copy_from_slice(&(size as u16).to_le_bytes());
             });
         }
-        let next_word = start + record_words;
         producers.tail_word.store(
-            if next_word == words.len() {
-                0
-            } else {
-                next_word
-            } as u64,
+            self.word_after(start, record_words) as u64,
             Ordering::Relaxed,
         );
         let new_tail = tail + ((skipped + record_words) * WORD_SIZE) as u64;
@@ -818,12 +824,7 @@ impl<'a> Consumer<'_, 'a> {
         if taken {
             self.front.set(None);
             self.head = front.position + (front.words * WORD_SIZE) as u64;
-            let next_word = front.offset + front.words;
-            self.head_word = if next_word == self.ring.producers.words.len() {
-                0
-            } else {
-                next_word
-            };
+            self.head_word = self.ring.word_after(front.offset, front.words);
             let consumer = &self.ring.consumer;
             // Release: the copy above is done before a producer may write
             // these words again.
