@@ -603,7 +603,8 @@ impl<'a> DriverCore<'a> {
     }
 
     /// A record for `stack` that no ring keeps (a capture-now answered to
-    /// its caller only), stamped now; its user part is counted here.
+    /// its caller only: `facts` are the on-demand source's), stamped now;
+    /// its user part is counted here.
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
     pub(crate) fn unkept(
@@ -613,9 +614,14 @@ impl<'a> DriverCore<'a> {
         facts: SourceFacts,
         ids: (u32, u32),
     ) -> RecordHeader {
+        debug_assert_eq!(
+            facts.source(),
+            Source::OnDemand,
+            "only capture-nows go unkept"
+        );
         self.ring
             .shard_for(platform.processor())
-            .count_user_part(facts.source(), stack.user_part);
+            .count_answered_only(stack.user_part);
         let mut header = stack.header(facts, ids, platform.processor(), 0);
         header.flags = header.flags.union(RecordFlags::NOT_IN_RING);
         header.timestamp = platform.timestamp();

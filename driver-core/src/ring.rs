@@ -73,8 +73,6 @@
 //! producer publishing while a reader drains was too bimodal on the
 //! 2-vCPU benchmark machine to show the difference: `docs/performance.md`.)
 
-use core::cell::Cell;
-
 use kstack_abi::{MAX_RECORD_SIZE, RingWriters};
 
 use crate::sync::{AtomicBool, AtomicU64, Ordering, Wait, compiler_fence, spin_loop};
@@ -268,10 +266,25 @@ struct ProducerSide<'a> {
     dropped: AtomicU64,
 }
 
-/// What the consumer writes.
+/// What the consumer writes. All but `active` are written only by the
+/// holder of the consumer side (a [`Consumer`]); they stay here between
+/// holders, so a [`Consumer`] is a reference and no more (a read holds one
+/// per shard on its kernel stack).
 struct ConsumerSide {
     /// The byte position of the next record the consumer copies out.
     head: AtomicU64,
+    /// Where the head is in memory, as a word index (`head % capacity /
+    /// 8`): reading a record needs no division.
+    head_word: AtomicU64,
+    /// The producers' tail as a holder last loaded it: the records below
+    /// it are written. Loaded again only when the head reaches it, so a
+    /// reader does not pull the producers' line on every record.
+    tail_seen: AtomicU64,
+    /// The oldest written record, once found ([`Front::packed`]; 0: not
+    /// looked for since the head last moved): it stays where it is until
+    /// the head moves past it, so a look then a take (the merge's way)
+    /// find it once.
+    front: AtomicU64,
     /// Records copied out or discarded.
     taken: AtomicU64,
     /// Set while a [`Consumer`] exists.
@@ -346,6 +359,9 @@ impl<'a> RecordRing<'a> {
             }),
             consumer: CacheAligned(ConsumerSide {
                 head: AtomicU64::new(0),
+                head_word: AtomicU64::new(0),
+                tail_seen: AtomicU64::new(0),
+                front: AtomicU64::new(0),
                 taken: AtomicU64::new(0),
                 active: AtomicBool::new(false),
             }),
@@ -633,16 +649,7 @@ impl<'a> RecordRing<'a> {
             .active
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| {
-                let head = self.consumer.head.load(Ordering::Relaxed);
-                Consumer {
-                    ring: self,
-                    head,
-                    head_word: self.word_index(head),
-                    tail_seen: Cell::new(head),
-                    front: Cell::new(None),
-                }
-            })
+            .map(|_| Consumer { ring: self })
     }
 }
 
@@ -689,19 +696,6 @@ impl Drained {
 /// Exclusive access to the consumer side; released when dropped.
 pub struct Consumer<'r, 'a> {
     ring: &'r RecordRing<'a>,
-    /// The ring's `head`, which only this holder changes.
-    head: u64,
-    /// Where the head is in memory, as a word index (`head % capacity /
-    /// 8`): reading a record needs no division.
-    head_word: usize,
-    /// The producers' tail as this holder last loaded it: the records
-    /// below it are written. Loaded again only when the head reaches it,
-    /// so a reader does not pull the producers' line on every record.
-    tail_seen: Cell<u64>,
-    /// The oldest written record, once found: it stays where it is until
-    /// this holder moves the head past it, so a look then a take (the
-    /// merge's way) find it once.
-    front: Cell<Option<Front>>,
 }
 
 impl<'a> Consumer<'_, 'a> {
@@ -753,23 +747,30 @@ impl<'a> Consumer<'_, 'a> {
 
     /// Where the oldest written record lies, past a wrap mark.
     fn front(&self) -> Option<Front> {
-        if let Some(front) = self.front.get() {
+        let consumer = &self.ring.consumer;
+        let head = consumer.head.load(Ordering::Relaxed);
+        // Below the word count: only the holder writes it, from below.
+        #[expect(clippy::cast_possible_truncation, reason = "a word index")]
+        let head_word = consumer.head_word.load(Ordering::Relaxed) as usize;
+        debug_assert_eq!(head_word, self.ring.word_index(head), "the head's word");
+        if let Some(front) =
+            Front::unpacked(consumer.front.load(Ordering::Relaxed), head, head_word)
+        {
             return Some(front);
         }
-        let mut position = self.head;
-        let mut tail = self.tail_seen.get();
-        if position == tail {
+        let mut tail = consumer.tail_seen.load(Ordering::Relaxed);
+        if head == tail {
             // Acquire: pairs with the producer's Release store of the
             // tail, so every record below it is completely written.
             tail = self.ring.producers.tail.load(Ordering::Acquire);
-            self.tail_seen.set(tail);
-            if position == tail {
+            consumer.tail_seen.store(tail, Ordering::Relaxed);
+            if head == tail {
                 return None;
             }
         }
         let words = self.ring.producers.words;
-        let (mut offset, mut words_to_end) = (self.head_word, words.len() - self.head_word);
-        debug_assert_eq!(offset, self.ring.word_index(position), "the head's word");
+        let (mut position, mut offset, mut words_to_end) =
+            (head, head_word, words.len() - head_word);
         // SAFETY: the word at the head lies below the tail: written, and
         // not written again before the head moves past it.
         let mut size = unsafe { read_words(&words[offset..=offset], size_word) };
@@ -796,7 +797,7 @@ impl<'a> Consumer<'_, 'a> {
             words: record_words,
             size: size.min(record_words * WORD_SIZE),
         };
-        self.front.set(Some(front));
+        consumer.front.store(front.packed(head), Ordering::Relaxed);
         Some(front)
     }
 
@@ -822,13 +823,18 @@ impl<'a> Consumer<'_, 'a> {
         // SAFETY: as in `peek`.
         let taken = unsafe { read_words(words, |bytes| take(&bytes[..front.size])) };
         if taken {
-            self.front.set(None);
-            self.head = front.position + (front.words * WORD_SIZE) as u64;
-            self.head_word = self.ring.word_after(front.offset, front.words);
             let consumer = &self.ring.consumer;
+            consumer.front.store(0, Ordering::Relaxed);
+            consumer.head_word.store(
+                self.ring.word_after(front.offset, front.words) as u64,
+                Ordering::Relaxed,
+            );
             // Release: the copy above is done before a producer may write
             // these words again.
-            consumer.head.store(self.head, Ordering::Release);
+            consumer.head.store(
+                front.position + (front.words * WORD_SIZE) as u64,
+                Ordering::Release,
+            );
             consumer.taken.store(
                 consumer.taken.load(Ordering::Relaxed) + 1,
                 Ordering::Relaxed,
@@ -839,7 +845,6 @@ impl<'a> Consumer<'_, 'a> {
 }
 
 /// Where a written record lies.
-#[derive(Clone, Copy)]
 struct Front {
     /// Its byte position (past a wrap mark before it).
     position: u64,
@@ -849,6 +854,37 @@ struct Front {
     words: usize,
     /// Its size in bytes.
     size: usize,
+}
+
+impl Front {
+    /// The front as one word, for a head at `head`: its size (bits 0-15),
+    /// words (16-31, at least 1, so never 0 in all) and the words a wrap
+    /// mark skipped before it (32-63; a shard has fewer than 2^32 words).
+    fn packed(&self, head: u64) -> u64 {
+        let skipped = (self.position - head) / WORD_SIZE as u64;
+        skipped << 32 | (self.words as u64) << 16 | self.size as u64
+    }
+
+    /// The front `packed` for a head at `head` whose word index is
+    /// `head_word`; `None` for 0.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "fields of at most 16 and 32 bits"
+    )]
+    fn unpacked(packed: u64, head: u64, head_word: usize) -> Option<Self> {
+        let words = usize::from((packed >> 16) as u16);
+        (words > 0).then(|| {
+            let skipped = packed >> 32;
+            Self {
+                position: head + skipped * WORD_SIZE as u64,
+                // Only a wrap mark skips words, and the record is then at
+                // the start of the memory.
+                offset: if skipped == 0 { head_word } else { 0 },
+                words,
+                size: usize::from(packed as u16),
+            }
+        })
+    }
 }
 
 impl Drop for Consumer<'_, '_> {

@@ -153,7 +153,7 @@ pub fn shards_over(words: &[Word], shards: usize) -> impl Iterator<Item = Shard<
             not_kept: core::array::from_fn(|_| AtomicU64::new(0)),
             sampled_out: core::array::from_fn(|_| AtomicU64::new(0)),
             sample_ticks: core::array::from_fn(|_| AtomicU64::new(0)),
-            answered_only: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
+            answered_only: core::array::from_fn(|_| AtomicU64::new(0)),
             module_records: AtomicU64::new(0),
             table: TableCounters::default(),
         }
@@ -186,9 +186,10 @@ pub struct Shard<'a> {
     /// Events that reached this shard's sampling, per source: the n-th
     /// (from 0) is kept when n is a multiple of the source's rate.
     sample_ticks: [AtomicU64; Source::COUNT],
-    /// Walked events that entered no ring (capture-now answered only), per
-    /// source and by what happened to their user part.
-    answered_only: [[AtomicU64; UserPart::COUNT]; Source::COUNT],
+    /// Capture-nows answered to their caller only (the on-demand source's
+    /// walked events that enter no ring), by what happened to their user
+    /// part.
+    answered_only: [AtomicU64; UserPart::COUNT],
     /// Module records that entered this shard (published or dropped);
     /// written inside the publish section only.
     module_records: AtomicU64,
@@ -293,13 +294,13 @@ impl Shard<'_> {
         counters[source.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a walked event of `source` that enters no ring (a capture-now
-    /// answered only) and whose user part had outcome `part`; those that
-    /// enter a ring are counted by [`Shard::publish`].
+    /// Counts a capture-now answered to its caller only (an on-demand
+    /// event that enters no ring) whose user part had outcome `part`;
+    /// events that enter a ring are counted by [`Shard::publish`].
     ///
     /// Max IRQL: any.
-    pub fn count_user_part(&self, source: Source, part: UserPart) {
-        self.answered_only[source.index()][part.index()].fetch_add(1, Ordering::Relaxed);
+    pub fn count_answered_only(&self, part: UserPart) {
+        self.answered_only[part.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether this shard keeps its next event of `source` under
@@ -500,13 +501,14 @@ impl<'a> ShardedRing<'a> {
         core::array::from_fn(|part| {
             self.shards
                 .iter()
-                .flat_map(|shard| {
-                    [
-                        &shard.entered[source.index()][part],
-                        &shard.answered_only[source.index()][part],
-                    ]
+                .map(|shard| {
+                    let answered_only = if source == Source::OnDemand {
+                        shard.answered_only[part].load(Ordering::Relaxed)
+                    } else {
+                        0
+                    };
+                    shard.entered[source.index()][part].load(Ordering::Relaxed) + answered_only
                 })
-                .map(|counter| counter.load(Ordering::Relaxed))
                 .sum()
         })
     }

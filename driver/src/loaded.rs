@@ -153,24 +153,14 @@ unsafe fn lay_out_ring(
     }
     // SAFETY: the entries follow the `word_count` words inside the block.
     let table = unsafe { words.add(word_count) }.cast::<StackEntry>();
-    for index in 0..entries {
-        // SAFETY: `index` < `entries`: inside the entries' part.
-        let place = unsafe { table.add(index) };
-        // SAFETY: aligned (see `ring_block_size`) and written once, before
-        // anything reads it.
-        unsafe { place.write(StackEntry::new()) };
-    }
+    // SAFETY: `entries` entries' room, aligned, follows the words.
+    unsafe { write_empty_entries(table, entries) };
     // SAFETY: all `word_count` words were initialized above; the caller
     // keeps them allocated as long as the ring is used.
     let words: &'static [Word] = unsafe { slice::from_raw_parts(words.as_ptr(), word_count) };
-    for (index, shard) in shards_over(words, count).enumerate() {
-        let shard = shard.with_writers(writers);
-        // SAFETY: `index` < `count`: inside the shards' part.
-        let place = unsafe { shards.add(index) };
-        // SAFETY: aligned by the padding and written once, before anything
-        // reads it.
-        unsafe { place.write(shard) };
-    }
+    // SAFETY: `count` shards' room, aligned by the padding, precedes the
+    // words.
+    unsafe { write_shards(shards, words, count, writers) };
     // SAFETY: all `count` shards were initialized above, and live as long
     // as the words.
     let shards: &'static [Shard<'static>] =
@@ -179,6 +169,54 @@ unsafe fn lay_out_ring(
     // long as the words.
     let table: &'static [StackEntry] = unsafe { slice::from_raw_parts(table.as_ptr(), entries) };
     (ShardedRing::new(shards), StackTable::new(table))
+}
+
+/// Writes the `count` shards over `words` from `shards`, written by
+/// `writers`. Never inlined, as [`write_empty_entries`]: each shard (1.5
+/// KiB of counters) is built on the stack before it is copied into place,
+/// and inlined into `DriverEntry` its copies took that frame past a page.
+///
+/// # Safety
+/// `shards` is aligned for, and has room for, `count` shards that nothing
+/// reads before this returns.
+///
+/// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
+#[inline(never)]
+unsafe fn write_shards(
+    shards: NonNull<Shard<'static>>,
+    words: &'static [Word],
+    count: usize,
+    writers: RingWriters,
+) {
+    for (index, shard) in shards_over(words, count).enumerate() {
+        let shard = shard.with_writers(writers);
+        // SAFETY: `index` < `count`: inside the caller's room.
+        let place = unsafe { shards.add(index) };
+        // SAFETY: aligned (the caller's room) and written once, before
+        // anything reads it.
+        unsafe { place.write(shard) };
+    }
+}
+
+/// Writes `entries` empty stack-table entries from `table`. Never inlined:
+/// each entry is built on the stack before it is copied into place, and a
+/// page-sized frame needs a stack probe (`__chkstk`) the driver does not
+/// link.
+///
+/// # Safety
+/// `table` is aligned for, and has room for, `entries` entries that
+/// nothing reads before this returns.
+///
+/// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
+#[inline(never)]
+unsafe fn write_empty_entries(table: NonNull<StackEntry>, entries: usize) {
+    for index in 0..entries {
+        // SAFETY: `index` < `entries`: inside the caller's room.
+        let place = unsafe { table.add(index) };
+        // SAFETY: aligned (the caller's room) and written once, before
+        // anything reads it.
+        unsafe { place.write(StackEntry::new()) };
+    }
 }
 
 /// Allocates and publishes the state: a ring of `capacity` bytes in all,
