@@ -474,11 +474,13 @@ fn copy_floors(
     });
 }
 
-/// Fills both shards with `count` records between them, alternating, each
-/// a little later than the one before, so a drain merges them one by one.
-fn fill_alternating(ring: &ShardedRing<'_>, frames: &[u64; FRAMES], count: u64) {
+/// Fills both shards with `count` records between them, taking turns
+/// every `run` records, each a little later than the one before: with runs
+/// of 1 a drain merges them one by one, with longer runs (a processor's
+/// burst of events) it takes each run from one shard.
+fn fill_in_runs(ring: &ShardedRing<'_>, frames: &[u64; FRAMES], count: u64, run: u64) {
     for index in 0..count {
-        let processor = u16::try_from(index % 2).expect("0 or 1");
+        let processor = u16::try_from(index / run % 2).expect("0 or 1");
         let header = RecordHeader {
             timestamp: 134_081_000_000_000_000 + index,
             ..timer_header(frames, processor)
@@ -492,8 +494,9 @@ fn fill_alternating(ring: &ShardedRing<'_>, frames: &[u64; FRAMES], count: u64) 
 
 /// Draining a ring of `RING_CAPACITY` 32-frame records, spread over both
 /// shards, into a client-sized buffer (merged by timestamp, as the driver's
-/// read does) and decoding every record, frames included. The ring is
-/// filled outside the timed region before each round.
+/// read does) and decoding every record, frames included: the shards taking
+/// turns record by record (the merge's worst case), and in runs of 16. The
+/// ring is filled outside the timed region before each round.
 fn drain_and_decode(c: &mut Criterion) {
     let frames = kernel_frames();
     let words = ring_memory();
@@ -501,33 +504,38 @@ fn drain_and_decode(c: &mut Criterion) {
     let ring = ShardedRing::new(&shards);
     let mut buffer = vec![0_u8; DRAIN_BUFFER];
     let mut group = record_group(c, "drain_and_decode");
-    group.bench_function("ring_4096_into_256KiB", |b| {
-        b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            for count in rounds(iters) {
-                empty(&ring);
-                fill_alternating(&ring, &frames, count);
-                let start = Instant::now();
-                let mut consumer = ring.consumer().expect("the only consumer");
-                let (mut drained, mut decoded, mut sum) = (0_u64, 0_u64, 0_u64);
-                loop {
-                    let batch = consumer.drain(&mut buffer, record_timestamp, u64::MAX);
-                    if batch.records == 0 {
-                        break;
+    for (name, run) in [
+        ("ring_4096_into_256KiB", 1),
+        ("ring_4096_in_runs_of_16_into_256KiB", 16),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for count in rounds(iters) {
+                    empty(&ring);
+                    fill_in_runs(&ring, &frames, count, run);
+                    let start = Instant::now();
+                    let mut consumer = ring.consumer().expect("the only consumer");
+                    let (mut drained, mut decoded, mut sum) = (0_u64, 0_u64, 0_u64);
+                    loop {
+                        let batch = consumer.drain(&mut buffer, record_timestamp, u64::MAX);
+                        if batch.records == 0 {
+                            break;
+                        }
+                        drained += u64::from(batch.records);
+                        let (records, checksum) = decode_all(&buffer[..batch.bytes]);
+                        decoded += records;
+                        sum = sum.wrapping_add(checksum);
                     }
-                    drained += u64::from(batch.records);
-                    let (records, checksum) = decode_all(&buffer[..batch.bytes]);
-                    decoded += records;
-                    sum = sum.wrapping_add(checksum);
+                    drop(consumer);
+                    black_box(sum);
+                    elapsed += start.elapsed();
+                    assert_eq!((drained, decoded), (count, count));
                 }
-                drop(consumer);
-                black_box(sum);
-                elapsed += start.elapsed();
-                assert_eq!((drained, decoded), (count, count));
-            }
-            elapsed
+                elapsed
+            });
         });
-    });
+    }
     ticket_rings_drained(&mut group, &frames, &mut buffer);
     group.finish();
     assert_eq!(ring.dropped(), 0);
