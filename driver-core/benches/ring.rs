@@ -38,7 +38,8 @@ use kstack_abi::{
 };
 use kstack_abi::{
     RecordFlags, RecordHeader, Records, RingWriters, Source, SourceFacts, UserPart,
-    by_id_record_size, encode_record, record_size, record_timestamp, stack_id,
+    by_id_record_size, encode_record, record_flags, record_os_hash, record_size, record_timestamp,
+    stack_id,
 };
 use kstack_driver_core::{
     Caller, CaptureOutcome, DriverCore, Platform, Routine, Shard, ShardedRing, SourceControl,
@@ -574,24 +575,36 @@ fn ticket_rings_drained(
         TicketRing::new(slots, RECORD_BYTES),
         TicketRing::new(slots, RECORD_BYTES),
     ];
-    group.bench_function("ticket_rings_4096_into_256KiB", |b| {
-        b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            for count in rounds(iters) {
-                rings.iter().for_each(TicketRing::clear);
-                for index in 0..count {
-                    let processor = u16::try_from(index % 2).expect("0 or 1");
-                    let header = RecordHeader {
-                        timestamp: 134_081_000_000_000_000 + index,
-                        ..timer_header(frames, processor)
-                    };
-                    assert!(rings[usize::from(processor)].publish(&header, frames));
-                }
-                let start = Instant::now();
-                let (mut decoded, mut sum) = (0_u64, 0_u64);
-                for ring in &rings {
+    for (name, in_time_order) in [
+        ("ticket_rings_4096_into_256KiB", false),
+        ("ticket_rings_4096_in_time_order_into_256KiB", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for count in rounds(iters) {
+                    rings.iter().for_each(TicketRing::clear);
+                    for index in 0..count {
+                        let processor = u16::try_from(index % 2).expect("0 or 1");
+                        let header = RecordHeader {
+                            timestamp: 134_081_000_000_000_000 + index,
+                            ..timer_header(frames, processor)
+                        };
+                        assert!(rings[usize::from(processor)].publish(&header, frames));
+                    }
+                    let start = Instant::now();
+                    let (mut decoded, mut sum) = (0_u64, 0_u64);
+                    let [first, second] = &rings;
                     loop {
-                        let bytes = ring.drain(buffer);
+                        let bytes = if in_time_order {
+                            TicketRing::drain_merged(first, second, buffer, record_timestamp)
+                        } else {
+                            // Ring after ring: the first until it is empty.
+                            match first.drain(buffer) {
+                                0 => second.drain(buffer),
+                                bytes => bytes,
+                            }
+                        };
                         if bytes == 0 {
                             break;
                         }
@@ -599,14 +612,14 @@ fn ticket_rings_drained(
                         decoded += records;
                         sum = sum.wrapping_add(checksum);
                     }
+                    black_box(sum);
+                    elapsed += start.elapsed();
+                    assert_eq!(decoded, count);
                 }
-                black_box(sum);
-                elapsed += start.elapsed();
-                assert_eq!(decoded, count);
-            }
-            elapsed
+                elapsed
+            });
         });
-    });
+    }
 }
 
 /// Entries of the benchmarked stack table: the driver's default.
@@ -622,17 +635,14 @@ const TABLE_ROUND: u64 = 256;
 /// (`DriverCore::publish`): the stack's lookup (a hit, or an insert), then
 /// a 48-byte record naming the entry. With `new_stacks`, each event's stack
 /// differs from every other's (its first frame is the sequence), and its
-/// stack id is computed in the timed loop. Notes each record's entry in
-/// `slots` (capacity reserved by the caller) so the round can give the
-/// references back untimed, as reads would. Returns how many were carried
-/// inline or met a full shard.
+/// stack id is computed in the timed loop. Returns how many were carried inline or met a full shard (whose
+/// reference is then given back, as the capture path does).
 fn publish_tabled(
     ring: &ShardedRing<'_>,
     table: &StackTable<'_>,
     header: &RecordHeader,
     frames: &[u64; FRAMES],
     (first, count, new_stacks): (u64, u64, bool),
-    slots: &mut Vec<u32>,
 ) -> u64 {
     let shard = ring.shard_for(0);
     let mut stack = *frames;
@@ -649,7 +659,6 @@ fn publish_tabled(
             missed += 1;
             continue;
         };
-        slots.push(slot);
         let published = shard.publish(
             Counted::Trace(Source::Timer, UserPart::Off),
             by_id_record_size(&header.facts),
@@ -665,10 +674,24 @@ fn publish_tabled(
             },
         );
         if published.is_err() {
+            table.release(slot);
             missed += 1;
         }
     }
     missed
+}
+
+/// Empties the ring (not timed), giving back the table reference of every
+/// record that names an entry, as the driver's clear does.
+fn empty_releasing(ring: &ShardedRing<'_>, table: &StackTable<'_>) {
+    ring.consumer()
+        .expect("the benchmark is the only consumer")
+        .discard_each(|record| {
+            if record_flags(record).contains(RecordFlags::STACK_BY_ID) {
+                table.release(record_os_hash(record));
+            }
+        });
+    assert!(ring.is_empty());
 }
 
 /// An event of a known stack (a table hit) and of a new stack (an insert,
@@ -683,7 +706,6 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
     let mut group = record_group(c, "publish_through_the_stack_table");
     let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
     let table = StackTable::new(&entries);
-    let mut slots = Vec::with_capacity(usize::try_from(TABLE_ROUND).expect("256"));
     let mut first = 0;
     let shared = ring_memory();
     let shared_shards = ring_shards(&shared);
@@ -701,10 +723,7 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut elapsed = Duration::ZERO;
                 for count in rounds_of(iters, TABLE_ROUND) {
-                    empty(&ring);
-                    for slot in slots.drain(..) {
-                        table.release(slot);
-                    }
+                    empty_releasing(&ring, &table);
                     let start = Instant::now();
                     let missed = publish_tabled(
                         &ring,
@@ -712,16 +731,12 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
                         black_box(&header),
                         black_box(&frames),
                         (first, count, new_stacks),
-                        &mut slots,
                     );
                     elapsed += start.elapsed();
                     first += count;
                     assert_eq!(missed, 0, "a timed event was carried inline or dropped");
                 }
-                empty(&ring);
-                for slot in slots.drain(..) {
-                    table.release(slot);
-                }
+                empty_releasing(&ring, &table);
                 elapsed
             });
         });

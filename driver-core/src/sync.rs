@@ -20,6 +20,27 @@ pub use loom::cell::UnsafeCell;
 #[cfg(loom)]
 pub fn compiler_fence(_: Ordering) {}
 
+/// Between a sequentially consistent read-modify-write and a sequentially
+/// consistent load of another location, where the other side writes that
+/// location, then a `SeqCst` fence, then loads the first (the store-buffer
+/// pattern): nothing. In C++20's model one of the two loads sees the other
+/// side's write: `S`, the one total order of `SeqCst` operations and
+/// fences, puts this side's write before its load, and if both loads
+/// missed, the coherence rules would put the other side's fence both after
+/// this side's load and before its write in `S`. On x64 the
+/// read-modify-write is a locked instruction (a full barrier) and the load
+/// a plain one. Loom models `SeqCst` accesses as only acquire/release (its
+/// documented limit), so under loom this is the `SeqCst` fence loom does
+/// model, and the model checks that form.
+#[cfg(not(loom))]
+pub fn seq_cst_accesses_ordered() {}
+
+/// Under loom: a `SeqCst` fence (see the non-loom definition).
+#[cfg(loom)]
+pub fn seq_cst_accesses_ordered() {
+    fence(Ordering::SeqCst);
+}
+
 /// One turn of a wait for another thread: the processor's spin hint, and a
 /// yield under loom so the model lets the other thread run.
 #[cfg(not(loom))]

@@ -5,7 +5,8 @@
 //! rings, counts nothing but its sequence numbers, and its drain
 //! concatenates the rings: less than kstack's shards promise (drops and
 //! sources counted, reads merged in time order), so it is a floor for the
-//! same records, not a design kstack could take as it is.
+//! same records, not a design kstack could take as it is. Its drain in
+//! time order (`drain_merged`) is what that order alone costs it.
 
 use std::{
     cell::UnsafeCell,
@@ -34,6 +35,14 @@ struct Inner {
     /// Records waiting.
     waiting: usize,
     sequence: u64,
+}
+
+impl Inner {
+    /// The oldest record waiting.
+    fn oldest(&self) -> Option<&[u8]> {
+        let at = self.head * self.record_bytes;
+        (self.waiting > 0).then(|| &self.bytes[at..at + self.record_bytes])
+    }
 }
 
 // SAFETY: `inner` is touched only by the holder of the ticket being served
@@ -114,6 +123,46 @@ impl TicketRing {
             }
             inner.waiting -= count;
             count * size
+        })
+    }
+
+    /// Copies whole records of both rings into `out` while they fit, in
+    /// the order kstack's read promises: by `order` (the timestamp), the
+    /// first ring's record first on a tie, one record at a time, with both
+    /// locks held; returns the bytes. What that order costs these rings.
+    pub fn drain_merged(
+        first: &Self,
+        second: &Self,
+        out: &mut [u8],
+        order: impl Fn(&[u8]) -> u64,
+    ) -> usize {
+        first.locked(|first| {
+            second.locked(|second| {
+                let rings = [first, second];
+                let mut written = 0;
+                loop {
+                    let keys = rings.each_ref().map(|ring| ring.oldest().map(&order));
+                    let index = match keys {
+                        [Some(first), Some(second)] => usize::from(second < first),
+                        [Some(_), None] => 0,
+                        [None, Some(_)] => 1,
+                        [None, None] => break,
+                    };
+                    let ring = &mut *rings[index];
+                    let Some(room) = out.get_mut(written..written + ring.record_bytes) else {
+                        break;
+                    };
+                    room.copy_from_slice(ring.oldest().expect("a record waits"));
+                    written += ring.record_bytes;
+                    ring.head = if ring.head + 1 == ring.slots {
+                        0
+                    } else {
+                        ring.head + 1
+                    };
+                    ring.waiting -= 1;
+                }
+                written
+            })
         })
     }
 
