@@ -184,6 +184,17 @@ fn copy_records<const N: usize>(
     first: u64,
     count: u64,
 ) {
+    copy_records_after(buffer, header, frames, (first, count), |_| {});
+}
+
+/// [`copy_records`], running `before` on each record's header first.
+fn copy_records_after<const N: usize>(
+    buffer: &mut [u8],
+    header: &RecordHeader,
+    frames: &[u64; N],
+    (first, count): (u64, u64),
+    mut before: impl FnMut(&mut RecordHeader),
+) {
     // The size the record encodes to (a record naming its stack is shorter).
     let bytes = encode_record(header, frames, &mut [0; kstack_abi::MAX_RECORD_SIZE])
         .expect("at most 62 frames");
@@ -192,10 +203,11 @@ fn copy_records<const N: usize>(
         if at + bytes > buffer.len() {
             at = 0;
         }
-        let header = RecordHeader {
+        let mut header = RecordHeader {
             sequence,
             ..*header
         };
+        before(&mut header);
         let room = &mut buffer[at..at + bytes];
         encode_record(&header, frames, room).expect("the room fits the frames");
         // As the ring's Release store does, make every record's bytes count.
@@ -755,7 +767,67 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
             start.elapsed()
         });
     });
+    // The fair floor of a known stack's tabled publish: the table's own
+    // work without its synchronisation (no reference, no version): the
+    // stack's home slot in a plain array of as many entries, its id and
+    // every one of its 32 frames compared as the table compares them, the
+    // slot put in the record, then that record's plain encode.
+    let mut plain_table: Vec<PlainEntry> =
+        (0..TABLE_ENTRIES).map(|_| PlainEntry::default()).collect();
+    let mask = TABLE_ENTRIES - 1;
+    let home = usize::try_from(header.stack_id).expect("64-bit") & mask;
+    plain_table[home].id = header.stack_id;
+    plain_table[home].frames[..FRAMES].copy_from_slice(&frames);
+    plain_table[home].count = FRAMES;
+    group.bench_function("plain_lookup_and_copy_event_record", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            copy_records_after::<0>(&mut buffer, black_box(&event), &[], (0, iters), |event| {
+                let frames = black_box(&frames);
+                let slot = usize::try_from(event.stack_id).expect("64-bit") & mask;
+                let entry = black_box(&plain_table[slot]);
+                assert!(
+                    entry.holds(event.stack_id, frames),
+                    "the stack is at its home slot"
+                );
+                event.os_hash = u32::try_from(slot).expect("a slot number");
+            });
+            start.elapsed()
+        });
+    });
     group.finish();
+}
+
+/// An entry of the fair floor's plain table.
+struct PlainEntry {
+    id: u64,
+    count: usize,
+    frames: [u64; kstack_abi::MAX_FRAMES as usize],
+}
+
+impl Default for PlainEntry {
+    fn default() -> Self {
+        Self {
+            id: 0,
+            count: 0,
+            frames: [0; kstack_abi::MAX_FRAMES as usize],
+        }
+    }
+}
+
+impl PlainEntry {
+    /// Whether the entry holds the stack `frames` under `id`: the
+    /// comparison `StackEntry` makes (every frame, no early exit).
+    fn holds(&self, id: u64, frames: &[u64]) -> bool {
+        self.id == id
+            && self.count == frames.len()
+            && self
+                .frames
+                .iter()
+                .zip(frames)
+                .fold(0, |differ, (kept, frame)| differ | (kept ^ frame))
+                == 0
+    }
 }
 
 /// The kernel a whole capture runs on, with nothing in it that costs: the
