@@ -498,7 +498,6 @@ impl<'a> RecordRing<'a> {
     /// As [`RecordRing::publish`].
     ///
     /// Max IRQL: `DISPATCH_LEVEL`.
-    #[inline]
     pub fn publish_counted(
         &self,
         size: usize,
