@@ -645,28 +645,46 @@ impl ShardedConsumer<'_, '_> {
         // after it among the others (the bound); the oldest's shard is then
         // taken from for as long as its next record stays ahead of the
         // bound, with no look over the others: a run of one shard's records
-        // costs one look, not one per record.
+        // costs one look, not one per record, and each record is looked at
+        // once, by the take that takes it or leaves it.
         'merge: while let Some((index, bound)) = first_two(oldest) {
             let Some(consumer) = self.consumers[index].as_mut() else {
                 break;
             };
             loop {
-                let Some(steps) = steps_left.checked_sub(1) else {
-                    break 'merge;
-                };
-                steps_left = steps;
-                let taken =
-                    consumer.take_front(|record| drained.write(out, |room| write(record, room)));
-                if taken != Some(true) {
+                if steps_left == 0 {
                     break 'merge;
                 }
-                oldest[index] = consumer.peek(before_cut).flatten();
-                // Ahead of the bound: an earlier key, or the same from a
-                // lower shard (ties go to the lower shard).
-                match (oldest[index], bound) {
-                    (Some(key), Some(bound)) if (key, index) < bound => {}
-                    (Some(_), None) => {}
-                    _ => break,
+                // The shard's oldest record is taken when it is ahead of the
+                // bound: an earlier key, or the same from a lower shard (ties
+                // go to the lower shard). Otherwise it stays, and its key
+                // goes back into the next look over the shards.
+                let mut behind = None;
+                let taken = consumer.take_front(|record| {
+                    let key = before_cut(record);
+                    let ahead = match (key, bound) {
+                        (Some(key), Some(bound)) => (key, index) < bound,
+                        (Some(_), None) => true,
+                        (None, _) => false,
+                    };
+                    if !ahead {
+                        behind = Some(key);
+                        return false;
+                    }
+                    drained.write(out, |room| write(record, room))
+                });
+                match (taken, behind) {
+                    (Some(true), _) => steps_left -= 1,
+                    (None, _) => {
+                        oldest[index] = None;
+                        break;
+                    }
+                    (Some(false), Some(key)) => {
+                        oldest[index] = key;
+                        break;
+                    }
+                    // The record did not fit: more is pending.
+                    (Some(false), None) => break 'merge,
                 }
             }
         }
