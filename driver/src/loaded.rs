@@ -153,8 +153,13 @@ unsafe fn lay_out_ring(
     }
     // SAFETY: the entries follow the `word_count` words inside the block.
     let table = unsafe { words.add(word_count) }.cast::<StackEntry>();
-    // SAFETY: `entries` entries' room, aligned, follows the words.
-    unsafe { write_empty_entries(table, entries) };
+    for index in 0..entries {
+        // SAFETY: `index` < `entries`: inside the entries' part.
+        let place = unsafe { table.add(index) };
+        // SAFETY: aligned (see `ring_block_size`) and written once, before
+        // anything reads it.
+        unsafe { place.write(StackEntry::new()) };
+    }
     // SAFETY: all `word_count` words were initialized above; the caller
     // keeps them allocated as long as the ring is used.
     let words: &'static [Word] = unsafe { slice::from_raw_parts(words.as_ptr(), word_count) };
@@ -172,9 +177,10 @@ unsafe fn lay_out_ring(
 }
 
 /// Writes the `count` shards over `words` from `shards`, written by
-/// `writers`. Never inlined, as [`write_empty_entries`]: each shard (1.5
-/// KiB of counters) is built on the stack before it is copied into place,
-/// and inlined into `DriverEntry` its copies took that frame past a page.
+/// `writers`. Never inlined: each shard (1.5 KiB of counters) is built on
+/// the stack before it is copied into place, and inlined into
+/// `DriverEntry` its copies took that frame past a page, which needs a
+/// stack probe (`__chkstk`) the driver does not link.
 ///
 /// # Safety
 /// `shards` is aligned for, and has room for, `count` shards that nothing
@@ -195,27 +201,6 @@ unsafe fn write_shards(
         // SAFETY: aligned (the caller's room) and written once, before
         // anything reads it.
         unsafe { place.write(shard) };
-    }
-}
-
-/// Writes `entries` empty stack-table entries from `table`. Never inlined:
-/// each entry is built on the stack before it is copied into place, and a
-/// page-sized frame needs a stack probe (`__chkstk`) the driver does not
-/// link.
-///
-/// # Safety
-/// `table` is aligned for, and has room for, `entries` entries that
-/// nothing reads before this returns.
-///
-/// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
-#[inline(never)]
-unsafe fn write_empty_entries(table: NonNull<StackEntry>, entries: usize) {
-    for index in 0..entries {
-        // SAFETY: `index` < `entries`: inside the caller's room.
-        let place = unsafe { table.add(index) };
-        // SAFETY: aligned (the caller's room) and written once, before
-        // anything reads it.
-        unsafe { place.write(StackEntry::new()) };
     }
 }
 
