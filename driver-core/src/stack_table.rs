@@ -403,9 +403,9 @@ impl<'a> StackTable<'a> {
         // store-buffer pattern, ordered here by the SeqCst total order (no
         // fence needed on this side, see `seq_cst_accesses_ordered`). The
         // reference is a locked add, the one locked instruction of a hit:
-        // every processor's captures share the entry. A fence here (a
-        // second locked instruction, which x64 does not need after the
-        // first) measured 0.5 to 1.3 ns of a 20 ns tabled publish.
+        // every processor's captures share the entry. A fence here would be
+        // a second one, which x64 does not need after the first (measured
+        // with and without: `docs/performance.md`, 2026-11-27).
         entry.refs.fetch_add(1, Ordering::SeqCst);
         seq_cst_accesses_ordered();
         if entry.version.load(Ordering::SeqCst) != version {
