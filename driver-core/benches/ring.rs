@@ -647,8 +647,9 @@ const TABLE_ROUND: u64 = 256;
 /// (`DriverCore::publish`): the stack's lookup (a hit, or an insert), then
 /// a 48-byte record naming the entry. With `new_stacks`, each event's stack
 /// differs from every other's (its first frame is the sequence), and its
-/// stack id is computed in the timed loop. Returns how many were carried inline or met a full shard (whose
-/// reference is then given back, as the capture path does).
+/// stack id is computed in the timed loop. Returns how many were carried
+/// inline or met a full shard (whose reference is then given back, as the
+/// capture path does).
 fn publish_tabled(
     ring: &ShardedRing<'_>,
     table: &StackTable<'_>,
