@@ -554,17 +554,21 @@ def thread_stack_in_the_thread_at_apc_level(w):
 
 
 @case
-def thread_stack_run_down_at_thread_exit(w):
+def thread_stack_delivered_in_the_exit_path(w):
+    """A thread that exits with the APC queued takes it in its exit path
+    (PspExitThread delivers pending kernel APCs; rundown routines are for
+    the user-mode queue): a capture in the exiting thread, not a rundown."""
     handle, client = thread_stacks(w)
     target = w.user_thread()
     w.capture_threads(handle, client, [target.id])
     w.kernel.thread_exit(target)
-    check(not traces(w, handle, client), "a record from a run-down APC")
+    record = only_trace(w, handle, client, "thread_stack")
+    check((record["thread_id"], record["irql"]) == (target.id, APC), f"the exit path's record is thread {record['thread_id']} at IRQL {record['irql']}")
     counted = thread_captures(w, handle, client)
-    check((counted["queued"], counted["run_down"], counted["delivered"], counted["in_flight"]) == (1, 1, 0, 0), f"{counted}")
-    check(not any(w.kernel.ledger.references.values()), "a reference is still held after the rundown")
+    check((counted["queued"], counted["run_down"], counted["delivered"], counted["in_flight"]) == (1, 0, 1, 0), f"{counted}")
+    check(not any(w.kernel.ledger.references.values()), "a reference is still held after the exit path's delivery")
     finished(w, handle, client)
-    return "the thread exited with the APC queued: its rundown routine ran at PASSIVE_LEVEL, counted run_down, references dropped, slot free"
+    return "the thread exited with the APC queued: its kernel routine ran in the exit path at APC_LEVEL (delivered, not run down), references dropped, slot free"
 
 
 @case
@@ -670,7 +674,7 @@ def sampling_follows_threads_within_its_bounds(w):
             threads.remove(leaving)
         sampling.tick(10 * tick, threads + [stranger])
         # The leaving thread stops running three ticks before it exits: an
-        # APC queued then is run down at its exit.
+        # APC queued then is delivered in its exit path.
         for thread in threads:
             if thread is not stuck and not (thread is leaving and tick >= 12):
                 w.kernel.deliver_apcs(thread)
@@ -745,23 +749,6 @@ def thread_stacks_refused_without_apcs_or_with_the_source_off(w):
     check(status == status_code(w, "KSTACK_STATUS_NO_APC"), f"0x{status:08X} without KeInitializeApc")
     finished(w, handle, client)
     return "source off: KSTACK_STATUS_SOURCE_DISABLED; a kernel without KeInitializeApc: status apc not_exported and KSTACK_STATUS_NO_APC; nothing queued or counted"
-
-
-@case
-def model_delivers_special_kernel_apcs(w):
-    """A check of the model itself, for the thread-stacks work: a special
-    kernel APC runs in its target thread at APC_LEVEL, and a thread that
-    exits first runs it down instead."""
-    target = w.user_thread()
-    other = w.user_thread()
-    seen = []
-    for thread, apc in ((target, 0x10), (other, 0x20)):
-        w.kernel.apcs[apc] = {"thread": thread, "kernel": lambda thread: seen.append((thread.id, w.kernel.irql)), "rundown": lambda apc=apc: seen.append(("rundown", apc)), "queued": True}
-        thread.apcs.append(apc)
-    w.kernel.deliver_apcs(target)
-    w.kernel.thread_exit(other)
-    check(seen == [(target.id, APC), ("rundown", 0x20)], f"{seen}")
-    return "model self-check: a queued special kernel APC ran in its target thread at APC_LEVEL; one queued to a thread that exited was run down"
 
 
 @test_build_case

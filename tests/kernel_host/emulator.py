@@ -59,6 +59,7 @@ ARGUMENT_REGISTERS = (UC_X86_REG_RCX, UC_X86_REG_RDX, UC_X86_REG_R8, UC_X86_REG_
 UNW_FLAG_EHANDLER = 1
 STATUS_ACCESS_VIOLATION = 0xC0000005
 MM_USER_PROBE_ADDRESS = 0x7FFFFFFF0000
+NULL_REGION_END = 0x10000
 EXCEPTION_EXECUTE_HANDLER = 1
 
 
@@ -109,6 +110,13 @@ class Machine:
         self.size = module.image_size
         self.entry = module.base + module.ep
         self.pristine = bytes(self.uc.mem_read(self.base, self.size))
+        self.image_mapped = True
+        # Windows never maps the first 64 KiB (the NULL page and the rest of
+        # MM_LOWEST_USER_ADDRESS), so a NULL pointer plus a small offset
+        # faults there; speakeasy maps some of it for its own use.
+        for begin, end, _ in list(self.uc.mem_regions()):
+            if begin < NULL_REGION_END:
+                self.uc.mem_unmap(begin, min(end + 1, NULL_REGION_END) - begin)
         self.imports = sorted(module.imports.items())
         self.uc.mem_map(STUB_BASE, STUB_AREA)
         self.uc.mem_write(STUB_BASE, b"\xcc" * STUB_AREA)
@@ -167,9 +175,18 @@ class Machine:
                 sites[instruction.address] = (register, writes, instruction.size)
         return {address: ((register, size), writes) for address, (register, writes, size) in sites.items()}
 
+    def unload_image(self):
+        """The image unmapped, as MmUnloadSystemImage leaves it: any later
+        fetch or access in it faults."""
+        self.uc.mem_unmap(self.base, self.size)
+        self.image_mapped = False
+
     def reload(self):
         """A fresh copy of the image, as a new load maps it, with every
         import bound to the model."""
+        if not self.image_mapped:
+            self.uc.mem_map(self.base, self.size)
+            self.image_mapped = True
         self.uc.mem_write(self.base, self.pristine)
         self.stubs = []
         for slot, (dll, name) in self.imports:
@@ -307,10 +324,14 @@ class Machine:
         rsp = self.uc.reg_read(UC_X86_REG_RSP)
         if self.kernel.irql >= 2:
             raise BugCheck(0xA, f"IRQL_NOT_LESS_OR_EQUAL: user address 0x{self.fault_address:X} touched at IRQL {self.kernel.irql} at {self.kernel.name_site(pc)}")
-        if self.function_at(pc) is None:
-            self._dispatch_exception(STATUS_ACCESS_VIOLATION, self.read_u64(rsp), rsp + 8)
-        else:
-            self._dispatch_exception(STATUS_ACCESS_VIOLATION, pc, rsp)
+        try:
+            if self.function_at(pc) is None:
+                self._dispatch_exception(STATUS_ACCESS_VIOLATION, self.read_u64(rsp), rsp + 8)
+            else:
+                self._dispatch_exception(STATUS_ACCESS_VIOLATION, pc, rsp)
+        except BugCheck as error:
+            null = ", a NULL pointer plus an offset" if self.fault_address < NULL_REGION_END else ""
+            raise BugCheck(error.code, f"{error.args[0].split(': ', 1)[1]} (the access was to 0x{self.fault_address:X}{null})") from None
 
     def _fault(self, error):
         """The bug check for an access to memory that is not there: a
@@ -318,6 +339,12 @@ class Machine:
         (its guard page), else PAGE_FAULT_IN_NONPAGED_AREA."""
         where = self.kernel.name_site(self.uc.reg_read(UC_X86_REG_RIP))
         address = self.fault_address
+        if address is not None and not self.image_mapped and self.base <= address < self.base + self.size:
+            return BugCheck(
+                0xCE,
+                f"DRIVER_UNLOADED_WITHOUT_CANCELLING_PENDING_OPERATIONS: kstack.sys code ran after its image was unmapped "
+                f"({self.kernel.image_unloaded} deletion of its last object), at {self.kernel.name_site(address)}",
+            )
         if address is not None:
             low, _ = self.live_stacks[-1]
             if low - 0x10000 <= address < low:

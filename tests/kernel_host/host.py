@@ -97,6 +97,10 @@ class Windows:
         m.write(self.driver, struct.pack("<HH", 4, 0x150))
         m.write_u64(self.driver + 0x18, m.base)
         m.write_u32(self.driver + 0x20, m.size)
+        # The I/O manager's reference on the driver object while the driver
+        # is loaded (ReactOS ntoskrnl/io/iomgr/driver.c).
+        kernel.driver_object = self.driver
+        kernel.track_object(self.driver, "driver")
         registry_path = self.unicode(SERVICE_KEY)
         kernel.in_driver_entry = True
         try:
@@ -106,6 +110,8 @@ class Windows:
         kernel.fail_at = None
         self.loaded = status < 0x80000000
         if not self.loaded:
+            # A failed DriverEntry: the I/O manager deletes the driver object.
+            kernel.drop_object_reference(self.driver, "inline")
             self.check_clean("after the failed DriverEntry")
         return status
 
@@ -119,6 +125,11 @@ class Windows:
             raise BugCheck(0xCE, "the driver has no DriverUnload: it could never be stopped")
         self.kernel.run(unload, [self.driver], PASSIVE, self.system_thread())
         self.loaded = False
+        # IopUnloadDriver (ReactOS ntoskrnl/io/iomgr/driver.c), once
+        # DriverUnload has returned: the driver object made temporary and
+        # its load reference dropped. The image stays mapped while any of
+        # its devices is still referenced.
+        self.kernel.drop_object_reference(self.driver, "inline")
         self.check_clean("at unload", leaves)
         return ", ".join(sorted(leaves))
 
@@ -147,6 +158,8 @@ class Windows:
                 problems.append(f"{count} reference(s) to object 0x{target:X} not dropped")
         if self.kernel.device is not None:
             problems.append("the device object is still there")
+        if not held and self.machine.image_mapped:
+            problems.append("the image is still mapped, though nothing references its device or driver object")
         if problems:
             raise BugCheck(0xCE, f"{when}: " + "; ".join(problems))
 

@@ -36,6 +36,18 @@ POOL_FLAG_UNINITIALIZED = 0x2
 MAXIMUM_EXPANSION_SIZE = 0xF000 - 0x800
 KERNEL_FRAMES_BASE = 0xFFFFF80040000000
 KI_DELIVER_APC = KERNEL_FRAMES_BASE + 0x4D10
+# The KAPC as wdm.h lays it out on x64: Type, SpareByte0, Size, SpareByte1,
+# SpareLong0, Thread, ApcListEntry, then (Reserved[3] in wdm.h, named in
+# ReactOS's ndk) KernelRoutine, RundownRoutine, NormalRoutine, then
+# NormalContext, SystemArgument1, SystemArgument2, ApcStateIndex, ApcMode,
+# Inserted: 0x58 bytes.
+KAPC_SIZE = 0x58
+KAPC_KERNEL_ROUTINE = 0x20
+KAPC_NORMAL_CONTEXT = 0x38
+KAPC_SYSTEM_ARGUMENT1 = 0x40
+KAPC_MODE = 0x51
+KAPC_INSERTED = 0x52
+KERNEL_MODE = 0
 BUGCHECK_VERIFIER = 0xC4
 
 LEARN = "learn.microsoft.com/windows-hardware/drivers/ddi/"
@@ -63,7 +75,14 @@ class Thread:
         self.attached = attached
         self.user_frames = list(user_frames or [])
         self.user_fault = user_fault
+        # KTHREAD.ApcQueueable cleared (PspExitThread's
+        # KeDisableThreadApcQueueing): KeInsertQueueApc refuses.
         self.exiting = False
+        # KernelApcDisable != 0 (KeEnterCriticalRegion): special kernel APCs
+        # are still delivered; SpecialApcDisable != 0 (KeEnterGuardedRegion):
+        # none are.
+        self.critical_region = False
+        self.guarded_region = False
         # What the thread was doing in the kernel when an APC reaches it
         # (return addresses, innermost first): waiting in KeWaitForSingleObject.
         self.kernel_frames = [KERNEL_FRAMES_BASE + 0x9A00 + thread_id, KERNEL_FRAMES_BASE + 0x7700, KERNEL_FRAMES_BASE + 0x2100]
@@ -179,40 +198,81 @@ class Kernel:
         self.completed_irps = {}
         self.apcs = {}
         self.device_address = None
+        # The kernel's own reference counts of the objects whose lifetime
+        # decides when kstack.sys is unmapped: the driver object (the I/O
+        # manager's reference while loaded, one per device) and the device
+        # (its creator's, dropped by IoDeleteDevice, plus the driver's own).
+        self.object_counts = {}
+        self.lifetimes = {}
+        # Deleted objects: address -> how ("inline" or "deferred").
+        self.deleted_objects = {}
+        self.driver_object = None
+        # How the image was unmapped, once it is.
+        self.image_unloaded = None
+
+    def track_object(self, address, kind):
+        """A device or driver object, with its one first reference."""
+        self.object_counts[address] = 1
+        self.lifetimes[address] = kind
+
+    def drop_object_reference(self, target, how):
+        """One reference fewer on a device or driver object. The last one
+        deletes it: a device (IopDeleteDevice, ReactOS
+        ntoskrnl/io/iomgr/device.c) drops its reference on its driver
+        object; a driver object (IopDeleteDriver, driver.c) unmaps its image
+        (MmUnloadSystemImage). At PASSIVE_LEVEL with APCs enabled that is
+        done before ObfDereferenceObject returns ("inline"); otherwise a
+        system worker does it ("deferred"), which may run on another
+        processor at once, so the model does it at once either way: the
+        earliest Windows can."""
+        self.object_counts[target] -= 1
+        if self.object_counts[target]:
+            return
+        del self.object_counts[target]
+        self.deleted_objects[target] = how
+        if self.lifetimes[target] == "device":
+            self.drop_object_reference(self.driver_object, how)
+        else:
+            self.machine.unload_image()
+            self.image_unloaded = how
 
     def take_registry_altitude(self, altitude):
         """Another driver's registry callback at `altitude`."""
         self.foreign_altitudes.add(altitude)
         return altitude
 
-    # --- APCs: delivery and rundown, as the kernel does them ------------------
+    # --- APCs: delivery and thread exit, as the kernel does them -------------
+    # Followed: ReactOS ntoskrnl/ke/apc.c (KiDeliverApc, KiInsertQueueApc,
+    # KeRemoveQueueApc) and ntoskrnl/ps/kill.c (PspExitThread); where Windows
+    # is known to differ, the model says so beside the rule.
 
     def deliver_apcs(self, thread):
-        """`thread` runs again and takes its queued special kernel APCs: each
-        kernel routine in that thread, at APC_LEVEL
-        (learn.microsoft.com/windows-hardware/drivers/kernel/types-of-apcs).
-        The thread's stack is what it was doing: `interrupted_frames`."""
-        while thread.apcs:
+        """`thread` runs again (below APC_LEVEL) and takes its queued kernel
+        APCs, as KiDeliverApc does: unless the thread is in a guarded region
+        (SpecialApcDisable), each special APC is taken off the queue (Inserted
+        cleared) and its kernel routine called in that thread at APC_LEVEL
+        with pointers to copies of the KAPC's normal routine, normal context
+        and system arguments. A critical region (KernelApcDisable) does not
+        hold a special APC back."""
+        while thread.apcs and not thread.guarded_region:
             apc = thread.apcs.pop(0)
-            entry = self.apcs[apc]
-            entry["queued"] = False
-            if callable(entry["kernel"]):
-                previous, irql = self.current, self.irql
-                self.current, self.irql = thread, APC
-                try:
-                    entry["kernel"](thread)
-                finally:
-                    self.current, self.irql = previous, irql
-                continue
-            self.run(entry["kernel"], self.kernel_routine_arguments(apc, entry), APC, thread, above=self.delivery_frames(thread))
+            kernel_routine, arguments = self.dequeue_for_delivery(apc)
+            self.run(kernel_routine, arguments, APC, thread, above=self.delivery_frames(thread))
 
-    def kernel_routine_arguments(self, apc, entry):
-        """A special kernel APC's kernel routine's arguments: the KAPC and
-        pointers to its normal routine, context and two system arguments."""
-        cells = self.machine.data(32)
-        for index, value in enumerate((entry["normal"], entry["context"], *entry["arguments"])):
-            self.machine.write_u64(cells + 8 * index, value)
-        return [apc, cells, cells + 8, cells + 16, cells + 24]
+    def dequeue_for_delivery(self, apc):
+        """KiDeliverApc's part before the call: the APC off its queue, its
+        routine and arguments read from the KAPC itself (not from what the
+        driver passed KeInitializeApc), copied to the dispatcher's locals."""
+        entry = self.apcs[apc]
+        entry["queued"] = False
+        self.machine.write(apc + KAPC_INSERTED, b"\0")
+        kernel_routine, _rundown, normal, context, argument1, argument2 = struct.unpack("<QQQQQQ", self.machine.read(apc + KAPC_KERNEL_ROUTINE, 48))
+        if normal:
+            self.violation("a normal kernel APC reached KiDeliverApc: the model delivers special ones only", None)
+        copies = self.machine.data(32)
+        for index, value in enumerate((normal, context, argument1, argument2)):
+            self.machine.write_u64(copies + 8 * index, value)
+        return kernel_routine, [apc, copies, copies + 8, copies + 16, copies + 24]
 
     def delivery_frames(self, thread):
         """The kernel's frames above an APC's kernel routine: the APC
@@ -224,24 +284,22 @@ class Kernel:
         and take their APCs: the first queued to a thread that runs, as a
         callout in that thread at APC_LEVEL, or None."""
         for thread in self.running_threads:
-            if not thread.apcs:
+            if not thread.apcs or thread.guarded_region:
                 continue
-            apc = thread.apcs.pop(0)
-            entry = self.apcs[apc]
-            entry["queued"] = False
+            kernel_routine, arguments = self.dequeue_for_delivery(thread.apcs.pop(0))
             saved = (self.current, self.irql, self.caller_frames)
             self.current, self.irql, self.caller_frames = thread, APC, self.delivery_frames(thread)
             stack = self.machine.new_stack()
             self.stacks.append(stack)
 
-            def back(saved=saved):
+            def back(saved=saved, kernel_routine=kernel_routine):
                 self.machine.free_stack(self.stacks.pop())
                 if self.irql != APC:
-                    self.violation(f"an APC's kernel routine returned at IRQL {self.irql}", entry["kernel"])
+                    self.violation(f"an APC's kernel routine returned at IRQL {self.irql} (IRQL_UNEXPECTED_VALUE)", kernel_routine)
                 self.current, self.irql, self.caller_frames = saved
                 return STATUS_SUCCESS
 
-            return Callout(entry["kernel"], self.kernel_routine_arguments(apc, entry), stack, back)
+            return Callout(kernel_routine, arguments, stack, back)
         return None
 
     def advance(self, milliseconds):
@@ -254,18 +312,19 @@ class Kernel:
         return {entry["thread"] for entry in self.apcs.values() if entry["queued"]}
 
     def thread_exit(self, thread):
-        """`thread` exits: no APC can be queued to it any more, and each one
-        still queued is run down (its rundown routine, at PASSIVE_LEVEL in the
-        exiting thread) or, without one, discarded."""
+        """`thread` exits, as PspExitThread (ReactOS ntoskrnl/ps/kill.c) runs
+        it: near its end KeDisableThreadApcQueueing (no APC can be queued any
+        more), then the critical region's exit delivers every kernel APC
+        still queued (their kernel routines, at APC_LEVEL in the exiting
+        thread), then the user-mode queue is flushed and each of its rundown
+        routines called; a kernel APC still queued after that is
+        KERNEL_APC_PENDING_DURING_EXIT (0x20). Rundown routines are for the
+        user-mode queue only, so kstack's (kernel-mode APCs) is never run
+        here."""
         thread.exiting = True
-        while thread.apcs:
-            apc = thread.apcs.pop(0)
-            entry = self.apcs[apc]
-            entry["queued"] = False
-            if callable(entry["rundown"]):
-                entry["rundown"]()
-            elif entry["rundown"]:
-                self.run(entry["rundown"], [apc], PASSIVE, thread)
+        self.deliver_apcs(thread)
+        if thread.apcs:
+            raise BugCheck(0x20, f"KERNEL_APC_PENDING_DURING_EXIT: thread {thread.id} exits with {len(thread.apcs)} kernel APC(s) queued")
 
     def data_export(self, name):
         return self.variables.get(name)
@@ -437,17 +496,27 @@ def io_create_device(k, site, driver, extension_size, name, device_type, charact
     k.machine.write_u64(out, device)
     k.device = {"address": device, "name": k.machine.read_unicode_string(name) if name else None, "driver": driver}
     k.device_address = device
+    # The device references its driver object until it is deleted.
+    k.track_object(device, "device")
+    k.object_counts[driver] += 1
     k.ledger.register("device", device, site)
     return STATUS_SUCCESS
 
 
-@routine("IoDeleteDevice", APC, LEARN + "wdm/nf-wdm-iodeletedevice: IRQL <= APC_LEVEL")
+@routine(
+    "IoDeleteDevice",
+    APC,
+    LEARN + "wdm/nf-wdm-iodeletedevice: IRQL <= APC_LEVEL; after ReactOS ntoskrnl/io/iomgr/device.c IoDeleteDevice: "
+    "marked delete-pending and unlinked from its driver, then its creator's reference dropped; the object (and its "
+    "reference on the driver object) goes with its last reference",
+)
 def io_delete_device(k, site, device):
     if not k.ledger.undo("device", device, site):
         k.violation(f"IoDeleteDevice of 0x{device:X}, not a live device of this driver", site)
     driver = k.machine.read_u64(device + 0x08)
     k.machine.write_u64(driver + 0x08, k.machine.read_u64(device + 0x10))
     k.device = None
+    k.drop_object_reference(device, "inline" if k.irql == PASSIVE else "deferred")
 
 
 @routine("IoCreateSymbolicLink", PASSIVE, LEARN + "wdm/nf-wdm-iocreatesymboliclink: IRQL == PASSIVE_LEVEL", failable=STATUS_INSUFFICIENT_RESOURCES)
@@ -651,46 +720,86 @@ def ke_expand_kernel_stack_and_callout_ex(k, site, callout, parameter, size, wai
 # Informer declare them).
 
 
-@routine("KeInitializeApc", DISPATCH, "undocumented (no learn.microsoft.com page): fills the caller's KAPC; DISPATCH_LEVEL at most, as KeInsertQueueApc")
+@routine(
+    "KeInitializeApc",
+    DISPATCH,
+    "undocumented (no learn.microsoft.com page); after ReactOS ntoskrnl/ke/apc.c KeInitializeApc: with no normal "
+    "routine the APC is special, so its mode is KernelMode and its NormalContext NULL whatever the caller passed",
+)
 def ke_initialize_apc(k, site, apc, thread, environment, kernel_routine, rundown_routine, normal_routine, mode, context):
     owner_of(k, thread, "thread", "KeInitializeApc", site)
     if not kernel_routine:
         k.violation("KeInitializeApc without a kernel routine", site)
-    # The KAPC as wdm.h lays it out on x64: Type, Size, Thread, the list
-    # entry, the three routines, the normal context, the two system
-    # arguments, the environment, the mode, Inserted.
-    k.machine.write(apc, struct.pack("<BBBBI", 0x12, 0, 0x58, 0, 0) + struct.pack("<Q", thread) + b"\0" * 16)
-    k.machine.write(apc + 0x20, struct.pack("<QQQQQQ", kernel_routine, rundown_routine, normal_routine, context, 0, 0))
+    if environment & 0xFFFFFFFF not in (0, 1, 2, 3):
+        k.violation(f"KeInitializeApc with environment {environment}, not a KAPC_ENVIRONMENT", site)
+    if entry := k.apcs.get(apc):
+        if entry["queued"]:
+            k.violation(f"KeInitializeApc of 0x{apc:X}, which is still queued (Inserted)", site)
+    if not normal_routine:
+        # ReactOS KeInitializeApc: "It's a special APC, which can only be
+        # kernel mode"; the WRK's KeInitializeApc does the same.
+        mode, context = KERNEL_MODE, 0
+    k.machine.write(apc, struct.pack("<BBBBI", 0x12, 0, KAPC_SIZE, 0, 0) + struct.pack("<Q", thread) + b"\0" * 16)
+    k.machine.write(apc + KAPC_KERNEL_ROUTINE, struct.pack("<QQQQQQ", kernel_routine, rundown_routine, normal_routine, context, 0, 0))
     k.machine.write(apc + 0x50, bytes([environment & 0xFF, mode & 0xFF, 0]))
-    k.apcs[apc] = {
-        "thread": k.objects[thread][1],
-        "kernel": kernel_routine,
-        "rundown": rundown_routine,
-        "normal": normal_routine,
-        "context": context,
-        "arguments": (0, 0),
-        "queued": False,
-    }
+    k.apcs[apc] = {"thread": k.objects[thread][1], "queued": False}
 
 
-@routine("KeInsertQueueApc", DISPATCH, "undocumented (no learn.microsoft.com page): queues the APC, raising to DISPATCH_LEVEL itself; FALSE when the thread exits or the APC is queued already")
+@routine(
+    "KeInsertQueueApc",
+    DISPATCH,
+    "undocumented (no learn.microsoft.com page); after ReactOS ntoskrnl/ke/apc.c KeInsertQueueApc and KiInsertQueueApc: "
+    "FALSE when the thread no longer queues APCs (exiting) or the APC is Inserted already; else the system arguments "
+    "are stored in the KAPC, Inserted set, and a special APC queued after the special ones already there",
+)
 def ke_insert_queue_apc(k, site, apc, argument1, argument2, increment):
     entry = k.apcs.get(apc)
     if entry is None:
         k.violation(f"KeInsertQueueApc of 0x{apc:X}, never initialized (KeInitializeApc)", site)
-    if entry["queued"] or entry["thread"].exiting:
+    if k.machine.read(apc + KAPC_INSERTED, 1)[0] or entry["thread"].exiting:
         return 0
     entry["queued"] = True
-    entry["arguments"] = (argument1, argument2)
-    k.machine.write(apc + 0x40, struct.pack("<QQ", argument1, argument2))
-    k.machine.write(apc + 0x52, b"\1")
+    k.machine.write(apc + KAPC_SYSTEM_ARGUMENT1, struct.pack("<QQ", argument1, argument2))
+    k.machine.write(apc + KAPC_INSERTED, b"\1")
     entry["thread"].apcs.append(apc)
     return 1
 
 
+@routine(
+    "KeRemoveQueueApc",
+    DISPATCH,
+    "undocumented (no learn.microsoft.com page); after ReactOS ntoskrnl/ke/apc.c KeRemoveQueueApc: under the thread's "
+    "APC lock, TRUE and the APC off its queue (Inserted cleared) if it was Inserted, else FALSE; no routine of the APC runs",
+)
+def ke_remove_queue_apc(k, site, apc):
+    entry = k.apcs.get(apc)
+    if entry is None:
+        k.violation(f"KeRemoveQueueApc of 0x{apc:X}, never initialized (KeInitializeApc)", site)
+    if not k.machine.read(apc + KAPC_INSERTED, 1)[0]:
+        return 0
+    entry["queued"] = False
+    entry["thread"].apcs.remove(apc)
+    k.machine.write(apc + KAPC_INSERTED, b"\0")
+    return 1
+
+
+@routine(
+    "KeAreApcsDisabled",
+    None,
+    LEARN + "wdm/nf-wdm-keareapcsdisabled: any IRQL; TRUE in a critical or guarded region (ReactOS ntoskrnl/ke/apc.c: "
+    "the thread's CombinedApcDisable, whatever the IRQL)",
+)
+def ke_are_apcs_disabled(k, site):
+    return 1 if (k.current.critical_region or k.current.guarded_region) else 0
+
+
 @routine("ObfReferenceObject", DISPATCH, LEARN + "wdm/nf-wdm-obfreferenceobject: IRQL <= DISPATCH_LEVEL")
 def obf_reference_object(k, site, target):
+    if target in k.deleted_objects:
+        k.violation(f"ObfReferenceObject of 0x{target:X}, an object already deleted", site)
     k.reference(target)
+    if target in k.object_counts:
+        k.object_counts[target] += 1
     return k.ledger.references[target]
 
 
@@ -716,12 +825,21 @@ def ob_open_object_by_pointer(k, site, target, attributes, access_state, access,
     return STATUS_SUCCESS
 
 
-@routine("ObfDereferenceObject", DISPATCH, LEARN + "wdm/nf-wdm-obdereferenceobject: IRQL <= DISPATCH_LEVEL")
+@routine(
+    "ObfDereferenceObject",
+    DISPATCH,
+    LEARN + "wdm/nf-wdm-obdereferenceobject: IRQL <= DISPATCH_LEVEL; the last reference deletes the object (ReactOS "
+    "ntoskrnl/ob/obref.c ObfDereferenceObject: inline at PASSIVE_LEVEL, else queued to a system worker)",
+)
 def obf_dereference_object(k, site, target):
     count = k.ledger.references.get(target, 0)
     if count <= 0:
         k.violation(f"ObDereferenceObject of 0x{target:X}, which holds no reference this driver took", site)
     k.ledger.references[target] = count - 1
+    if target in k.object_counts:
+        # ReactOS: inline below APC_LEVEL outside a guarded region; a
+        # critical region alone does not defer.
+        k.drop_object_reference(target, "inline" if k.irql == PASSIVE and not k.current.guarded_region else "deferred")
     return count - 1
 
 
