@@ -18,7 +18,7 @@ use kstack_driver_core::{
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, KAPC, LARGE_INTEGER,
-    NTSTATUS, OB_PRE_OPERATION_INFORMATION, PEPROCESS, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO, PVOID,
+    NTSTATUS, OB_PRE_OPERATION_INFORMATION, PEPROCESS, POBJECT_TYPE, PS_CREATE_NOTIFY_INFO,
     ntddk::{
         IoGetStackLimits, IoIs32bitProcess, IofCompleteRequest, KeGetCurrentProcessorNumberEx,
         KeQueryActiveProcessorCountEx, ObfDereferenceObject, PsGetCurrentProcessId,
@@ -72,8 +72,7 @@ const _: () = {
     assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Object) == 0x08);
     assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, ObjectType) == 0x10);
     assert!(offset_of!(OB_PRE_OPERATION_INFORMATION, Parameters) == 0x20);
-    assert!(offset_of!(KAPC, NormalContext) == 0x38);
-    assert!(offset_of!(KAPC, SystemArgument1) == 0x40);
+    // The thread-stack source's slots embed KAPCs the kernel fills in.
     assert!(size_of::<KAPC>() == 0x58);
 };
 
@@ -144,17 +143,6 @@ const _: () = assert!(wdk_sys::_MODE::KernelMode == 0);
 /// Max IRQL: any.
 pub fn handle_to_id(handle: HANDLE) -> u32 {
     u32::try_from(handle as usize).unwrap_or(u32::MAX)
-}
-
-/// A queued APC's normal context and first system argument, as the
-/// kernel passes it to its rundown routine.
-///
-/// Max IRQL: any (the rundown routine runs at `PASSIVE_LEVEL`).
-pub fn apc_context(apc: *mut KAPC) -> (PVOID, PVOID) {
-    // SAFETY: the kernel passes the APC it queued, initialized by
-    // KeInitializeApc; its fields are read, not written.
-    let apc = unsafe { &*apc };
-    (apc.NormalContext, apc.SystemArgument1)
 }
 
 /// The kernel handle that holds id `id` (a process or thread id).

@@ -313,10 +313,15 @@ pub fn destroy() {
         // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.
         let _ = unsafe { KeDelayExecutionThread(KERNEL_MODE, 0, &raw mut pause) };
     }
-    // A queued APC's routine may still run (it needs only its slot, its
-    // KAPC and the device reference it holds; the gate keeps it out of the
-    // rest): wait for them, bounded; if a thread does not let its APC run
-    // in time, the last APC's routine frees their block.
+    // The APCs still queued are taken back; one the kernel is delivering
+    // may still run its routine (it needs only its slot, its KAPC and the
+    // device reference it holds; the gate keeps it out of the rest): wait
+    // for those, bounded; if one does not finish in time, the last APC's
+    // routine frees their block.
+    // SAFETY: the gate is drained, so no request can queue an APC any more.
+    unsafe {
+        driver.thread_stacks.take_back(&driver.recorder.routines);
+    }
     let mut waits = 0;
     while driver.thread_stacks.pending() && waits < APC_WAITS {
         // SAFETY: a kernel-mode, non-alertable wait at PASSIVE_LEVEL.

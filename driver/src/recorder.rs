@@ -86,8 +86,9 @@ pub fn record(facts: impl FnOnce() -> Option<SourceFacts>) -> Option<CaptureOutc
 pub fn capture_thread(index: usize) {
     let _ = with_recorder(|recorder| {
         let platform = recorder.platform();
-        let facts = recorder.core.thread_delivered(&platform, index)?;
-        Some(recorder.core.capture(&platform, facts))
+        if let Some(facts) = recorder.core.thread_delivered(&platform, index) {
+            recorder.core.capture(&platform, facts);
+        }
     });
 }
 

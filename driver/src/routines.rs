@@ -18,10 +18,11 @@
 //! three are reported unavailable ([`HostRoutine::HostStub`]) and never
 //! called.
 //!
-//! `KeInitializeApc` and `KeInsertQueueApc` are exported by every x64
-//! Windows but not documented (no WDK header declares them), so they are
-//! looked up rather than imported, and queueing APCs counts as available
-//! only when both are there.
+//! `KeInitializeApc`, `KeInsertQueueApc` and `KeRemoveQueueApc` are
+//! exported by every x64 Windows but not documented (no WDK header declares
+//! them), so they are looked up rather than imported; queueing APCs counts
+//! as available only when the first two are there, and unload takes queued
+//! APCs back with the third when it is.
 
 use core::{ffi::c_void, ptr};
 
@@ -85,6 +86,10 @@ pub type InitializeApc = unsafe extern "system" fn(
 /// whether the APC was queued.
 pub type InsertQueueApc = unsafe extern "system" fn(*mut KAPC, PVOID, PVOID, KPRIORITY) -> BOOLEAN;
 
+/// `KeRemoveQueueApc(Apc)`: whether the APC was queued and is now taken
+/// off its queue (no routine of it runs then).
+pub type RemoveQueueApc = unsafe extern "system" fn(*mut KAPC) -> BOOLEAN;
+
 /// A `KeIpiGenericCall` worker (`PKIPI_BROADCAST_WORKER`).
 pub type IpiWorker = unsafe extern "system" fn(usize) -> usize;
 /// `KeIpiGenericCall(BroadcastFunction, Context)`: runs the worker on every
@@ -116,6 +121,10 @@ pub struct Routines {
     pub initialize_apc: Option<InitializeApc>,
     /// `KeInsertQueueApc`, only when APCs can be queued.
     pub insert_queue_apc: Option<InsertQueueApc>,
+    /// `KeRemoveQueueApc`, only when APCs can be queued and the kernel
+    /// exports it (every x64 Windows does): unload takes queued APCs back
+    /// with it.
+    pub remove_queue_apc: Option<RemoveQueueApc>,
     /// Whether the host is Wine, whose drivers run as threads of a
     /// process: never exclusive shards there.
     pub host_is_wine: bool,
@@ -200,18 +209,23 @@ impl Routines {
         let process_create_time = unsafe { routine(create_time) };
         let (apc, insert) = find_unless_stubbed(utf16!("KeInsertQueueApc"), wine);
         let initialize = find(utf16!("KeInitializeApc"));
-        let (apc, initialize, insert) = match apc {
-            HostRoutine::Available if initialize.is_null() => {
-                (HostRoutine::NotExported, ptr::null_mut(), ptr::null_mut())
-            }
-            HostRoutine::Available => (apc, initialize, insert),
-            _ => (apc, ptr::null_mut(), ptr::null_mut()),
+        let (apc, initialize, insert, remove) = match apc {
+            HostRoutine::Available if initialize.is_null() => (
+                HostRoutine::NotExported,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            ),
+            HostRoutine::Available => (apc, initialize, insert, find(utf16!("KeRemoveQueueApc"))),
+            _ => (apc, ptr::null_mut(), ptr::null_mut(), ptr::null_mut()),
         };
         // SAFETY: as above (the prototypes in the type aliases: the
         // kernel's, undocumented).
         let initialize_apc = unsafe { routine(initialize) };
         // SAFETY: as above.
         let insert_queue_apc = unsafe { routine(insert) };
+        // SAFETY: as above.
+        let remove_queue_apc = unsafe { routine(remove) };
         // SAFETY: as above (ntddk.h's prototypes, whose worker and group
         // number are the aliases' pointer-sized integer and u16).
         let ipi_generic_call = unsafe { routine(find(utf16!("KeIpiGenericCall"))) };
@@ -232,6 +246,7 @@ impl Routines {
             apc,
             initialize_apc,
             insert_queue_apc,
+            remove_queue_apc,
             host_is_wine: wine,
             ipi_generic_call,
             query_maximum_processor_count,

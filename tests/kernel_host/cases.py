@@ -430,7 +430,7 @@ def kstack_own_stack_use_within_its_bounds(w):
         return max(found)
 
     captured = sorted(entry.rsplit("::", 1)[-1] for entry, which, kind in callbacks if which == "caller" and kind == "capture")
-    check(captured == ["on_apc", "on_handle", "on_image", "on_process", "on_registry", "on_thread", "on_tick"], f"callbacks measured: {captured}")
+    check(captured == ["kstack_apc_kernel_routine", "on_handle", "on_image", "on_process", "on_registry", "on_thread", "on_tick"], f"callbacks measured: {captured}")
     callback, callback_entry = deepest(callbacks, "caller", "capture")
     request, _ = deepest(capture_now, "caller", "capture")
     callout = max(deepest(callbacks, "callout", "capture")[0], deepest(capture_now, "callout", "capture")[0])
@@ -693,14 +693,14 @@ def sampling_follows_threads_within_its_bounds(w):
     for ours, theirs in pairs:
         check(counts[ours] == driver[theirs], f"the sampler's {ours} {counts[ours]} against the driver's {theirs} {driver[theirs]}")
     check(counts["awaited"] == driver["in_flight"] + driver["run_down"], f"awaited {counts['awaited']}, driver {driver}")
-    check(driver["run_down"] >= 1 and counts["awaited"] == len(stuck_ticks) + driver["run_down"], f"awaited: the stuck thread's {len(stuck_ticks)} requests and the leaving thread's run down: {counts}, {driver}")
+    check(driver["run_down"] == 0 and counts["awaited"] == len(stuck_ticks), f"awaited: the stuck thread's {len(stuck_ticks)} requests only (the leaving thread's APC is delivered in its exit path): {counts}, {driver}")
     check((counts["threads_seen"], counts["threads_gone"], counts["ticks"], counts["missed_ticks"]) == (9, 1, 30, 0), f"{counts}")
     check(counts["skipped_pending"] > 0 and counts["skipped_over_bound"] > 0, f"{counts}")
     check(counts["other_records"] == 0, f"{counts}")
     finished_with_apcs_delivered(w, handle, client)
     return (
         f"30 ticks: {counts['requested']} requests (at most 4 a tick), {counts['captured']} captured, {counts['awaited']} awaited "
-        f"(the stuck thread's {len(stuck_ticks)}, asked for again only after the 30 ms hold, and {driver['run_down']} run down at the leaving thread's exit), "
+        f"(the stuck thread's, asked for again only after the 30 ms hold; the leaving thread's last APC delivered in its exit path), "
         f"{counts['skipped_pending']} skipped while pending, {counts['skipped_over_bound']} left by the bound; the driver's counters agree"
     )
 
@@ -718,22 +718,67 @@ def unload_waits_for_apcs_in_flight(w):
 
 
 @case
-def unload_with_an_apc_that_never_runs(w):
+def unload_takes_back_queued_apcs(w):
+    """A thread that does not run keeps its APC queued: unload takes it back
+    (KeRemoveQueueApc), so no routine of kstack's runs after unload, frees
+    everything, and the image goes at once."""
     handle, client = thread_stacks(w)
     target = w.user_thread()
     w.capture_threads(handle, client, [target.id])
     w.close(handle, client)
-    leftover = w.unload(leaves={"KsAp"})
+    w.unload()
+    check(not target.apcs, "the APC is still queued after unload")
+    check(w.kernel.image_unloaded == "inline", f"the image was not unmapped when DriverUnload returned ({w.kernel.image_unloaded})")
+    w.kernel.thread_exit(target)
+    return "unload took back the APC queued to a thread that does not run: pool freed, thread and device references dropped, the image unmapped as DriverUnload returned"
+
+
+def apc_left_queued_by_unload(w):
+    """A kernel without KeRemoveQueueApc: unload cannot take the APC back,
+    gives up after its bound and leaves the APCs' block, saying so in
+    LastUnloadPoolAllocations; the APC's device reference keeps the image
+    mapped. Returns the target thread."""
+    w.kernel.absent_routines = {"KeRemoveQueueApc"}
+    handle, client = thread_stacks(w)
+    target = w.user_thread()
+    w.capture_threads(handle, client, [target.id])
+    w.close(handle, client)
+    w.unload(leaves={"KsAp"})
     parameters = w.kernel.registry.get((SERVICE_KEY + r"\Parameters").lower(), {})
     written = parameters.get("lastunloadpoolallocations")
     check(written is not None and int.from_bytes(written[1], "little") == 1, f"LastUnloadPoolAllocations {written}")
+    check(w.machine.image_mapped, "the image was unmapped while an APC still referenced the device")
+    return target
+
+
+@case
+def apc_delivered_after_unload_returns_to_the_kernel(w):
+    """The APC left queued by unload is delivered in its thread's exit path:
+    its routine (no capture: the gate is closed) frees the abandoned block,
+    then drops the device's last reference by a tail jump, at APC_LEVEL: the
+    deletion (a worker's, which may run at once) unmaps the image, and
+    ObfDereferenceObject returns into KiDeliverApc, not into kstack."""
+    target = apc_left_queued_by_unload(w)
     w.kernel.thread_exit(target)
-    check(not w.kernel.ledger.pool, "the abandoned block is still allocated after its last APC ran down")
-    check(not any(w.kernel.ledger.references.values()), "the run-down APC left a reference")
-    return (
-        f"a thread that never runs keeps its APC queued: unload gave up after its bound and left the APCs' block ({leftover}), "
-        "saying so in LastUnloadPoolAllocations; the rundown at the thread's exit then freed the block and dropped the thread's and the device's references"
-    )
+    check(w.kernel.image_unloaded == "deferred", f"the image was not unmapped by the APC's last reference ({w.kernel.image_unloaded})")
+    check(not w.kernel.ledger.pool, "the abandoned block is still allocated after its last APC ran")
+    check(not any(w.kernel.ledger.references.values()), "the APC left a reference")
+    return "unload without KeRemoveQueueApc left the APC queued and its block; the exit path delivered it: block freed, thread dereferenced, the device's last reference dropped by a tail jump (image unmapped by the deferred deletion, nothing of kstack ran after)"
+
+
+@case
+def apc_run_down_after_unload_returns_to_the_kernel(w):
+    """kstack's rundown routine, a defence no known kernel needs (rundown
+    routines are the user-mode queue's at thread exit), run as that exit
+    path would run it: at PASSIVE_LEVEL, where the last device reference
+    deletes inline, unmapping the image before ObfDereferenceObject
+    returns; the tail jump returns it to the kernel."""
+    target = apc_left_queued_by_unload(w)
+    w.kernel.run_down_apcs(target)
+    check(w.kernel.image_unloaded == "inline", f"the image was not unmapped by the rundown's last reference ({w.kernel.image_unloaded})")
+    check(not w.kernel.ledger.pool, "the abandoned block is still allocated after its rundown")
+    check(not any(w.kernel.ledger.references.values()), "the rundown left a reference")
+    return "the APC left queued by unload run down at PASSIVE_LEVEL: block freed, the device's last reference dropped by a tail jump (inline deletion unmapped the image first; nothing of kstack ran after)"
 
 
 @case

@@ -5,7 +5,13 @@ did. run.py runs them all on every run, so the checks are shown to be live;
 docs/testing.md lists them.
 """
 
-from cases import load_and_unload, registry_pre_and_post_with_the_user_stack, registry_unmapped_user_stack, timer_dpc_at_dispatch
+from cases import (
+    apc_delivered_after_unload_returns_to_the_kernel,
+    load_and_unload,
+    registry_pre_and_post_with_the_user_stack,
+    registry_unmapped_user_stack,
+    timer_dpc_at_dispatch,
+)
 from emulator import BugCheck
 from host import Windows
 from ntoskrnl import ROUTINES
@@ -31,7 +37,7 @@ class Defect:
 
     def run(self, machine, symbols, bridge):
         w = Windows(machine, symbols, bridge)
-        w.after_reload = lambda: self.patch(machine)
+        w.after_reload = lambda: self.patch(machine, symbols)
         try:
             self.case(w)
         except (AssertionError, BugCheck) as error:
@@ -40,10 +46,10 @@ class Defect:
 
 
 def import_instead(name, replacement):
-    return lambda machine: machine.patch_slot(name, machine.stub_for(replacement))
+    return lambda machine, symbols: machine.patch_slot(name, machine.stub_for(replacement))
 
 
-def empty_the_exception_scope(machine):
+def empty_the_exception_scope(machine, symbols):
     """The scope table of the one function whose handler is
     __C_specific_handler (kstack_guarded_walk) gets no scopes."""
     for function in machine.functions:
@@ -52,6 +58,20 @@ def empty_the_exception_scope(machine):
             machine.write_u32(handler[1], 0)
             return
     raise AssertionError("the image has no function with an exception handler")
+
+
+def drop_the_last_reference_by_a_call(machine, symbols):
+    """kstack_apc_kernel_routine's tail jump into ObfDereferenceObject
+    (`jmp [rip+disp32]`, FF 25) made a call (FF 15, the same length and
+    slot), and the `int3` after it a `ret`: the routine then returns
+    through kstack's code after dropping the device's last reference."""
+    thunk = machine.base + symbols.public("kstack_apc_kernel_routine")
+    code = machine.read(thunk, 64)
+    jump = code.index(b"\xff\x25")
+    if code[jump + 6] != 0xCC:
+        raise AssertionError("kstack_apc_kernel_routine's tail jump is not followed by its int3")
+    machine.write(thunk + jump, b"\xff\x15")
+    machine.write(thunk + jump + 6, b"\xc3")
 
 
 DEFECTS = [
@@ -85,5 +105,12 @@ DEFECTS = [
         "kstack_guarded_walk's scope table lists no scope, so the user walk's access violation has no handler",
         empty_the_exception_scope,
         registry_unmapped_user_stack,
+    ),
+    Defect(
+        "return after the last reference",
+        "the APC's kernel routine drops the device's last reference with a call and returns through kstack.sys "
+        "instead of tail-jumping into ObfDereferenceObject",
+        drop_the_last_reference_by_a_call,
+        apc_delivered_after_unload_returns_to_the_kernel,
     ),
 ]

@@ -111,12 +111,7 @@ class Machine:
         self.entry = module.base + module.ep
         self.pristine = bytes(self.uc.mem_read(self.base, self.size))
         self.image_mapped = True
-        # Windows never maps the first 64 KiB (the NULL page and the rest of
-        # MM_LOWEST_USER_ADDRESS), so a NULL pointer plus a small offset
-        # faults there; speakeasy maps some of it for its own use.
-        for begin, end, _ in list(self.uc.mem_regions()):
-            if begin < NULL_REGION_END:
-                self.uc.mem_unmap(begin, min(end + 1, NULL_REGION_END) - begin)
+        self.null_region_freed = False
         self.imports = sorted(module.imports.items())
         self.uc.mem_map(STUB_BASE, STUB_AREA)
         self.uc.mem_write(STUB_BASE, b"\xcc" * STUB_AREA)
@@ -181,9 +176,24 @@ class Machine:
         self.uc.mem_unmap(self.base, self.size)
         self.image_mapped = False
 
+    def free_the_null_region(self):
+        """Windows never maps the first 64 KiB (the NULL page and the rest
+        below MM_LOWEST_USER_ADDRESS), so a NULL pointer plus a small offset
+        faults there; speakeasy maps some of it for its own bookkeeping,
+        which every Machine's loading writes to (its driver list is shared
+        between instances): so this runs at the first load, once every
+        Machine exists."""
+        if self.null_region_freed:
+            return
+        for begin, end, _ in list(self.uc.mem_regions()):
+            if begin < NULL_REGION_END:
+                self.uc.mem_unmap(begin, min(end + 1, NULL_REGION_END) - begin)
+        self.null_region_freed = True
+
     def reload(self):
         """A fresh copy of the image, as a new load maps it, with every
         import bound to the model."""
+        self.free_the_null_region()
         if not self.image_mapped:
             self.uc.mem_map(self.base, self.size)
             self.image_mapped = True

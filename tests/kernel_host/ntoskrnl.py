@@ -326,6 +326,20 @@ class Kernel:
         if thread.apcs:
             raise BugCheck(0x20, f"KERNEL_APC_PENDING_DURING_EXIT: thread {thread.id} exits with {len(thread.apcs)} kernel APC(s) queued")
 
+    def run_down_apcs(self, thread):
+        """`thread`'s queued APCs run down as PspExitThread runs down the
+        user-mode queue (KeFlushQueueApc, then each rundown routine at
+        PASSIVE_LEVEL in the exiting thread). Windows does this for user
+        APCs only: a case uses it to reach a kernel APC's rundown routine."""
+        thread.exiting = True
+        while thread.apcs:
+            apc = thread.apcs.pop(0)
+            self.apcs[apc]["queued"] = False
+            self.machine.write(apc + KAPC_INSERTED, b"\0")
+            rundown = self.machine.read_u64(apc + KAPC_KERNEL_ROUTINE + 8)
+            if rundown:
+                self.run(rundown, [apc], PASSIVE, thread)
+
     def data_export(self, name):
         return self.variables.get(name)
 

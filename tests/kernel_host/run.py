@@ -188,14 +188,16 @@ def main():
     totals = Totals()
     if options.measure:
         return 0 if run_one(f"measure {options.measure}", MEASUREMENTS[options.measure], machine, symbols, bridge, totals) else 1
+    # Every Machine is made before any runs code (see
+    # Machine.free_the_null_region).
     test_build = None
+    if any(getattr(body, "test_build", False) for body in CASES):
+        if options.test_image is None:
+            raise SystemExit("the test-build cases need --test-image and --test-pdb")
+        test_machine = Machine(options.test_image)
+        test_build = (test_machine, Symbols(options.test_pdb, test_machine.pe))
     for body in CASES:
         if getattr(body, "test_build", False):
-            if options.test_image is None:
-                raise SystemExit(f"case {body.__name__} needs --test-image and --test-pdb")
-            if test_build is None:
-                test_machine = Machine(options.test_image)
-                test_build = (test_machine, Symbols(options.test_pdb, test_machine.pe))
             run_one(body.__name__, body, *test_build, bridge, totals)
         else:
             run_one(body.__name__, body, machine, symbols, bridge, totals)

@@ -47,6 +47,13 @@ class Symbols:
             (rva, name) for rva, name, place in listed(pdb_path, "publics", PUBLIC, PUBLIC_PLACE, sections) if place.group("section") == "0001"
         )
 
+    def public(self, name):
+        """The RVA of the public symbol `name` (kstack's assembly thunks)."""
+        for rva, public in self.publics:
+            if public == name:
+                return rva
+        raise KeyError(f"no public symbol {name}")
+
     def name(self, rva):
         for begin, end, name in self.procedures:
             if begin <= rva < end:

@@ -795,6 +795,63 @@ fn frame_sizes() -> Vec<(String, usize)> {
 
 /// `kstack_guarded_walk`'s frame: `sub rsp, 40` and its return address.
 const FAULT_SCOPE_THUNK_FRAME: usize = 48;
+/// `kstack_apc_kernel_routine`'s frame, above `thread_stack::delivered`:
+/// likewise.
+const APC_ROUTINE_THUNK_FRAME: usize = 48;
+
+/// The thread-stack APC's routines drop the device's last reference by a
+/// tail jump into `ObfDereferenceObject`: that call can unmap kstack.sys
+/// (driver/src/sources/thread_stack.rs), so nothing of kstack may run after
+/// it. Each is exactly `sub rsp, 40; call <its Rust part>; add rsp, 40;
+/// mov rcx, rax; jmp [rip + <ObfDereferenceObject's import slot>]; int3`.
+#[test]
+fn the_apc_routines_drop_the_device_reference_by_a_tail_jump() {
+    let image = image_bytes();
+    let pe = parse(&image);
+    let (_, table, names) = import_tables(&pe)
+        .into_iter()
+        .find(|(dll, _, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
+        .expect("kstack.sys imports from ntoskrnl.exe");
+    let index = names
+        .iter()
+        .position(|name| name.as_deref() == Some("ObfDereferenceObject"))
+        .expect("kstack.sys imports ObfDereferenceObject");
+    let slot = table + 8 * u32::try_from(index).expect("a small index");
+    for routine in ["kstack_apc_kernel_routine", "kstack_apc_rundown_routine"] {
+        let rva = pdb_public_symbol_rva(routine)
+            .unwrap_or_else(|| panic!("kstack.pdb has no public symbol {routine}"));
+        let code = at_rva(&pe, rva);
+        assert_eq!(
+            code[..4],
+            [0x48, 0x83, 0xEC, 0x28],
+            "{routine}: sub rsp, 40 first"
+        );
+        assert_eq!(code[4], 0xE8, "{routine}: then a direct call");
+        assert_eq!(
+            code[9..13],
+            [0x48, 0x83, 0xC4, 0x28],
+            "{routine}: then add rsp, 40"
+        );
+        assert!(
+            code[13..16] == [0x48, 0x89, 0xC1] || code[13..16] == [0x48, 0x8B, 0xC8],
+            "{routine}: then mov rcx, rax"
+        );
+        assert_eq!(
+            code[16..18],
+            [0xFF, 0x25],
+            "{routine}: then jmp [rip + disp32]"
+        );
+        let next = rva + 22;
+        let target = next.wrapping_add_signed(i32::from_le_bytes(
+            code[18..22].try_into().expect("4 bytes"),
+        ));
+        assert_eq!(
+            target, slot,
+            "{routine}: the jump goes through RVA {target:#x}, not ObfDereferenceObject's import slot {slot:#x}"
+        );
+        assert_eq!(code[22], 0xCC, "{routine}: the int3 after the jump");
+    }
+}
 
 #[test]
 fn the_capture_path_fits_the_kernel_stack_guard() {
@@ -817,10 +874,10 @@ fn the_capture_path_fits_the_kernel_stack_guard() {
         "on_image",
         "on_registry",
         "on_handle",
-        "thread_stack::on_apc",
     ]
     .map(largest)
     .into_iter()
+    .chain([largest("thread_stack::delivered") + APC_ROUTINE_THUNK_FRAME])
     .max()
     .unwrap_or(0);
     let capture = largest("DriverCore::capture<");

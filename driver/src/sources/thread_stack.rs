@@ -5,42 +5,57 @@
 //! The bookkeeping (which slot is whose, what each request asked) is
 //! kstack-driver-core's `thread_captures`; this file holds the kernel's
 //! side: one `KAPC` per slot, the referenced thread each queued APC
-//! targets, and the two routines the kernel may run for it (exactly one,
-//! whenever the thread next allows it, possibly never).
+//! targets, and the routines the kernel runs for it.
+//!
+//! How the kernel runs a special kernel APC (ReactOS `ntoskrnl/ke/apc.c`,
+//! the WRK's `ke/apcobj.c` and `ke/apcsup.c`; docs/real-kernel.md):
+//! - `KeInitializeApc` with no normal routine makes it kernel mode and sets
+//!   its normal context to NULL, whatever the caller passed. So a routine
+//!   finds its slot from the `KAPC`'s own address, which lies inside its
+//!   [`ApcSlot`] (`CONTAINING_RECORD`, as System Informer does), never from
+//!   the context.
+//! - `KiDeliverApc` takes the APC off the queue, then calls the kernel
+//!   routine at `APC_LEVEL` in the thread, inside a critical region too
+//!   (not inside a guarded region).
+//! - A thread that exits with it queued takes it in its exit path
+//!   (`PspExitThread`): rundown routines are for the user-mode queue, so
+//!   [`kstack_apc_rundown_routine`] is a defensive path no known kernel
+//!   takes.
 //!
 //! What keeps a queued APC safe:
 //! - its thread is referenced (`PsLookupThreadByThreadId`) until one of its
 //!   routines ran, so the thread the APC is queued on stays;
-//! - kstack's device object is referenced too, and the routine drops that
-//!   reference as its last call: the I/O manager does not unload a driver
-//!   while one of its device objects is referenced, so the routines' code
-//!   is there whenever the kernel calls them, also after `DriverUnload`;
-//! - the slots and their `KAPC`s are a block of their own
-//!   ([`ThreadStackSource::create`]), freed once no APC can run a routine
-//!   any more: by unload, which waits (bounded) for that, or, when a thread
-//!   does not let its APC run in time, by the last of those APCs' routines
-//!   (`Retirement`), so no `KAPC` is ever in freed memory and nothing stays
-//!   allocated for good.
-//!
-//! Residual window, as for any driver that drops the reference on its own
-//! device last: the routine's epilogue after that call.
+//! - kstack's device object is referenced too, which keeps the device, its
+//!   driver object and so kstack.sys mapped after `DriverUnload` until that
+//!   reference is dropped. The routines drop it last, by a tail jump into
+//!   `ObfDereferenceObject` from assembly: when that deletes the device and
+//!   unmaps the image, before it returns at `PASSIVE_LEVEL` or on a worker
+//!   thread at once at `APC_LEVEL`, it returns into the kernel's APC
+//!   dispatcher, not into kstack;
+//! - unload takes back the APCs still queued (`KeRemoveQueueApc`) and waits,
+//!   bounded, for those being delivered; the slots and their `KAPC`s are a
+//!   block of their own ([`ThreadStackSource::create`]), freed by unload
+//!   or, when a delivery outlasts that wait, by the last of those APCs'
+//!   routines (`Retirement`), so no `KAPC` is ever in freed memory and
+//!   nothing stays allocated for good.
 
 use core::{
     cell::UnsafeCell,
     ffi::c_void,
+    mem::{offset_of, size_of},
     ptr::{self, NonNull},
-    sync::atomic::{AtomicPtr, Ordering},
+    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
 };
 
 use kstack_abi::{ThreadRequestOutcome, thread_capture::THREAD_CAPTURE_SLOTS};
 use kstack_driver_core::thread_captures::{Retirement, Slot};
 use wdk_sys::{
-    DEVICE_OBJECT, KAPC, PETHREAD, PKNORMAL_ROUTINE, PVOID,
+    DEVICE_OBJECT, KAPC, PETHREAD,
     ntddk::{ObfDereferenceObject, ObfReferenceObject, PsIsSystemThread, PsLookupThreadByThreadId},
 };
 
 use crate::{
-    kernel::{self, KERNEL_MODE, id_to_handle},
+    kernel::{KERNEL_MODE, id_to_handle},
     pool, recorder,
     routines::Routines,
 };
@@ -52,16 +67,27 @@ const SLOTS: usize = THREAD_CAPTURE_SLOTS as usize;
 /// process, whatever it is attached to when the APC is delivered.
 const ORIGINAL_APC_ENVIRONMENT: u32 = 0;
 
+/// One slot's `KAPC` and what its routines need: the `KAPC` first, so the
+/// address the kernel passes them is the slot's.
+#[repr(C)]
+struct ApcSlot {
+    /// The kernel's while its APC is queued.
+    apc: UnsafeCell<KAPC>,
+    /// The referenced thread the queued APC targets (null when free).
+    thread: AtomicPtr<c_void>,
+    /// This slot's index, written at creation.
+    index: AtomicUsize,
+}
+
 /// The kernel's side of the thread-capture slots. All-zero bytes are its
-/// initial state (every KAPC not initialized, every slot free, no thread,
-/// no device, nothing pending), so it is made in place in zeroed pool: at
-/// about 32 KiB it is larger than a kernel stack.
+/// initial state but for the slots' indexes (every KAPC not initialized,
+/// every slot free, no thread, no device, nothing pending), so it is made
+/// in place in zeroed pool: at about 40 KiB it is larger than a kernel
+/// stack.
 #[repr(C)]
 pub struct ThreadStackSource {
-    /// One `KAPC` per slot, the kernel's while its APC is queued.
-    apcs: [UnsafeCell<KAPC>; SLOTS],
-    /// The referenced thread each queued APC targets (null when free).
-    threads: [AtomicPtr<c_void>; SLOTS],
+    /// One `KAPC` per slot, with its thread and index.
+    apcs: [ApcSlot; SLOTS],
     /// The core's bookkeeping of the same slots.
     pub slots: [Slot; SLOTS],
     /// The APCs that may still run a routine, and who frees this block.
@@ -83,7 +109,11 @@ impl ThreadStackSource {
         // alignment is 8.
         let block = unsafe { pool::allocate_zeroed::<Self>(routines, pool::TAG_APCS) }?;
         // SAFETY: made above, freed only by `free` once nothing uses it.
-        Some(unsafe { block.as_ref() })
+        let source = unsafe { block.as_ref() };
+        for (index, slot) in source.apcs.iter().enumerate() {
+            slot.index.store(index, Ordering::Relaxed);
+        }
+        Some(source)
     }
 
     /// Frees the block.
@@ -118,11 +148,23 @@ impl ThreadStackSource {
             unsafe { self.free() };
         }
     }
+
     /// The device the APCs keep referenced, once it exists.
     ///
     /// Max IRQL: `PASSIVE_LEVEL`.
     pub fn set_device(&self, device: *mut DEVICE_OBJECT) {
         self.device.store(device, Ordering::Release);
+    }
+
+    /// The `KAPC` of slot `index`, as a pointer into the whole source, so
+    /// a routine can step back from it to the source.
+    ///
+    /// Max IRQL: any.
+    fn apc(&self, index: usize) -> *mut KAPC {
+        ptr::from_ref(self)
+            .wrapping_byte_add(offset_of!(Self, apcs) + index * size_of::<ApcSlot>())
+            .cast_mut()
+            .cast()
     }
 
     /// Queues the APC of slot `index` (armed by the core) to thread
@@ -161,10 +203,13 @@ impl ThreadStackSource {
         // SAFETY: kstack's own device object, alive while the driver is.
         unsafe { ObfReferenceObject(device.cast()) };
         self.retirement.queued();
-        self.threads[index].store(thread.cast(), Ordering::Relaxed);
-        let apc = self.apcs[index].get();
-        // A special kernel APC (no normal routine) in kernel mode, whose
-        // routines stay loaded by the device reference, context this source.
+        self.apcs[index]
+            .thread
+            .store(thread.cast(), Ordering::Relaxed);
+        let apc = self.apc(index);
+        // A special kernel APC: no normal routine, so kernel mode and no
+        // context (the kernel would drop one); the routines find their slot
+        // from `apc`.
         // SAFETY: the slot is this request's (armed, not queued): no one else
         // touches its KAPC; every argument is as KeInitializeApc takes it.
         unsafe {
@@ -172,21 +217,22 @@ impl ThreadStackSource {
                 apc,
                 thread,
                 ORIGINAL_APC_ENVIRONMENT,
-                on_apc,
-                Some(on_rundown),
+                kstack_apc_kernel_routine,
+                Some(kstack_apc_rundown_routine),
                 None,
                 KERNEL_MODE,
-                ptr::from_ref(self).cast_mut().cast(),
+                ptr::null_mut(),
             );
         }
-        // SAFETY: the KAPC was initialized above; the slot's index travels
-        // as the first system argument.
-        let queued = unsafe { insert(apc, ptr::without_provenance_mut(index), ptr::null_mut(), 0) };
+        // SAFETY: the KAPC was initialized above.
+        let queued = unsafe { insert(apc, ptr::null_mut(), ptr::null_mut(), 0) };
         if queued == 0 {
             // Unload waits for requests to leave before it can abandon
             // the block, so this is never the one to free it.
             let _ = self.retirement.done();
-            self.threads[index].store(ptr::null_mut(), Ordering::Relaxed);
+            self.apcs[index]
+                .thread
+                .store(ptr::null_mut(), Ordering::Relaxed);
             // SAFETY: the thread's reference taken above, for an APC that
             // will never run.
             unsafe { ObfDereferenceObject(thread.cast()) };
@@ -197,18 +243,54 @@ impl ThreadStackSource {
         Ok(())
     }
 
-    /// The end of a queued APC, whichever routine ran (its capture or its
-    /// count done): frees the slot, frees the block too when unload gave up
-    /// on it and this was the last APC, then drops the thread's reference,
-    /// then the device's, last. Nothing of `self` is touched after the slot
-    /// is freed: unload may free the block then.
+    /// Unload takes back every APC still queued (`KeRemoveQueueApc`), so
+    /// none runs after it: each taken back is finished here, its slot
+    /// freed and its references dropped. An APC the kernel has already
+    /// taken off the queue for delivery is not taken back: its routine
+    /// finishes it. Without `KeRemoveQueueApc` nothing is taken back.
+    ///
+    /// The device references dropped here are never the last: the I/O
+    /// manager keeps its own on the driver object until `DriverUnload`
+    /// returns, so kstack.sys stays mapped through this.
     ///
     /// # Safety
-    /// Called once per queued APC, by its routine, with its slot's index.
+    /// No request can queue an APC any more.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    pub unsafe fn take_back(&self, routines: &Routines) {
+        let Some(remove) = routines.remove_queue_apc else {
+            return;
+        };
+        for index in 0..SLOTS {
+            if self.apcs[index].thread.load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            // SAFETY: the slot's KAPC was initialized by `queue`; the
+            // kernel removes it only if it is still queued.
+            if unsafe { remove(self.apc(index)) } != 0 {
+                // SAFETY: taken back: no routine will run for this APC.
+                let device = unsafe { self.finish(index) };
+                // SAFETY: its device reference, not the last (see above).
+                unsafe { ObfDereferenceObject(device.cast()) };
+            }
+        }
+    }
+
+    /// The end of a queued APC, whichever routine ran (its capture or its
+    /// count done) or unload took it back: frees the slot, frees the block
+    /// too when unload gave up on it and this was the last APC, then drops
+    /// the thread's reference. Nothing of `self` is touched after the slot
+    /// is freed: unload may free the block then. Returns the device, whose
+    /// reference the caller drops last.
+    ///
+    /// # Safety
+    /// Called once per queued APC, with its slot's index.
     ///
     /// Max IRQL: `APC_LEVEL`.
-    unsafe fn finish(&self, index: usize) {
-        let thread = self.threads[index].swap(ptr::null_mut(), Ordering::Relaxed);
+    unsafe fn finish(&self, index: usize) -> *mut DEVICE_OBJECT {
+        let thread = self.apcs[index]
+            .thread
+            .swap(ptr::null_mut(), Ordering::Relaxed);
         let device = self.device.load(Ordering::Acquire);
         self.slots[index].release();
         if self.retirement.done() {
@@ -218,62 +300,121 @@ impl ThreadStackSource {
         }
         // SAFETY: the reference `queue` took for this APC.
         unsafe { ObfDereferenceObject(thread) };
-        // SAFETY: as above; the last thing this routine does in kstack.
-        unsafe { ObfDereferenceObject(device.cast()) };
+        device
     }
 }
 
-/// The source and slot an APC belongs to, from the context and the first
-/// system argument `queue` gave it.
+/// The source and slot index a queued APC belongs to, from the `KAPC`'s
+/// own address (`CONTAINING_RECORD`: the `KAPC` is its [`ApcSlot`]'s first
+/// field, the slots the source's first).
 ///
 /// # Safety
-/// `context` and `argument` are an APC's, as `queue` set them.
-unsafe fn owner<'a>(context: PVOID, argument: PVOID) -> (&'a ThreadStackSource, usize) {
-    // SAFETY: the caller's contract: `context` is the source, which lives
-    // until no APC is in flight.
-    (
-        unsafe { &*context.cast::<ThreadStackSource>() },
-        argument.addr(),
-    )
+/// `apc` is the `KAPC` of a slot of a live source, as `queue` gave it to
+/// the kernel.
+unsafe fn owner<'a>(apc: *mut KAPC) -> (&'a ThreadStackSource, usize) {
+    // SAFETY: the caller's contract: `apc` is a slot's first field.
+    let slot = unsafe { &*apc.cast::<ApcSlot>() };
+    let index = slot.index.load(Ordering::Relaxed);
+    let source = apc
+        .wrapping_byte_sub(offset_of!(ThreadStackSource, apcs) + index * size_of::<ApcSlot>())
+        .cast::<ThreadStackSource>();
+    // SAFETY: `apc` came from `ThreadStackSource::apc(index)`, so stepping
+    // back by as much gives the source, which lives until no APC is in
+    // flight.
+    (unsafe { &*source }, index)
 }
 
-/// The kernel routine: in the target thread at `APC_LEVEL`, captures its
-/// stack as the thread-stack source's event, then finishes the APC.
+// The routines the kernel calls, in assembly so that their last act is a
+// tail jump into `ObfDereferenceObject` with the device the Rust part
+// returns: that call may delete the device and unmap kstack.sys, and then
+// returns straight to the kernel. Each keeps 40 bytes (the 32-byte home area
+// and the alignment) with unwind information, so a stack walk from inside
+// passes through. The `int3` after each jump is never reached.
+//
+// `kstack_apc_kernel_routine(Apc, NormalRoutine, NormalContext,
+// SystemArgument1, SystemArgument2)` (`PKKERNEL_ROUTINE`): the Rust part
+// needs only `Apc`, which it gets unchanged in RCX.
+// `kstack_apc_rundown_routine(Apc)` (`PKRUNDOWN_ROUTINE`): likewise.
+core::arch::global_asm!(
+    ".text",
+    ".globl kstack_apc_kernel_routine",
+    ".p2align 4",
+    "kstack_apc_kernel_routine:",
+    ".seh_proc kstack_apc_kernel_routine",
+    "sub rsp, 40",
+    ".seh_stackalloc 40",
+    ".seh_endprologue",
+    "call {delivered}",
+    "add rsp, 40",
+    "mov rcx, rax",
+    "jmp qword ptr [rip + __imp_ObfDereferenceObject]",
+    "int3",
+    ".seh_endproc",
+    ".globl kstack_apc_rundown_routine",
+    ".p2align 4",
+    "kstack_apc_rundown_routine:",
+    ".seh_proc kstack_apc_rundown_routine",
+    "sub rsp, 40",
+    ".seh_stackalloc 40",
+    ".seh_endprologue",
+    "call {run_down}",
+    "add rsp, 40",
+    "mov rcx, rax",
+    "jmp qword ptr [rip + __imp_ObfDereferenceObject]",
+    "int3",
+    ".seh_endproc",
+    delivered = sym delivered,
+    run_down = sym run_down,
+);
+
+unsafe extern "system" {
+    /// The kernel routine above: captures the thread's stack, then drops
+    /// the APC's references.
+    ///
+    /// Max IRQL: `APC_LEVEL`.
+    fn kstack_apc_kernel_routine(
+        apc: *mut KAPC,
+        normal_routine: *mut wdk_sys::PKNORMAL_ROUTINE,
+        normal_context: *mut wdk_sys::PVOID,
+        system_argument1: *mut wdk_sys::PVOID,
+        system_argument2: *mut wdk_sys::PVOID,
+    );
+    /// The rundown routine above: counts the APC, then drops its
+    /// references.
+    ///
+    /// Max IRQL: `PASSIVE_LEVEL`.
+    fn kstack_apc_rundown_routine(apc: *mut KAPC);
+}
+
+/// The kernel routine's Rust part: in the target thread at `APC_LEVEL`,
+/// captures its stack as the thread-stack source's event and finishes the
+/// APC; returns the device whose reference the assembly drops last.
 ///
 /// # Safety
-/// Called by the kernel once, for an APC `ThreadStackSource::queue` queued.
+/// Called once per APC `ThreadStackSource::queue` queued, by
+/// `kstack_apc_kernel_routine`.
 ///
 /// Max IRQL: `APC_LEVEL`.
-unsafe extern "system" fn on_apc(
-    _apc: *mut KAPC,
-    _normal_routine: *mut PKNORMAL_ROUTINE,
-    normal_context: *mut PVOID,
-    system_argument1: *mut PVOID,
-    _system_argument2: *mut PVOID,
-) {
-    // SAFETY: the kernel passes pointers to the APC's own context.
-    let context = unsafe { *normal_context };
-    // SAFETY: as above, to its first system argument.
-    let argument = unsafe { *system_argument1 };
-    // SAFETY: both as `queue` set them.
-    let (source, index) = unsafe { owner(context, argument) };
+unsafe extern "system" fn delivered(apc: *mut KAPC) -> *mut DEVICE_OBJECT {
+    // SAFETY: the kernel passes the APC `queue` queued.
+    let (source, index) = unsafe { owner(apc) };
     recorder::capture_thread(index);
     // SAFETY: once for this APC, after its capture.
-    unsafe { source.finish(index) };
+    unsafe { source.finish(index) }
 }
 
-/// The rundown routine: the thread exits with the APC still queued (at
-/// `PASSIVE_LEVEL`, in the exiting thread); counts it and finishes the APC.
+/// The rundown routine's Rust part: counts the APC and finishes it;
+/// returns the device whose reference the assembly drops last.
 ///
 /// # Safety
-/// Called by the kernel once, for an APC `ThreadStackSource::queue` queued.
+/// Called once per APC `ThreadStackSource::queue` queued, by
+/// `kstack_apc_rundown_routine`.
 ///
 /// Max IRQL: `PASSIVE_LEVEL`.
-unsafe extern "system" fn on_rundown(apc: *mut KAPC) {
-    let (context, argument) = kernel::apc_context(apc);
-    // SAFETY: the APC's context and first argument, as `queue` set them.
-    let (source, index) = unsafe { owner(context, argument) };
+unsafe extern "system" fn run_down(apc: *mut KAPC) -> *mut DEVICE_OBJECT {
+    // SAFETY: the kernel passes the APC `queue` queued.
+    let (source, index) = unsafe { owner(apc) };
     recorder::thread_run_down();
     // SAFETY: once for this APC.
-    unsafe { source.finish(index) };
+    unsafe { source.finish(index) }
 }
