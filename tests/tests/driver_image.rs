@@ -801,7 +801,7 @@ const APC_ROUTINE_THUNK_FRAME: usize = 48;
 
 /// The thread-stack APC's routines drop the device's last reference by a
 /// tail jump into `ObfDereferenceObject`: that call can unmap kstack.sys
-/// (driver/src/sources/thread_stack.rs), so nothing of kstack may run after
+/// (`driver/src/sources/thread_stack.rs`), so nothing of kstack may run after
 /// it. Each is exactly `sub rsp, 40; call <its Rust part>; add rsp, 40;
 /// mov rcx, rax; jmp [rip + <ObfDereferenceObject's import slot>]; int3`.
 #[test]
