@@ -27,7 +27,6 @@ STATUS_NO_MEMORY = 0xC0000017
 STATUS_OBJECT_NAME_NOT_FOUND = 0xC0000034
 STATUS_OBJECT_NAME_COLLISION = 0xC0000035
 STATUS_INSUFFICIENT_RESOURCES = 0xC000009A
-STATUS_INVALID_CID = 0xC000000B
 STATUS_BUFFER_TOO_SMALL = 0xC0000023
 STATUS_INVALID_HANDLE = 0xC0000008
 NON_PAGED_POOL_NX = 0x200
@@ -923,13 +922,17 @@ def owner_of(k, address, kind, routine_name, site):
 
 
 def look_up(k, kind, wanted, out):
-    """Ps*Lookup*ById: a referenced object, which the caller must dereference."""
+    """Ps*Lookup*ById: a referenced object, which the caller must
+    dereference; STATUS_INVALID_PARAMETER when no such id (the pages'
+    return value, and ReactOS ntoskrnl/ps/thread.c and process.c). An
+    exited thread or process is still found while its object exists (ReactOS
+    checks no exit flag)."""
     for address, (found, owner) in k.objects.items():
         if found == kind and owner.id == wanted:
             k.reference(address)
             k.machine.write_u64(out, address)
             return STATUS_SUCCESS
-    return STATUS_INVALID_CID
+    return STATUS_INVALID_PARAMETER
 
 
 @routine("IoGetCurrentProcess", None, LEARN + "wdm/nf-wdm-iogetcurrentprocess: any IRQL")
@@ -937,7 +940,7 @@ def io_get_current_process(k, site):
     return k.current.process.object
 
 
-@routine("PsLookupThreadByThreadId", APC, LEARN + "ntifs/nf-ntifs-pslookupthreadbythreadid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_CID)
+@routine("PsLookupThreadByThreadId", APC, LEARN + "ntifs/nf-ntifs-pslookupthreadbythreadid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_PARAMETER)
 def ps_lookup_thread_by_thread_id(k, site, thread_id, out):
     return look_up(k, "thread", thread_id, out)
 
@@ -957,7 +960,7 @@ def ps_is_system_thread(k, site, thread):
     return 1 if owner_of(k, thread, "thread", "PsIsSystemThread", site).system else 0
 
 
-@routine("PsLookupProcessByProcessId", APC, LEARN + "ntifs/nf-ntifs-pslookupprocessbyprocessid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_CID)
+@routine("PsLookupProcessByProcessId", APC, LEARN + "ntifs/nf-ntifs-pslookupprocessbyprocessid: IRQL <= APC_LEVEL", failable=STATUS_INVALID_PARAMETER)
 def ps_lookup_process_by_process_id(k, site, process_id, out):
     return look_up(k, "process", process_id, out)
 

@@ -22,6 +22,7 @@ from defects import DEFECTS
 from emulator import BugCheck, Machine
 from host import SERVICE_KEY, Bridge, Windows
 from measure import MEASUREMENTS
+from model_cases import MODEL_CASES, ExportSymbols
 from ntoskrnl import STATUS_SUCCESS
 from symbols import Symbols
 
@@ -178,6 +179,7 @@ def main():
     parser.add_argument("--pdb", required=True)
     parser.add_argument("--test-image", help="the test-injection build, for the cases that need it")
     parser.add_argument("--test-pdb")
+    parser.add_argument("--model-driver", required=True, help="model-driver.sys, whose cases pin the modelled kernel (model_cases.py)")
     parser.add_argument("--abi-bridge", required=True)
     parser.add_argument("--measure", choices=sorted(MEASUREMENTS), help="take this measurement (measure.py) instead of running the cases")
     options = parser.parse_args()
@@ -196,6 +198,10 @@ def main():
             raise SystemExit("the test-build cases need --test-image and --test-pdb")
         test_machine = Machine(options.test_image)
         test_build = (test_machine, Symbols(options.test_pdb, test_machine.pe))
+    model_machine = Machine(options.model_driver)
+    model_symbols = ExportSymbols(model_machine.pe)
+    for body in MODEL_CASES:
+        run_one(f"model: {body.__name__}", body, model_machine, model_symbols, bridge, totals)
     for body in CASES:
         if getattr(body, "test_build", False):
             run_one(body.__name__, body, *test_build, bridge, totals)

@@ -47,12 +47,14 @@ fn harness(workspace: &Path, package_dir: &Path, measurement: Option<&str>) -> R
         .args([workspace.join(HARNESS_DIR)])
         .run()?;
     let bridge = build_bridge(workspace)?;
+    let model_driver = build_model_driver(workspace)?;
     let injection = package::wine_support_dir(workspace).join(INJECTION_DRIVER_DIR);
     let arguments = [
         ("--image", package_dir.join("kstack.sys")),
         ("--pdb", package_dir.join("kstack.pdb")),
         ("--test-image", injection.join("kstack.sys")),
         ("--test-pdb", injection.join("kstack.pdb")),
+        ("--model-driver", model_driver),
         ("--abi-bridge", bridge),
     ];
     let mut harness = Run::new(python)
@@ -65,6 +67,23 @@ fn harness(workspace: &Path, package_dir: &Path, measurement: Option<&str>) -> R
         harness = harness.args(["--measure", name]);
     }
     harness.run()
+}
+
+/// Builds `model-driver.sys` (`tests/kernel_host/model_driver.c`), the
+/// small test driver whose cases pin the modelled kernel, with mingw-w64
+/// (as the Wine tests' probe driver is built); returns its path.
+fn build_model_driver(workspace: &Path) -> Result<PathBuf> {
+    process::step("building the kernel host's model driver (mingw-w64)");
+    let driver = workspace.join("target/kernel-host/model-driver.sys");
+    Run::new("x86_64-w64-mingw32-gcc")
+        .args(["-O2", "-ffreestanding", "-Wall", "-Wextra", "-Werror"])
+        .args(["-shared", "-nostdlib", "-nostartfiles"])
+        .args(["-Wl,--subsystem,native", "-Wl,--entry,DriverEntry", "-o"])
+        .args([&driver])
+        .args([workspace.join(HARNESS_DIR).join("model_driver.c")])
+        .args(["-lntoskrnl"])
+        .run()?;
+    Ok(driver)
 }
 
 /// The venv's Python, with the pinned requirements installed; pip runs
