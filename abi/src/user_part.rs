@@ -52,6 +52,12 @@ pub enum UserPart: u8 {
     /// the callback's stack: a page fault or an exception dispatched under
     /// it can take more than a callback has left (ABI 11).
     NoStack = 10,
+    /// Not walked (thread-stack records only): the APC interrupted the
+    /// thread inside a critical or guarded region (`KeAreApcsDisabled`).
+    /// Special kernel APCs are delivered inside critical regions, where the
+    /// thread may hold a lock (an executive resource, a pushlock) that
+    /// paging its user stack in would need: a self-deadlock (ABI 14).
+    CriticalRegion = 11,
 }
 }
 
@@ -77,6 +83,7 @@ impl UserPart {
             Self::Unavailable => "unavailable",
             Self::GuardFull => "guard_full",
             Self::NoStack => "no_stack",
+            Self::CriticalRegion => "critical_region",
         }
     }
 }
@@ -91,7 +98,7 @@ mod tests {
             assert_eq!(part.index(), index);
             assert_eq!(UserPart::from_wire(part as u8), Some(part));
         }
-        assert_eq!(UserPart::from_wire(11), None);
+        assert_eq!(UserPart::from_wire(12), None);
         let names: std::collections::BTreeSet<_> =
             UserPart::ALL.into_iter().map(UserPart::name).collect();
         assert_eq!(names.len(), UserPart::COUNT);

@@ -469,7 +469,7 @@ impl<'a> DriverCore<'a> {
         } else {
             RecordFlags::NONE
         };
-        stack.user_part = self.walk_user(platform, config.user_frames, stack);
+        stack.user_part = self.walk_user(platform, source, config.user_frames, stack);
         stack.id = stack_id(stack.frames());
         Ok(())
     }
@@ -505,7 +505,13 @@ impl<'a> DriverCore<'a> {
     /// `stack.irql`), where that is allowed; returns what happened to it.
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (walks only below it).
-    fn walk_user(&self, platform: &impl Platform, wanted: u8, stack: &mut Stack) -> UserPart {
+    fn walk_user(
+        &self,
+        platform: &impl Platform,
+        source: Source,
+        wanted: u8,
+        stack: &mut Stack,
+    ) -> UserPart {
         if wanted == 0 {
             return UserPart::Off;
         }
@@ -523,6 +529,12 @@ impl<'a> DriverCore<'a> {
         }
         if thread.attached {
             return UserPart::Attached;
+        }
+        // A thread-stack capture interrupted the thread wherever it was: in
+        // a critical region it may hold a lock a page-in of its user stack
+        // needs. (A callback runs where the kernel documents it.)
+        if source == Source::ThreadStack && thread.critical_region {
+            return UserPart::CriticalRegion;
         }
         if thread.wow64 {
             stack.flags = stack.flags.union(RecordFlags::WOW64);
@@ -1029,6 +1041,7 @@ pub(crate) mod tests {
             system,
             attached,
             wow64,
+            critical_region: false,
         };
         let registry = SourceFacts::Registry { notify_class: 1 };
         // (why, walk, config, irql, thread, user depth, expected part, user frames, wow64)
@@ -1082,6 +1095,50 @@ pub(crate) mod tests {
                 _ => false,
             };
             assert_eq!(platform.user_walks.get() == 1, walked, "{why}");
+        }
+    }
+
+    /// A thread-stack capture interrupted its thread wherever it was: inside
+    /// a critical region it walks no user frames (the thread may hold a lock
+    /// a page-in needs), counted apart; a callback there still walks.
+    #[test]
+    fn a_thread_stack_capture_in_a_critical_region_walks_no_user_frames() {
+        let all = CaptureConfig {
+            sources: SourceSet::ALL,
+            ..CaptureConfig::default()
+        };
+        let thread_stack = SourceFacts::ThreadStack {
+            target_process_id: 100,
+            target_thread_id: 200,
+            tag: 7,
+            delay: 0,
+            late: false,
+        };
+        let registry = SourceFacts::Registry { notify_class: 1 };
+        for (critical_region, facts, part) in [
+            (true, thread_stack, UserPart::CriticalRegion),
+            (false, thread_stack, UserPart::Captured),
+            (true, registry, UserPart::Captured),
+        ] {
+            let platform = FakePlatform::default();
+            platform.irql.set(1);
+            platform.user_thread.set(UserThread {
+                critical_region,
+                ..UserThread::default()
+            });
+            platform.user_depth.set(Ok(3));
+            let (header, _, counted) = user_capture(HostRoutine::Available, &all, &platform, facts);
+            let why = format!(
+                "{:?} in a critical region: {critical_region}",
+                facts.source()
+            );
+            assert_eq!(header.user_part, part, "{why}");
+            assert_eq!(counted[part.index()], 1, "{why}");
+            assert_eq!(
+                platform.user_walks.get(),
+                u32::from(part == UserPart::Captured),
+                "{why}"
+            );
         }
     }
 

@@ -83,6 +83,10 @@ impl Routine {
 
 /// The current thread, as far as the user walk cares.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "four independent facts the walk checks in turn"
+)]
 pub struct UserThread {
     /// A system thread: no user stack.
     pub system: bool,
@@ -91,4 +95,7 @@ pub struct UserThread {
     pub attached: bool,
     /// Its process is a 32-bit (WoW64) process.
     pub wow64: bool,
+    /// Inside a critical or guarded region (`KeAreApcsDisabled`): it may
+    /// hold a lock that paging its user stack in would need.
+    pub critical_region: bool,
 }

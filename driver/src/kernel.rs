@@ -446,10 +446,19 @@ impl Platform for KernelPlatform<'_> {
         // SAFETY: a null IRP asks about the current process (PASSIVE_LEVEL
         // or APC_LEVEL, which the caller ensures: below DISPATCH_LEVEL).
         let wow64 = unsafe { IoIs32bitProcess(core::ptr::null_mut()) } != 0;
+        // Set whenever the user walk is Available, the only case the core
+        // asks in (see `Routines::resolve`); without it, assume the worst.
+        let critical_region = self.routines.are_apcs_disabled.is_none_or(|disabled| {
+            // SAFETY: at most DISPATCH_LEVEL (the caller is below it); reads
+            // the current thread's APC-disable counts.
+            let disabled = unsafe { disabled() };
+            disabled != 0
+        });
         UserThread {
             system,
             attached,
             wow64,
+            critical_region,
         }
     }
 

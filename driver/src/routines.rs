@@ -8,6 +8,10 @@
 //! `KeIpiGenericCall` and `KeQueryMaximumProcessorCountEx` decide whether
 //! the ring's shards may be exclusive; without either they are shared.
 //!
+//! `KeAreApcsDisabled` is exported by every supported Windows and looked up
+//! with `RtlWalkFrameChain`: a user walk needs both (no walk inside a
+//! critical region), so user walks count as available only when both are.
+//!
 //! `RtlWalkFrameChain` (the user-stack walk),
 //! `PsGetProcessCreateTimeQuadPart` (module records' process keys) and
 //! `KeInsertQueueApc` (capture-threads requests' APCs) are exported by Wine
@@ -86,6 +90,9 @@ pub type InitializeApc = unsafe extern "system" fn(
 /// whether the APC was queued.
 pub type InsertQueueApc = unsafe extern "system" fn(*mut KAPC, PVOID, PVOID, KPRIORITY) -> BOOLEAN;
 
+/// `KeAreApcsDisabled()`: whether the current thread is inside a critical
+/// or guarded region.
+pub type AreApcsDisabled = unsafe extern "system" fn() -> BOOLEAN;
 /// `KeRemoveQueueApc(Apc)`: whether the APC was queued and is now taken
 /// off its queue (no routine of it runs then).
 pub type RemoveQueueApc = unsafe extern "system" fn(*mut KAPC) -> BOOLEAN;
@@ -111,6 +118,9 @@ pub struct Routines {
     pub walk_frame_chain: Option<FrameWalk>,
     /// Whether user stacks can be walked, and if not why.
     pub user_walk: HostRoutine,
+    /// `KeAreApcsDisabled`, only when user stacks can be walked: no walk
+    /// inside a critical or guarded region.
+    pub are_apcs_disabled: Option<AreApcsDisabled>,
     /// `PsGetProcessCreateTimeQuadPart`, only when it can be called.
     pub process_create_time: Option<ProcessCreateTime>,
     /// Whether module records get process keys, and if not why.
@@ -201,8 +211,19 @@ impl Routines {
         let query_system_information = unsafe { routine(find(utf16!("ZwQuerySystemInformation"))) };
         let wine = !find(utf16!("wine_ntoskrnl_main_loop")).is_null();
         let (user_walk, walk) = find_unless_stubbed(utf16!("RtlWalkFrameChain"), wine);
+        let apcs_disabled = find(utf16!("KeAreApcsDisabled"));
+        // A user walk needs both: the walk, and whether it may page there.
+        let (user_walk, walk, apcs_disabled) = match user_walk {
+            HostRoutine::Available if apcs_disabled.is_null() => {
+                (HostRoutine::NotExported, ptr::null_mut(), ptr::null_mut())
+            }
+            HostRoutine::Available => (user_walk, walk, apcs_disabled),
+            _ => (user_walk, ptr::null_mut(), ptr::null_mut()),
+        };
         // SAFETY: as above (`RtlWalkFrameChain(Callers, Count, Flags)`, ntrtl.h).
         let walk_frame_chain = unsafe { routine(walk) };
+        // SAFETY: as above (`KeAreApcsDisabled()`, wdm.h).
+        let are_apcs_disabled = unsafe { routine(apcs_disabled) };
         let (process_key, create_time) =
             find_unless_stubbed(utf16!("PsGetProcessCreateTimeQuadPart"), wine);
         // SAFETY: as above (`PsGetProcessCreateTimeQuadPart(Process)`, ntifs.h).
@@ -241,6 +262,7 @@ impl Routines {
             query_system_information,
             walk_frame_chain,
             user_walk,
+            are_apcs_disabled,
             process_create_time,
             process_key,
             apc,

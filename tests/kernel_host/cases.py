@@ -6,7 +6,7 @@ A case returns its evidence (one line) or raises: an AssertionError for a
 wrong result, a BugCheck for what would stop a Windows machine.
 """
 
-from host import SERVICE_KEY
+from host import SERVICE_KEY, STATUS_IMAGE_ALREADY_LOADED
 from ntoskrnl import APC, DISPATCH, NON_PAGED_POOL_NX, PASSIVE, STATUS_SUCCESS
 
 CASES = []
@@ -554,6 +554,31 @@ def thread_stack_in_the_thread_at_apc_level(w):
 
 
 @case
+def thread_stack_in_a_critical_region_walks_no_user_frames(w):
+    """A special kernel APC is delivered inside a critical region, where the
+    thread may hold a lock a page-in of its user stack needs: the record
+    keeps its kernel frames and says critical_region, counted; the same
+    thread outside one is walked."""
+    handle, client = thread_stacks(w)
+    target = w.user_thread()
+    target.critical_region = True
+    w.capture_threads(handle, client, [target.id])
+    w.kernel.deliver_apcs(target)
+    inside = only_trace(w, handle, client, "thread_stack")
+    target.critical_region = False
+    w.capture_threads(handle, client, [target.id])
+    w.kernel.deliver_apcs(target)
+    outside = only_trace(w, handle, client, "thread_stack")
+    check((inside["user_part"], inside["user_frame_count"]) == ("critical_region", 0), f"inside: {inside['user_part']}, {inside['user_frame_count']} user frames")
+    check(inside["kernel_frames"] == len(target.kernel_frames), f"inside: {inside['kernel_frames']} kernel frames")
+    check(outside["user_part"] == "captured" and outside["user_frame_count"] == len(target.user_frames), f"outside: {outside['user_part']}")
+    parts = w.status(handle, client)["sources"]["thread_stack"]["user_parts"]
+    check((parts["critical_region"], parts["captured"]) == (1, 1), f"user parts counted {parts}")
+    finished(w, handle, client)
+    return "delivered inside a critical region: kernel frames only, user part critical_region, counted; outside one the user stack walked"
+
+
+@case
 def thread_stack_delivered_in_the_exit_path(w):
     """A thread that exits with the APC queued takes it in its exit path
     (PspExitThread delivers pending kernel APCs; rundown routines are for
@@ -707,14 +732,17 @@ def sampling_follows_threads_within_its_bounds(w):
 
 @case
 def unload_waits_for_apcs_in_flight(w):
+    """The target runs on another processor, where KiDeliverApc has already
+    taken the APC off its queue when unload starts: KeRemoveQueueApc cannot
+    take it back, so unload waits until its routine has run."""
     handle, client = thread_stacks(w)
     target = w.user_thread()
     w.capture_threads(handle, client, [target.id])
     w.close(handle, client)
-    w.kernel.running_threads.append(target)
+    w.kernel.start_running(target)
     w.unload()
-    check(not target.apcs, "the APC is still queued after unload")
-    return "unload with an APC queued to a thread that runs: it waited until the APC's kernel routine ran (no capture past the closed gate), then freed everything"
+    check(not target.apcs and not target.delivering, "the APC was neither delivered nor taken back by unload")
+    return "unload with an APC being delivered (off its queue, so not taken back): it waited until the APC's kernel routine ran (no capture past the closed gate), then freed everything"
 
 
 @case
@@ -759,11 +787,16 @@ def apc_delivered_after_unload_returns_to_the_kernel(w):
     deletion (a worker's, which may run at once) unmaps the image, and
     ObfDereferenceObject returns into KiDeliverApc, not into kstack."""
     target = apc_left_queued_by_unload(w)
+    refused = w.load()
+    check(refused == STATUS_IMAGE_ALREADY_LOADED, f"a new load while the image is still mapped returned 0x{refused:08X}")
     w.kernel.thread_exit(target)
     check(w.kernel.image_unloaded == "deferred", f"the image was not unmapped by the APC's last reference ({w.kernel.image_unloaded})")
     check(not w.kernel.ledger.pool, "the abandoned block is still allocated after its last APC ran")
     check(not any(w.kernel.ledger.references.values()), "the APC left a reference")
-    return "unload without KeRemoveQueueApc left the APC queued and its block; the exit path delivered it: block freed, thread dereferenced, the device's last reference dropped by a tail jump (image unmapped by the deferred deletion, nothing of kstack ran after)"
+    return (
+        "unload without KeRemoveQueueApc left the APC queued and its block (a new load meanwhile: STATUS_IMAGE_ALREADY_LOADED); the exit path delivered it: "
+        "block freed, thread dereferenced, the device's last reference dropped by a tail jump (image unmapped by the deferred deletion, nothing of kstack ran after)"
+    )
 
 
 @case

@@ -113,4 +113,10 @@ DEFECTS = [
         drop_the_last_reference_by_a_call,
         apc_delivered_after_unload_returns_to_the_kernel,
     ),
+    Defect(
+        "DPC left queued",
+        "KeFlushQueuedDpcs does nothing, so unload frees the driver's state while the timer's DPC an expiry queued is still to run",
+        import_instead("KeFlushQueuedDpcs", NOTHING),
+        timer_dpc_at_dispatch,
+    ),
 ]

@@ -18,6 +18,7 @@ SERVICE_KEY = r"\Registry\Machine\System\CurrentControlSet\Services\kstack"
 PAGING_KEY = r"\registry\machine\system\currentcontrolset\control\session manager\memory management"
 IRP_MJ_CREATE, IRP_MJ_CLOSE, IRP_MJ_DEVICE_CONTROL = 0, 2, 0xE
 REG_DWORD = 4
+STATUS_IMAGE_ALREADY_LOADED = 0xC000010E
 
 
 class Bridge:
@@ -83,8 +84,14 @@ class Windows:
         self.kernel.registry_times[PAGING_KEY] = self.kernel.time if written_after_boot else self.kernel.boot_time - 10_000_000
 
     def load(self, fail_at=None):
-        """DriverEntry as the I/O manager calls it: its NTSTATUS."""
+        """DriverEntry as the I/O manager calls it: its NTSTATUS. While the
+        previous load's image is still mapped (its driver object not yet
+        deleted), MmLoadSystemImage finds it and the load fails with
+        STATUS_IMAGE_ALREADY_LOADED (ReactOS ntoskrnl/mm/ARM3/sysldr.c; `sc
+        start` shows 1056)."""
         kernel = self.kernel
+        if self.driver is not None and self.driver not in kernel.deleted_objects:
+            return STATUS_IMAGE_ALREADY_LOADED
         self.machine.reload()
         if self.after_reload:
             self.after_reload()
@@ -160,6 +167,8 @@ class Windows:
             problems.append("the device object is still there")
         if not held and self.machine.image_mapped:
             problems.append("the image is still mapped, though nothing references its device or driver object")
+        if self.kernel.queued_dpcs:
+            problems.append(f"{len(self.kernel.queued_dpcs)} DPC(s) still queued: they would run after the driver freed its state (KeFlushQueuedDpcs)")
         if problems:
             raise BugCheck(0xCE, f"{when}: " + "; ".join(problems))
 

@@ -87,6 +87,9 @@ class Thread:
         self.kernel_frames = [KERNEL_FRAMES_BASE + 0x9A00 + thread_id, KERNEL_FRAMES_BASE + 0x7700, KERNEL_FRAMES_BASE + 0x2100]
         # Addresses of the KAPCs queued to it, oldest first.
         self.apcs = []
+        # (kernel routine, arguments) of APCs KiDeliverApc has taken off its
+        # queue on another processor, their routines not yet run.
+        self.delivering = []
         self.object = kernel.object_blob("thread", self)
 
 
@@ -194,6 +197,8 @@ class Kernel:
         self.object_callbacks = {}
         self.timers = {}
         self.dpcs = {}
+        # DPCs queued (a timer's expiry) and not yet run.
+        self.queued_dpcs = []
         self.completed_irps = {}
         self.apcs = {}
         self.device_address = None
@@ -278,14 +283,28 @@ class Kernel:
         dispatcher (KiDeliverApc), then what the thread was doing."""
         return [KI_DELIVER_APC] + thread.kernel_frames
 
+    def start_running(self, thread):
+        """`thread` runs on another processor: KiDeliverApc there takes its
+        queued APCs off the queue at once (Inserted cleared, so
+        KeRemoveQueueApc no longer finds them), and their kernel routines
+        run while the driver under test waits (KeDelayExecutionThread). APCs
+        queued to it later are taken the same way."""
+        self.running_threads.append(thread)
+        self.take_for_delivery(thread)
+
+    def take_for_delivery(self, thread):
+        while thread.apcs and not thread.guarded_region:
+            thread.delivering.append(self.dequeue_for_delivery(thread.apcs.pop(0)))
+
     def next_apc_of_a_running_thread(self):
         """While a driver waits (KeDelayExecutionThread), other threads run
-        and take their APCs: the first queued to a thread that runs, as a
-        callout in that thread at APC_LEVEL, or None."""
+        and take their APCs: the first a running thread has taken off its
+        queue, its kernel routine as a callout in that thread at APC_LEVEL,
+        or None."""
         for thread in self.running_threads:
-            if not thread.apcs or thread.guarded_region:
+            if not thread.delivering:
                 continue
-            kernel_routine, arguments = self.dequeue_for_delivery(thread.apcs.pop(0))
+            kernel_routine, arguments = thread.delivering.pop(0)
             saved = (self.current, self.irql, self.caller_frames)
             self.current, self.irql, self.caller_frames = thread, APC, self.delivery_frames(thread)
             stack = self.machine.new_stack()
@@ -606,7 +625,12 @@ def ke_set_timer_ex(k, site, timer, due, period, dpc):
     return 1 if was_set else 0
 
 
-@routine("KeCancelTimer", DISPATCH, LEARN + "wdm/nf-wdm-kecanceltimer: IRQL <= DISPATCH_LEVEL")
+@routine(
+    "KeCancelTimer",
+    DISPATCH,
+    LEARN + "wdm/nf-wdm-kecanceltimer: IRQL <= DISPATCH_LEVEL; it takes the timer out of the timer queue, not a DPC "
+    "an expiry already queued (ReactOS ntoskrnl/ke/timerobj.c): the model queues that DPC for a set timer, the worst case",
+)
 def ke_cancel_timer(k, site, timer):
     entry = k.timers.get(timer)
     if entry is None:
@@ -614,13 +638,40 @@ def ke_cancel_timer(k, site, timer):
     if entry["set"]:
         entry["set"] = False
         k.ledger.undo("timer", timer, site)
+        if entry["dpc"]:
+            k.queued_dpcs.append(entry["dpc"])
         return 1
     return 0
 
 
-@routine("KeFlushQueuedDpcs", PASSIVE, LEARN + "wdm/nf-wdm-keflushqueueddpcs: IRQL == PASSIVE_LEVEL")
+@routine(
+    "KeFlushQueuedDpcs",
+    PASSIVE,
+    LEARN + "wdm/nf-wdm-keflushqueueddpcs: IRQL == PASSIVE_LEVEL; returns after every DPC queued on every processor has run",
+)
 def ke_flush_queued_dpcs(k, site):
-    return None
+    saved = (k.irql, k.caller_frames)
+
+    def next_dpc():
+        if not k.queued_dpcs:
+            k.irql, k.caller_frames = saved
+            return STATUS_SUCCESS
+        dpc = k.queued_dpcs.pop(0)
+        routine, context = k.dpcs[dpc]
+        # The DPC on its processor, at DISPATCH_LEVEL.
+        k.irql = DISPATCH
+        stack = k.machine.new_stack()
+        k.stacks.append(stack)
+
+        def back():
+            k.machine.free_stack(k.stacks.pop())
+            if k.irql != DISPATCH:
+                k.violation(f"a DPC returned at IRQL {k.irql}", routine)
+            return next_dpc()
+
+        return Callout(routine, [dpc, context, 0, 0], stack, back)
+
+    return next_dpc()
 
 
 @routine("KeDelayExecutionThread", APC, LEARN + "wdm/nf-wdm-kedelayexecutionthread: IRQL <= APC_LEVEL")
@@ -775,6 +826,8 @@ def ke_insert_queue_apc(k, site, apc, argument1, argument2, increment):
     k.machine.write(apc + KAPC_SYSTEM_ARGUMENT1, struct.pack("<QQ", argument1, argument2))
     k.machine.write(apc + KAPC_INSERTED, b"\1")
     entry["thread"].apcs.append(apc)
+    if entry["thread"] in k.running_threads:
+        k.take_for_delivery(entry["thread"])
     return 1
 
 
