@@ -5,8 +5,6 @@
 //! `KeQuerySystemTimePrecise`; Wine 8 lacks both, and `CmRegisterCallbackEx`.
 //! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
 //! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
-//! `KeIpiGenericCall` and `KeQueryMaximumProcessorCountEx` decide whether
-//! the ring's shards may be exclusive; without either they are shared.
 //!
 //! `RtlWalkFrameChain` (the user-stack walk),
 //! `PsGetProcessCreateTimeQuadPart` (module records' process keys) and
@@ -85,15 +83,6 @@ pub type InitializeApc = unsafe extern "system" fn(
 /// whether the APC was queued.
 pub type InsertQueueApc = unsafe extern "system" fn(*mut KAPC, PVOID, PVOID, KPRIORITY) -> BOOLEAN;
 
-/// A `KeIpiGenericCall` worker (`PKIPI_BROADCAST_WORKER`).
-pub type IpiWorker = unsafe extern "system" fn(usize) -> usize;
-/// `KeIpiGenericCall(BroadcastFunction, Context)`: runs the worker on every
-/// processor at `IPI_LEVEL`, and returns once all have.
-pub type IpiGenericCall = unsafe extern "system" fn(IpiWorker, usize) -> usize;
-/// `KeQueryMaximumProcessorCountEx(GroupNumber)`: the processors the
-/// machine can have, hot-added ones included.
-pub type QueryMaximumProcessorCountEx = unsafe extern "system" fn(u16) -> u32;
-
 /// What was found.
 pub struct Routines {
     pub allocate_pool2: Option<AllocatePool2>,
@@ -116,14 +105,6 @@ pub struct Routines {
     pub initialize_apc: Option<InitializeApc>,
     /// `KeInsertQueueApc`, only when APCs can be queued.
     pub insert_queue_apc: Option<InsertQueueApc>,
-    /// Whether the host is Wine, whose drivers run as threads of a
-    /// process: never exclusive shards there.
-    pub host_is_wine: bool,
-    /// `KeIpiGenericCall`, which reads of exclusive shards flush the
-    /// processors with.
-    pub ipi_generic_call: Option<IpiGenericCall>,
-    /// `KeQueryMaximumProcessorCountEx`.
-    pub query_maximum_processor_count: Option<QueryMaximumProcessorCountEx>,
 }
 
 /// Looks up `name`, a routine Wine may export only as a stub: its state,
@@ -212,12 +193,6 @@ impl Routines {
         let initialize_apc = unsafe { routine(initialize) };
         // SAFETY: as above.
         let insert_queue_apc = unsafe { routine(insert) };
-        // SAFETY: as above (ntddk.h's prototypes, whose worker and group
-        // number are the aliases' pointer-sized integer and u16).
-        let ipi_generic_call = unsafe { routine(find(utf16!("KeIpiGenericCall"))) };
-        // SAFETY: as above.
-        let query_maximum_processor_count =
-            unsafe { routine(find(utf16!("KeQueryMaximumProcessorCountEx"))) };
         Self {
             allocate_pool2,
             query_system_time,
@@ -232,9 +207,6 @@ impl Routines {
             apc,
             initialize_apc,
             insert_queue_apc,
-            host_is_wine: wine,
-            ipi_generic_call,
-            query_maximum_processor_count,
         }
     }
 }
