@@ -135,7 +135,6 @@ impl DriverCore<'_> {
             ring_used: u32::try_from(self.ring.len()).unwrap_or(u32::MAX),
             ring_used_bytes: u32::try_from(self.ring.bytes_used()).unwrap_or(u32::MAX),
             ring_shards: u32::try_from(self.ring.shards().len()).unwrap_or(u32::MAX),
-            ring_writers: kstack_abi::RingWriters::Shared,
             outstanding_allocations: pool_allocations,
             config: self.config(),
             dropped: self.ring.dropped(),
