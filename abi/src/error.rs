@@ -112,11 +112,6 @@ pub enum DecodeError {
         /// The wire value.
         value: u32,
     },
-    /// A status names ring writers that are no [`crate::RingWriters`].
-    RingWriters {
-        /// The wire value.
-        value: u32,
-    },
     /// A test fault-probe request names no known target.
     UnknownProbeTarget {
         /// The target word received.
@@ -176,7 +171,6 @@ impl DecodeError {
             | Self::UserFrames { .. }
             | Self::UnknownUserPart { .. }
             | Self::HostRoutine { .. }
-            | Self::RingWriters { .. }
             | Self::UnknownProbeTarget { .. }
             | Self::UnknownModuleEvent { .. }
             | Self::InvalidModuleRecord
@@ -240,7 +234,6 @@ impl core::fmt::Display for DecodeError {
             ),
             Self::UnknownUserPart { value } => write!(f, "unknown user-part state {value}"),
             Self::HostRoutine { value } => write!(f, "unknown host-routine state {value}"),
-            Self::RingWriters { value } => write!(f, "unknown ring writers {value}"),
             Self::UnknownProbeTarget { value } => {
                 write!(f, "unknown fault-probe target {value}")
             }

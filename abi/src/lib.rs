@@ -31,7 +31,6 @@ pub mod module_record;
 pub mod ntstatus;
 pub mod paging;
 pub mod record;
-pub mod ring_writers;
 pub mod source;
 pub mod source_facts;
 pub mod thread_capture;
@@ -55,7 +54,6 @@ pub use record::{
     record_flags, record_os_hash, record_size, record_size_field, record_timestamp,
     set_record_os_hash, stack_id,
 };
-pub use ring_writers::RingWriters;
 pub use source::{Source, SourceSet};
 pub use source_facts::SourceFacts;
 pub use thread_capture::{
@@ -65,7 +63,7 @@ pub use user_part::UserPart;
 
 /// The protocol version. Bump it whenever any layout, code or meaning in
 /// this crate changes; driver and client refuse to talk across versions.
-pub const ABI_VERSION: u32 = 13;
+pub const ABI_VERSION: u32 = 14;
 
 /// The kstack release these crates belong to (major, minor, patch).
 pub const KSTACK_VERSION: (u16, u16, u16) = (

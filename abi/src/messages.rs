@@ -4,7 +4,7 @@
 
 use crate::{
     ABI_VERSION, Altitude, CaptureConfig, HostRoutine, PagingExecutive, PagingInEffect, Records,
-    RingWriters, Source, SourceFacts, UserPart,
+    Source, SourceFacts, UserPart,
     config::CAPTURE_CONFIG_SIZE,
     error::DecodeError,
     ntstatus::NtStatus,
@@ -648,7 +648,7 @@ impl ThreadCaptureStatus {
 /// | 160  | 144×8 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
 /// | 1312 | 8   | `driver_image.base` |
 /// | 1320 | 4   | `driver_image.size` |
-/// | 1324 | 4   | `ring_writers` ([`RingWriters`]) |
+/// | 1324 | 4   | reserved (ABI 13's `ring_writers`) |
 /// | 1328 | 4   | `ring_shards` |
 /// | 1332 | 4   | `ring_used_bytes` |
 /// | 1336 | 8   | `read` |
@@ -698,8 +698,6 @@ pub struct StatusResponse {
     pub ring_used_bytes: u32,
     /// The ring's shards (one per processor, up to [`crate::MAX_SHARDS`]).
     pub ring_shards: u32,
-    /// Whether each shard is one processor's alone (decided at load).
-    pub ring_writers: RingWriters,
     /// Pool allocations the driver holds.
     pub outstanding_allocations: u32,
     /// The capture configuration in force.
@@ -818,7 +816,7 @@ impl StatusResponse {
         }
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
-        w.u32(DRIVER_IMAGE_OFFSET + 12, self.ring_writers as u32);
+        w.u32(DRIVER_IMAGE_OFFSET + 12, 0);
         w.u32(RING_SHARDS_OFFSET, self.ring_shards);
         w.u32(RING_SHARDS_OFFSET + 4, self.ring_used_bytes);
         w.u64(READ_OFFSET, self.read);
@@ -887,7 +885,6 @@ impl StatusResponse {
         let user_walk = routine(USER_WALK_OFFSET)?;
         let process_key = routine(MODULES_OFFSET)?;
         let apc = routine(APC_OFFSET)?;
-        let writers = r.u32(DRIVER_IMAGE_OFFSET + 12)?;
         let state = r.u32(PAGING_OFFSET)?;
         let in_effect = PagingInEffect::from_wire(state)
             .filter(|in_effect| {
@@ -906,8 +903,6 @@ impl StatusResponse {
             ring_capacity: r.u32(20)?,
             ring_used: r.u32(24)?,
             ring_shards: r.u32(RING_SHARDS_OFFSET)?,
-            ring_writers: RingWriters::from_wire(writers)
-                .ok_or(DecodeError::RingWriters { value: writers })?,
             ring_used_bytes: r.u32(RING_SHARDS_OFFSET + 4)?,
             outstanding_allocations: r.u32(28)?,
             config: CaptureConfig::decode(r, CONFIG_OFFSET)?,
@@ -1062,8 +1057,6 @@ mod tests {
             ring_used: 12,
             ring_used_bytes: 12 * 96,
             ring_shards: 2,
-            // Not the default, so a field left unwritten shows.
-            ring_writers: RingWriters::Exclusive,
             outstanding_allocations: 1,
             config: CaptureConfig {
                 sources: SourceSet::EMPTY.with(Source::Timer).with(Source::OnDemand),
@@ -1211,7 +1204,7 @@ mod tests {
             (160, sources),
             (1312, le::<8>(status.driver_image.base)),
             (1320, le::<4>(status.driver_image.size)),
-            (1324, le::<4>(status.ring_writers as u32)),
+            (1324, vec![0; 4]),
             (1328, le::<4>(status.ring_shards)),
             (1332, le::<4>(status.ring_used_bytes)),
             (1336, le::<8>(status.read)),
@@ -1274,6 +1267,7 @@ mod tests {
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         status.encode(&mut out);
         for range in [
+            1324..1328,
             1350..1352,
             1358..1360,
             1364..1368,
@@ -1284,12 +1278,6 @@ mod tests {
             out[range].fill(0xFF);
         }
         assert_eq!(StatusResponse::decode(&out), Ok(status));
-        // The ring writers' word is a field: an unknown value is refused.
-        out[1324..1328].fill(0xFF);
-        assert_eq!(
-            StatusResponse::decode(&out),
-            Err(DecodeError::RingWriters { value: u32::MAX })
-        );
     }
 
     #[test]
@@ -1298,6 +1286,7 @@ mod tests {
         let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
         status.encode(&mut out);
         let reserved = [
+            DRIVER_IMAGE_OFFSET + 12..DRIVER_IMAGE_OFFSET + 16,
             ALTITUDES_OFFSET + 6..ALTITUDES_OFFSET + 8,
             ALTITUDES_OFFSET + 14..ALTITUDES_OFFSET + 16,
             PAGING_OFFSET + 4..PAGING_OFFSET + 8,

@@ -37,9 +37,8 @@ use kstack_abi::{
     thread_capture::{CAPTURE_THREADS_REPLY_SIZE, encode_capture_threads_request},
 };
 use kstack_abi::{
-    RecordFlags, RecordHeader, Records, RingWriters, Source, SourceFacts, UserPart,
-    by_id_record_size, encode_record, record_flags, record_os_hash, record_size, record_timestamp,
-    stack_id,
+    RecordFlags, RecordHeader, Records, Source, SourceFacts, UserPart, by_id_record_size,
+    encode_record, record_flags, record_os_hash, record_size, record_timestamp, stack_id,
 };
 use kstack_driver_core::{
     Caller, CaptureOutcome, DriverCore, Platform, Routine, Shard, ShardedRing, SourceControl,
@@ -118,14 +117,7 @@ fn ring_memory() -> Vec<Word> {
 
 /// The shards over `words`.
 fn ring_shards(words: &[Word]) -> Vec<Shard<'_>> {
-    ring_shards_written_by(words, RingWriters::Shared)
-}
-
-/// The shards over `words`, written by `writers`.
-fn ring_shards_written_by(words: &[Word], writers: RingWriters) -> Vec<Shard<'_>> {
-    shards_over(words, SHARDS)
-        .map(|shard| shard.with_writers(writers))
-        .collect()
+    shards_over(words, SHARDS).collect()
 }
 
 /// Empties the ring (not timed) so the next round's publishes all find
@@ -319,12 +311,7 @@ fn publish_32_frames(c: &mut Criterion) {
     let frames = kernel_frames();
     let mut group = record_group(c, "publish_32_frames");
     let header = timer_header(&frames, 0);
-    for (name, writers) in [
-        ("", RingWriters::Shared),
-        ("_exclusive", RingWriters::Exclusive),
-    ] {
-        publish_by(&mut group, name, writers, &header, &frames);
-    }
+    publish_into_the_ring(&mut group, &header, &frames);
     ticket_rings(&mut group, &frames);
     copy_floors(&mut group, &header, &frames);
     group.finish();
@@ -371,20 +358,17 @@ fn ticket_rings(group: &mut BenchmarkGroup<'_, WallTime>, frames: &[u64; FRAMES]
     });
 }
 
-/// `publish_32_frames`'s publishes into shards written by `writers`, the
-/// benchmarks' names ending in `suffix`: exclusive shards are each written
-/// by one thread here, as on Windows by one processor.
-fn publish_by(
+/// `publish_32_frames`'s publishes into the ring, by one producer and by
+/// two.
+fn publish_into_the_ring(
     group: &mut BenchmarkGroup<'_, WallTime>,
-    suffix: &str,
-    writers: RingWriters,
     header: &RecordHeader,
     frames: &[u64; FRAMES],
 ) {
     let words = ring_memory();
-    let shards = ring_shards_written_by(&words, writers);
+    let shards = ring_shards(&words);
     let ring = ShardedRing::new(&shards);
-    group.bench_function(format!("ring_1_producer{suffix}"), |b| {
+    group.bench_function("ring_1_producer", |b| {
         b.iter_custom(|iters| {
             let mut elapsed = Duration::ZERO;
             for count in rounds(iters) {
@@ -404,9 +388,9 @@ fn publish_by(
     // start to the last one's end, as each thread measures it: thread
     // start-up and the barriers are not timed.
     let words = ring_memory();
-    let shards = ring_shards_written_by(&words, writers);
+    let shards = ring_shards(&words);
     let ring = ShardedRing::new(&shards);
-    group.bench_function(format!("ring_2_producers{suffix}"), |b| {
+    group.bench_function("ring_2_producers", |b| {
         b.iter_custom(|iters| {
             two_threads_in_rounds(
                 iters,
@@ -720,18 +704,12 @@ fn publish_through_the_stack_table(c: &mut Criterion) {
     let entries: Vec<StackEntry> = (0..TABLE_ENTRIES).map(|_| StackEntry::new()).collect();
     let table = StackTable::new(&entries);
     let mut first = 0;
-    let shared = ring_memory();
-    let shared_shards = ring_shards(&shared);
-    let exclusive = ring_memory();
-    let exclusive_shards = ring_shards_written_by(&exclusive, RingWriters::Exclusive);
-    // Both known-stack runs before the new stacks churn the table: each
-    // finds the stack in its home slot, at the first probe.
-    for (name, new_stacks, shards) in [
-        ("known_stack", false, &shared_shards),
-        ("known_stack_exclusive", false, &exclusive_shards),
-        ("new_stack", true, &shared_shards),
-    ] {
-        let ring = ShardedRing::new(shards);
+    let words = ring_memory();
+    let shards = ring_shards(&words);
+    let ring = ShardedRing::new(&shards);
+    // The known stack before the new stacks churn the table: it finds the
+    // stack in its home slot, at the first probe.
+    for (name, new_stacks) in [("known_stack", false), ("new_stack", true)] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut elapsed = Duration::ZERO;
@@ -862,9 +840,6 @@ impl Platform for BenchPlatform {
         self.clock.set(now);
         now
     }
-
-    /// One thread: nothing to flush.
-    fn flush_processors(&self) {}
 
     fn remaining_stack(&self) -> usize {
         16 * 1024

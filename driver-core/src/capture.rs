@@ -760,12 +760,6 @@ pub(crate) mod tests {
             tick()
         }
 
-        /// A host has no IPI: the threads that stand in for processors
-        /// share one address space, where a fence is what can be had.
-        fn flush_processors(&self) {
-            crate::sync::fence(crate::sync::Ordering::SeqCst);
-        }
-
         fn remaining_stack(&self) -> usize {
             self.remaining_stack.get()
         }

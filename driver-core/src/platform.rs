@@ -21,15 +21,6 @@ pub trait Platform {
     /// The record clock: 100 ns units since 1601-01-01 UTC, monotonic (see
     /// `kstack_abi::RecordHeader::timestamp`).
     fn timestamp(&self) -> u64;
-    /// Makes every processor's stores so far visible to the caller and
-    /// serializes each processor (on Windows `KeIpiGenericCall` with a
-    /// worker that does nothing: each processor takes the interrupt and
-    /// signals its end with a locked instruction). Called by reads only,
-    /// and only where the shards are [`RingWriters::Exclusive`]; see
-    /// `crate::ring`.
-    ///
-    /// [`RingWriters::Exclusive`]: kstack_abi::RingWriters::Exclusive
-    fn flush_processors(&self);
     /// Bytes of kernel stack left below the caller's frame, as the WDK's
     /// inline `IoGetRemainingStackSize` computes them.
     fn remaining_stack(&self) -> usize;

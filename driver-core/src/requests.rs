@@ -135,7 +135,6 @@ impl DriverCore<'_> {
             ring_used: u32::try_from(self.ring.len()).unwrap_or(u32::MAX),
             ring_used_bytes: u32::try_from(self.ring.bytes_used()).unwrap_or(u32::MAX),
             ring_shards: u32::try_from(self.ring.shards().len()).unwrap_or(u32::MAX),
-            ring_writers: self.ring.writers(),
             outstanding_allocations: pool_allocations,
             config: self.config(),
             dropped: self.ring.dropped(),
@@ -227,7 +226,7 @@ impl DriverCore<'_> {
             return (STATUS_DEVICE_BUSY, 0);
         };
         let epoch = self.table.begin_read(reader);
-        let cut = consumer.cut(platform.timestamp(), || platform.flush_processors());
+        let cut = consumer.cut(platform.timestamp());
         let (header, payload) = output.split_at_mut(READ_HEADER_SIZE);
         let drained = consumer.drain_with(payload, record_timestamp, cut, |record, room| {
             self.read_out(record, room, epoch)
@@ -1174,12 +1173,6 @@ mod tests {
                 std::thread::yield_now();
             }
             now
-        }
-
-        /// A host has no IPI: the threads that stand in for processors
-        /// share one address space, where a fence is what can be had.
-        fn flush_processors(&self) {
-            crate::sync::fence(crate::sync::Ordering::SeqCst);
         }
 
         fn remaining_stack(&self) -> usize {

@@ -19,26 +19,19 @@
 //! another processor (a copy of at most [`MAX_RECORD_SIZE`] bytes at
 //! `DISPATCH_LEVEL`, plus the interrupts it takes). Inside the section
 //! everything is plain loads and stores: one locked instruction per record
-//! in all ([`RingWriters::Shared`]). The timestamp is taken inside the
-//! section too ([`RecordRing::publish`]'s `write`), so a ring's byte order
-//! is its records' time order, and a reader can tell from the writer word
-//! whether a publish that began before a given time may still be unwritten
+//! in all. The timestamp is taken inside the section too
+//! ([`RecordRing::publish`]'s `write`), so a ring's byte order is its
+//! records' time order, and a reader can tell from the writer word whether
+//! a publish that began before a given time may still be unwritten
 //! ([`RecordRing::settle`]).
 //!
-//! Where a ring is one processor's alone and written only at
-//! `DISPATCH_LEVEL` ([`RingWriters::Exclusive`]: Windows, every processor
-//! the machine can have with a shard of its own), no two sections ever
-//! meet, so the writer word is moved with plain stores: no locked
-//! instruction at all. What the compare-and-swap's full fence gave the
-//! reader (a section that began before the reader's clock read is seen
-//! inside) then comes from the reader: after its clock read, and before it
-//! looks at the writer words, it interrupts every processor and waits until
-//! each has signalled with a locked instruction (`KeIpiGenericCall`,
-//! `Platform::flush_processors`). A processor interrupted after a section's
-//! odd store has made that store visible by then, so the reader waits for
-//! the section; one interrupted before it reads its timestamp after the
-//! interrupt, so no earlier than the reader's clock, and its record is
-//! left to a later read.
+//! The compare-and-swap stays where a shard is its processor's alone too:
+//! its full fence is what lets a reader trust the writer word without
+//! stopping the processors. (Until ABI 14 such shards moved the word with
+//! plain stores, and every read first interrupted every processor with
+//! `KeIpiGenericCall` instead; what a publish saved was not worth an
+//! interrupt of every processor on every read: `docs/performance.md`,
+//! "Issue 36: no exclusive shards".)
 //!
 //! A record never wraps: when it does not fit between the tail and the end
 //! of the memory, the producer writes a *wrap mark* (a size word of 0)
@@ -73,9 +66,9 @@
 //! producer publishing while a reader drains was too bimodal on the
 //! 2-vCPU benchmark machine to show the difference: `docs/performance.md`.)
 
-use kstack_abi::{MAX_RECORD_SIZE, RingWriters};
+use kstack_abi::MAX_RECORD_SIZE;
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering, Wait, compiler_fence, spin_loop};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, Wait, spin_loop};
 
 /// Bytes in a [`Word`]: every record is a whole number of words.
 pub const WORD_SIZE: usize = 8;
@@ -238,8 +231,6 @@ pub struct Full {
 /// What producers write.
 struct ProducerSide<'a> {
     words: &'a [Word],
-    /// How the writer word is taken.
-    writers: RingWriters,
     /// The writer word: twice the sequence numbers spent (records written
     /// plus records dropped), plus one while a producer is inside a publish
     /// section. Even to odd on entering, odd to even on leaving: each
@@ -350,7 +341,6 @@ impl<'a> RecordRing<'a> {
         Self {
             producers: CacheAligned(ProducerSide {
                 words,
-                writers: RingWriters::Shared,
                 writer: AtomicU64::new(0),
                 tail: AtomicU64::new(0),
                 tail_word: AtomicU64::new(0),
@@ -366,21 +356,6 @@ impl<'a> RecordRing<'a> {
                 active: AtomicBool::new(false),
             }),
         }
-    }
-
-    /// The ring, written by `writers` (a new ring's are [`RingWriters::Shared`]).
-    #[must_use]
-    pub const fn with_writers(mut self, writers: RingWriters) -> Self {
-        self.producers.0.writers = writers;
-        self
-    }
-
-    /// Who may write the ring.
-    ///
-    /// Max IRQL: any.
-    #[must_use]
-    pub const fn writers(&self) -> RingWriters {
-        self.producers.0.writers
     }
 
     /// The ring's size in bytes.
@@ -428,19 +403,6 @@ impl<'a> RecordRing<'a> {
     fn enter(&self) -> Section<'_> {
         let writer = &self.producers.writer;
         let mut word = writer.load(Ordering::Relaxed);
-        if self.producers.writers == RingWriters::Exclusive {
-            // No other section of this ring can be inside (the module):
-            // the word is even, and only this processor writes it.
-            debug_assert!(word.is_multiple_of(2), "two sections in an exclusive ring");
-            writer.store(word + 1, Ordering::Relaxed);
-            // The timestamp and the record are written after the odd word
-            // in program order; the reader's flush does the rest.
-            compiler_fence(Ordering::SeqCst);
-            return Section {
-                writer,
-                word: word + 1,
-            };
-        }
         let mut wait = Wait::new("another producer to leave the shard's publish section");
         loop {
             if word.is_multiple_of(2) {

@@ -64,7 +64,7 @@
 //! A [`Shard`] is 128-byte aligned (its ring's producer and consumer sides
 //! are), so shards side by side in memory share no cache line.
 
-use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, RingWriters, Source, UserPart};
+use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source, UserPart};
 
 use crate::{
     ring::{Consumer, Drained, Full, RecordRing, WORD_SIZE, Word},
@@ -90,31 +90,6 @@ pub fn shard_count(processors: u32, capacity: usize) -> usize {
         .unwrap_or(SHARDS)
         .clamp(1, SHARDS)
         .min((capacity / MIN_SHARD_BYTES).max(1))
-}
-
-/// Who writes the shards, decided at load: [`RingWriters::Exclusive`] only
-/// where every processor the machine can ever have (`max_processors`, hot
-/// additions included) has a shard of its own, the host runs captures at
-/// a real `DISPATCH_LEVEL` (not Wine, whose drivers are threads of a
-/// process) and reads can flush the processors (`can_flush`:
-/// `KeIpiGenericCall`); else [`RingWriters::Shared`].
-///
-/// Max IRQL: any.
-#[must_use]
-pub fn writers_for(
-    host_is_wine: bool,
-    can_flush: bool,
-    max_processors: Option<u32>,
-    shards: usize,
-) -> RingWriters {
-    let own_shards = max_processors
-        .and_then(|count| usize::try_from(count).ok())
-        .is_some_and(|count| (1..=shards).contains(&count));
-    if !host_is_wine && can_flush && own_shards {
-        RingWriters::Exclusive
-    } else {
-        RingWriters::Shared
-    }
 }
 
 /// The words of shard `index` when `words` words are split over `shards`.
@@ -224,17 +199,6 @@ pub enum Uncaptured {
 }
 
 impl Shard<'_> {
-    /// The shard, its ring written by `writers` (a new shard's are
-    /// [`RingWriters::Shared`]).
-    #[must_use]
-    pub fn with_writers(self, writers: RingWriters) -> Self {
-        Self {
-            ring: self.ring.with_writers(writers),
-            table: self.table.with_writers(writers),
-            ..self
-        }
-    }
-
     /// Its place among the shards.
     ///
     /// Max IRQL: any.
@@ -340,17 +304,10 @@ impl<'a> ShardedRing<'a> {
     /// The ring over `shards`, made by [`shards_over`].
     ///
     /// # Panics
-    /// When there is no shard, the shards are not numbered in order, or
-    /// their writers differ.
+    /// When there is no shard, or the shards are not numbered in order.
     #[must_use]
     pub fn new(shards: &'a [Shard<'a>]) -> Self {
         assert!(!shards.is_empty(), "a ring needs at least one shard");
-        assert!(
-            shards
-                .iter()
-                .all(|shard| shard.ring.writers() == shards[0].ring.writers()),
-            "every shard has the same writers"
-        );
         assert!(
             shards
                 .iter()
@@ -363,15 +320,6 @@ impl<'a> ShardedRing<'a> {
             cut: AtomicU64::new(0),
             read: AtomicU64::new(0),
         }
-    }
-
-    /// Who writes the shards: each its own processor
-    /// ([`RingWriters::Exclusive`]) or any ([`RingWriters::Shared`]).
-    ///
-    /// Max IRQL: any.
-    #[must_use]
-    pub fn writers(&self) -> RingWriters {
-        self.shards[0].ring.writers()
     }
 
     /// The shards, in order.
@@ -575,15 +523,10 @@ impl ShardedConsumer<'_, '_> {
     /// before this call): `now` when every shard settles, else the
     /// previous read's cut. Every record stamped before the returned cut
     /// is written (see the module's "Order across reads"), and cuts never
-    /// go backwards. With [`RingWriters::Exclusive`] shards, `flush_processors`
-    /// first makes every processor's earlier stores visible and serializes
-    /// it (see [`crate::ring`]); with shared ones it is not called.
+    /// go backwards.
     ///
     /// Max IRQL: `DISPATCH_LEVEL` (the driver calls it at `PASSIVE_LEVEL`).
-    pub fn cut(&mut self, now: u64, flush_processors: impl FnOnce()) -> u64 {
-        if self.ring.writers() == RingWriters::Exclusive {
-            flush_processors();
-        }
+    pub fn cut(&mut self, now: u64) -> u64 {
         // The clock read before this fence; the writer words after it.
         fence(Ordering::SeqCst);
         let previous = self.ring.cut.load(Ordering::Relaxed);
@@ -754,21 +697,6 @@ pub(crate) mod tests {
 
     fn key(record: &[u8]) -> u64 {
         u64::from(u16::from_le_bytes([record[2], record[3]]))
-    }
-
-    #[test]
-    fn shards_are_exclusive_only_where_every_processor_owns_one_and_reads_can_flush() {
-        use RingWriters::{Exclusive, Shared};
-        assert_eq!(writers_for(false, true, Some(2), 2), Exclusive);
-        assert_eq!(writers_for(false, true, Some(1), 4), Exclusive);
-        // A processor that may be added would share a shard.
-        assert_eq!(writers_for(false, true, Some(3), 2), Shared);
-        assert_eq!(writers_for(false, true, Some(0), 2), Shared);
-        assert_eq!(writers_for(false, true, None, 2), Shared);
-        // Wine: drivers are threads of a process, preempted anywhere.
-        assert_eq!(writers_for(true, true, Some(2), 2), Shared);
-        // No KeIpiGenericCall: reads could not keep their order.
-        assert_eq!(writers_for(false, false, Some(2), 2), Shared);
     }
 
     #[test]
@@ -1031,13 +959,13 @@ pub(crate) mod tests {
         }
         let mut out = [0_u8; 256];
         let mut consumer = ring.consumer().unwrap();
-        let cut = consumer.cut(30, || {});
+        let cut = consumer.cut(30);
         assert_eq!(cut, 30, "every shard settled");
         let drained = consumer.drain(&mut out, key, cut);
         let keys: Vec<_> = out[..drained.bytes].chunks_exact(8).map(key).collect();
         assert_eq!(keys, [10, 20], "30 is not before the cut");
         assert!(!drained.more_pending, "held back is not more pending");
-        assert_eq!(consumer.cut(25, || {}), 30, "a cut never goes backwards");
+        assert_eq!(consumer.cut(25), 30, "a cut never goes backwards");
         drop(consumer);
         assert_eq!(ring.read(), 2);
         let drained = ring.consumer().unwrap().drain(&mut out, key, 41);
@@ -1048,23 +976,19 @@ pub(crate) mod tests {
     #[test]
     fn a_shard_that_does_not_settle_keeps_the_previous_cut() {
         let ring = leaked_ring(8, 2);
-        assert_eq!(ring.consumer().unwrap().cut(100, || {}), 100);
+        assert_eq!(ring.consumer().unwrap().cut(100), 100);
         // A producer inside shard 1's publish section, as a preempted one
         // would stay.
         let published = ring.shards()[1].ring().publish(8, |sequence, bytes| {
             assert_eq!(
-                ring.consumer().unwrap().cut(200, || {}),
+                ring.consumer().unwrap().cut(200),
                 100,
                 "shard 1 busy: the previous cut"
             );
             record(150, 0)(sequence, bytes);
         });
         assert_eq!(published, Ok(1));
-        assert_eq!(
-            ring.consumer().unwrap().cut(300, || {}),
-            300,
-            "settled again"
-        );
+        assert_eq!(ring.consumer().unwrap().cut(300), 300, "settled again");
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //! epoch). Every event a reader receives thus has its stack available to
 //! that reader: in the record, or in an earlier record it received.
 
-use kstack_abi::{MAX_FRAMES, RingWriters, StackTableStatus};
+use kstack_abi::{MAX_FRAMES, StackTableStatus};
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell, fence, seq_cst_accesses_ordered};
 
@@ -239,30 +239,6 @@ pub struct TableCounters {
     full: AtomicU64,
     busy: AtomicU64,
     empty: AtomicU64,
-    /// Whether only the shard's own processor counts here, at
-    /// `DISPATCH_LEVEL` (exclusive shards): a plain load and store then
-    /// count exactly, with no locked instruction; else a locked add.
-    exclusive: bool,
-}
-
-impl TableCounters {
-    /// The counters of a shard written by `writers`.
-    #[must_use]
-    pub fn with_writers(self, writers: RingWriters) -> Self {
-        Self {
-            exclusive: writers == RingWriters::Exclusive,
-            ..self
-        }
-    }
-
-    /// Counts one outcome.
-    fn bump(&self, counter: &AtomicU64) {
-        if self.exclusive {
-            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        } else {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// The table. Lives with the ring, in non-paged memory; its lookup
@@ -336,7 +312,7 @@ impl<'a> StackTable<'a> {
             Outcome::Hit => &counters.hits,
             Outcome::Insert => &counters.inserts,
             Outcome::Eviction => {
-                counters.bump(&counters.evictions);
+                counters.evictions.fetch_add(1, Ordering::Relaxed);
                 &counters.inserts
             }
             Outcome::Collision => &counters.collisions,
@@ -344,7 +320,7 @@ impl<'a> StackTable<'a> {
             Outcome::Busy => &counters.busy,
             Outcome::Empty => &counters.empty,
         };
-        counters.bump(counter);
+        counter.fetch_add(1, Ordering::Relaxed);
         tabled
     }
 
@@ -402,7 +378,7 @@ impl<'a> StackTable<'a> {
         // module). Of two such sequences one sees the other's write: the
         // store-buffer pattern, ordered here by the SeqCst total order (no
         // fence needed on this side, see `seq_cst_accesses_ordered`). The
-        // reference is a locked add, the one locked instruction of a hit:
+        // reference is a locked add, the pin's one locked instruction:
         // every processor's captures share the entry. A fence here would be
         // a second one, which x64 does not need after the first (measured
         // with and without: `docs/performance.md`, 2026-11-27).
@@ -702,27 +678,25 @@ mod tests {
     }
 
     #[test]
-    fn an_exclusive_shards_counters_count_the_same_without_locked_adds() {
-        for writers in [RingWriters::Shared, RingWriters::Exclusive] {
-            let entries: Vec<StackEntry> = (0..2).map(|_| StackEntry::new()).collect();
-            let table = StackTable::new(&entries);
-            let counters = TableCounters::default().with_writers(writers);
-            for id in [1, 1, 2, 3, 3] {
-                table.enter(&[id, 9], id, 0, &counters);
-            }
-            table.enter(&[], 4, 0, &counters);
-            let counted = [
-                &counters.hits,
-                &counters.inserts,
-                &counters.evictions,
-                &counters.full,
-                &counters.empty,
-            ]
-            .map(|counter| counter.load(Ordering::Relaxed));
-            // 1 is inserted then hit, 2 inserted; both entries are held by
-            // their references, so 3 finds the table full, twice.
-            assert_eq!(counted, [1, 2, 0, 2, 1], "{writers:?}");
+    fn a_shards_counters_count_each_lookup_outcome() {
+        let entries: Vec<StackEntry> = (0..2).map(|_| StackEntry::new()).collect();
+        let table = StackTable::new(&entries);
+        let counters = TableCounters::default();
+        for id in [1, 1, 2, 3, 3] {
+            table.enter(&[id, 9], id, 0, &counters);
         }
+        table.enter(&[], 4, 0, &counters);
+        let counted = [
+            &counters.hits,
+            &counters.inserts,
+            &counters.evictions,
+            &counters.full,
+            &counters.empty,
+        ]
+        .map(|counter| counter.load(Ordering::Relaxed));
+        // 1 is inserted then hit, 2 inserted; both entries are held by
+        // their references, so 3 finds the table full, twice.
+        assert_eq!(counted, [1, 2, 0, 2, 1]);
     }
 
     #[test]

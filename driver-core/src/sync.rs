@@ -5,9 +5,7 @@
 pub use loom::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
-pub use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, compiler_fence, fence,
-};
+pub use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering, fence};
 #[cfg(loom)]
 pub use loom::sync::atomic::fence;
 
@@ -15,10 +13,6 @@ pub use loom::sync::atomic::fence;
 pub use core::cell::UnsafeCell;
 #[cfg(loom)]
 pub use loom::cell::UnsafeCell;
-
-/// Under loom a compiler fence orders nothing the model sees: a no-op.
-#[cfg(loom)]
-pub fn compiler_fence(_: Ordering) {}
 
 /// Between a sequentially consistent read-modify-write and a sequentially
 /// consistent load of another location, where the other side writes that

@@ -15,7 +15,7 @@
 //!
 //! `cargo xtask test` runs all three.
 
-use kstack_abi::{RingWriters, Source, UserPart};
+use kstack_abi::{Source, UserPart};
 use kstack_driver_core::{
     RecordRing, Rundown, Shard, ShardedRing, StackTable, Wait, Word,
     ring::Full,
@@ -92,31 +92,9 @@ fn ring_of(capacity: usize) -> &'static RecordRing<'static> {
 /// A ring of `capacity` one-word records in `shards` shards, kept for the
 /// whole run.
 fn sharded_ring_of(capacity: usize, shards: usize) -> &'static ShardedRing<'static> {
-    sharded_ring_written_by(capacity, shards, RingWriters::Shared)
-}
-
-/// [`sharded_ring_of`] whose shards are written by `writers`: with
-/// [`RingWriters::Exclusive`] only one thread may publish into each shard.
-fn sharded_ring_written_by(
-    capacity: usize,
-    shards: usize,
-    writers: RingWriters,
-) -> &'static ShardedRing<'static> {
-    let shards: &'static [Shard<'static>] = keep(
-        shards_over(words(capacity), shards)
-            .map(|shard| shard.with_writers(writers))
-            .collect::<Vec<_>>(),
-    );
+    let shards: &'static [Shard<'static>] =
+        keep(shards_over(words(capacity), shards).collect::<Vec<_>>());
     keep(ShardedRing::new(shards))
-}
-
-/// What stands in for the kernel's processor flush (`KeIpiGenericCall`)
-/// where threads are the processors: a fence.
-fn flush_processors() {
-    #[cfg(loom)]
-    loom::sync::atomic::fence(Ordering::SeqCst);
-    #[cfg(not(loom))]
-    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// The size of every record here: one word.
@@ -239,19 +217,11 @@ fn ring_of_two_holding_one_with_two_producers_and_a_consumer() {
 /// the second once, each into its own shard of two records, and a consumer
 /// draining all shards while they run: every record arrives whole and
 /// exactly once, from its producer's shard, numbered from 1 in that shard's
-/// order, and nothing is dropped; with the writer word taken by
-/// compare-and-swap, and moved with plain stores (each shard one
-/// producer's).
+/// order, and nothing is dropped.
 #[test]
 fn two_shards_with_a_producer_each_and_a_consumer() {
-    for writers in [RingWriters::Shared, RingWriters::Exclusive] {
-        two_shards_written_by(writers);
-    }
-}
-
-fn two_shards_written_by(writers: RingWriters) {
-    model(move || {
-        let ring = sharded_ring_written_by(4, 2, writers);
+    model(|| {
+        let ring = sharded_ring_of(4, 2);
         let finished: &'static AtomicUsize = keep(AtomicUsize::new(0));
         let producers: Vec<_> = (0..2_u8)
             .map(|processor| {
@@ -421,30 +391,17 @@ fn a_publish_and_a_drop_take_numbers_in_turn() {
 /// Preemptions the read-cut model explores up to.
 const READ_CUT_PREEMPTIONS: usize = 5;
 
-#[test]
-fn reads_come_out_in_time_order_across_reads() {
-    reads_in_time_order(RingWriters::Shared);
-}
-
-#[test]
-fn reads_come_out_in_time_order_across_reads_from_exclusive_shards() {
-    reads_in_time_order(RingWriters::Exclusive);
-}
-
 /// Two producers on two shards stamp their records from one clock inside
 /// their publish sections, while a consumer reads twice with a cut from the
 /// same clock, and once more after both are done: whatever the
 /// interleaving, no record a read returns is stamped earlier than one an
 /// earlier read returned, and both records arrive. (A cut taken without
 /// waiting for the sections, or a stamp taken before the section, breaks
-/// this.) With exclusive shards the model's clock is an atomic that
-/// synchronizes the threads by itself, which the kernel's clock does not:
-/// there the order rests on the read's processor flush (`crate::ring` in
-/// kstack-driver-core explains it), which no model here can check; the
-/// model checks the plain-store sections for races and whole records.
-fn reads_in_time_order(writers: RingWriters) {
-    bounded_model(READ_CUT_PREEMPTIONS, move || {
-        let ring = sharded_ring_written_by(4, 2, writers);
+/// this.)
+#[test]
+fn reads_come_out_in_time_order_across_reads() {
+    bounded_model(READ_CUT_PREEMPTIONS, || {
+        let ring = sharded_ring_of(4, 2);
         let clock: &'static AtomicU64 = keep(AtomicU64::new(1));
         let producers: Vec<_> = (0..2_u8)
             .map(|processor| {
@@ -474,7 +431,7 @@ fn reads_in_time_order(writers: RingWriters) {
             let now = clock.fetch_add(1, Ordering::SeqCst);
             let mut out = [0_u8; 32];
             let mut consumer = ring.consumer().expect("the only consumer");
-            let cut = consumer.cut(now, flush_processors);
+            let cut = consumer.cut(now);
             let drained = consumer.drain(&mut out, stamp, cut);
             out[..drained.bytes]
                 .chunks_exact(8)

@@ -11,10 +11,8 @@ use core::{
     ptr,
 };
 
-use kstack_abi::{DriverImage, RingWriters};
-use kstack_driver_core::{
-    Platform, UserThread, UserWalkFailure, kernel_stack, sharded_ring::writers_for,
-};
+use kstack_abi::DriverImage;
+use kstack_driver_core::{Platform, UserThread, UserWalkFailure, kernel_stack};
 
 use wdk_sys::{
     DEVICE_OBJECT, DRIVER_OBJECT, HANDLE, IMAGE_INFO, IO_STACK_LOCATION, IRP, KAPC, LARGE_INTEGER,
@@ -204,46 +202,18 @@ pub fn current_irql() -> u8 {
     u8::try_from(cr8 & 0xF).unwrap_or(u8::MAX)
 }
 
-// The processor-count routines take a USHORT; the bindings give the
-// constant as a u32.
-const _: () = assert!(wdk_sys::ALL_PROCESSOR_GROUPS == 0xFFFF);
-#[expect(clippy::cast_possible_truncation, reason = "0xFFFF fits a u16")]
-const ALL_PROCESSOR_GROUPS: u16 = wdk_sys::ALL_PROCESSOR_GROUPS as u16;
-
 /// The processors active now, in every processor group: one ring shard
 /// each (exported by Windows 7 and later, and by Wine).
 ///
 /// Max IRQL: any.
 pub fn active_processor_count() -> u32 {
+    // The routine takes a USHORT; the bindings give the constant as a u32.
+    const _: () = assert!(wdk_sys::ALL_PROCESSOR_GROUPS == 0xFFFF);
+    #[expect(clippy::cast_possible_truncation, reason = "0xFFFF fits a u16")]
+    const ALL_PROCESSOR_GROUPS: u16 = wdk_sys::ALL_PROCESSOR_GROUPS as u16;
     // SAFETY: takes a group number and returns a count; callable at any
     // IRQL.
     unsafe { KeQueryActiveProcessorCountEx(ALL_PROCESSOR_GROUPS) }
-}
-
-/// Who writes the ring's `shards` shards (`writers_for`): exclusive only
-/// where every processor the machine can have, in every group, owns one.
-///
-/// Max IRQL: any.
-pub fn ring_writers(routines: &Routines, shards: usize) -> RingWriters {
-    let most = routines.query_maximum_processor_count.map(|query| {
-        // SAFETY: `KeQueryMaximumProcessorCountEx(GroupNumber)`, callable
-        // at any IRQL.
-        unsafe { query(ALL_PROCESSOR_GROUPS) }
-    });
-    writers_for(
-        routines.host_is_wine,
-        routines.ipi_generic_call.is_some(),
-        most,
-        shards,
-    )
-}
-
-/// Does nothing, on every processor at `IPI_LEVEL`: taking the interrupt
-/// is the point (see [`Platform::flush_processors`]).
-///
-/// Max IRQL: `IPI_LEVEL` (it runs there).
-unsafe extern "system" fn flush_nothing(_: usize) -> usize {
-    0
 }
 
 /// Where the I/O manager loaded this driver's image.
@@ -392,15 +362,6 @@ impl Platform for KernelPlatform<'_> {
 
     fn timestamp(&self) -> u64 {
         self.clock.now(self.routines)
-    }
-
-    fn flush_processors(&self) {
-        if let Some(call) = self.routines.ipi_generic_call {
-            // SAFETY: `KeIpiGenericCall(BroadcastFunction, Context)` at
-            // IRQL <= DISPATCH_LEVEL (reads run at PASSIVE_LEVEL), with a
-            // worker safe at IPI_LEVEL (it touches nothing).
-            unsafe { call(flush_nothing, 0) };
-        }
     }
 
     #[inline(never)]

@@ -13,7 +13,7 @@ use core::{
     sync::atomic::{AtomicPtr, Ordering},
 };
 
-use kstack_abi::{DriverImage, PagingExecutive, RingWriters, Source, ThreadRequestOutcome};
+use kstack_abi::{DriverImage, PagingExecutive, Source, ThreadRequestOutcome};
 use kstack_driver_core::{
     DriverCore, Routine, Shard, ShardedRing, SourceControl, SourceRegistration, StackEntry,
     StackTable, Word,
@@ -27,7 +27,7 @@ use wdk_sys::{
 };
 
 use crate::{
-    kernel::{self, Clock, KERNEL_MODE},
+    kernel::{Clock, KERNEL_MODE},
     pool,
     recorder::{self, Recorder},
     registry::ParametersKey,
@@ -122,7 +122,7 @@ fn ring_block_size(shards: usize, capacity: usize, entries: usize) -> Option<usi
 /// Lays out the ring and the stack table in `block` (of
 /// [`ring_block_size`] bytes): one shard per processor of `processors`, up
 /// to kstack-abi's `MAX_SHARDS`, sharing `capacity` bytes of record memory,
-/// written by `writers`, then `entries` empty entries.
+/// then `entries` empty entries.
 ///
 /// # Safety
 /// `block` is unused, non-paged, [`ring_block_size`]`(shard_count(..),
@@ -132,7 +132,7 @@ fn ring_block_size(shards: usize, capacity: usize, entries: usize) -> Option<usi
 /// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
 unsafe fn lay_out_ring(
     block: NonNull<u8>,
-    (processors, writers): (u32, RingWriters),
+    processors: u32,
     capacity: usize,
     entries: usize,
 ) -> (ShardedRing<'static>, StackTable<'static>) {
@@ -165,7 +165,7 @@ unsafe fn lay_out_ring(
     let words: &'static [Word] = unsafe { slice::from_raw_parts(words.as_ptr(), word_count) };
     // SAFETY: `count` shards' room, aligned by the padding, precedes the
     // words.
-    unsafe { write_shards(shards, words, count, writers) };
+    unsafe { write_shards(shards, words, count) };
     // SAFETY: all `count` shards were initialized above, and live as long
     // as the words.
     let shards: &'static [Shard<'static>] =
@@ -176,8 +176,7 @@ unsafe fn lay_out_ring(
     (ShardedRing::new(shards), StackTable::new(table))
 }
 
-/// Writes the `count` shards over `words` from `shards`, written by
-/// `writers`. Never inlined: each shard (1.5 KiB of counters) is built on
+/// Writes the `count` shards over `words` from `shards`. Never inlined: each shard (1.5 KiB of counters) is built on
 /// the stack before it is copied into place, and inlined into
 /// `DriverEntry` its copies took that frame past a page, which needs a
 /// stack probe (`__chkstk`) the driver does not link.
@@ -188,14 +187,8 @@ unsafe fn lay_out_ring(
 ///
 /// Max IRQL: `DISPATCH_LEVEL` (kstack calls it only in `DriverEntry`).
 #[inline(never)]
-unsafe fn write_shards(
-    shards: NonNull<Shard<'static>>,
-    words: &'static [Word],
-    count: usize,
-    writers: RingWriters,
-) {
+unsafe fn write_shards(shards: NonNull<Shard<'static>>, words: &'static [Word], count: usize) {
     for (index, shard) in shards_over(words, count).enumerate() {
-        let shard = shard.with_writers(writers);
         // SAFETY: `index` < `count`: inside the caller's room.
         let place = unsafe { shards.add(index) };
         // SAFETY: aligned (the caller's room) and written once, before
@@ -245,11 +238,9 @@ pub fn create(
         unsafe { pool::free(ring_block, pool::TAG_RING) };
         return Err(STATUS_INSUFFICIENT_RESOURCES);
     };
-    let writers = kernel::ring_writers(&routines, shard_count(processors, capacity));
     // SAFETY: the block was just allocated with the size `lay_out_ring`
     // needs, and is freed only by `destroy`, after every user is gone.
-    let (ring, table) =
-        unsafe { lay_out_ring(ring_block, (processors, writers), capacity, entries) };
+    let (ring, table) = unsafe { lay_out_ring(ring_block, processors, capacity, entries) };
     let state = state.cast::<LoadedDriver>();
     // SAFETY: made in its zeroed block above, freed only by `destroy` after
     // the core that uses it is gone.

@@ -5,8 +5,6 @@
 //! `KeQuerySystemTimePrecise`; Wine 8 lacks both, and `CmRegisterCallbackEx`.
 //! `KeQueryPerformanceCounter` is ntoskrnl's on Windows 8 and later and
 //! HAL's before (and in Wine); `MmGetSystemRoutineAddress` searches both.
-//! `KeIpiGenericCall` and `KeQueryMaximumProcessorCountEx` decide whether
-//! the ring's shards may be exclusive; without either they are shared.
 //!
 //! `KeAreApcsDisabled` is exported by every supported Windows and looked up
 //! with `RtlWalkFrameChain`: a user walk needs both (no walk inside a
@@ -26,7 +24,8 @@
 //! exported by every x64 Windows but not documented (no WDK header declares
 //! them), so they are looked up rather than imported; queueing APCs counts
 //! as available only when the first two are there, and unload takes queued
-//! APCs back with the third when it is.
+//! APCs back with the third when it is (ReactOS does not export it; which
+//! Windows builds do is the status's `apc_take_back`).
 
 use core::{ffi::c_void, ptr};
 
@@ -97,15 +96,6 @@ pub type AreApcsDisabled = unsafe extern "system" fn() -> BOOLEAN;
 /// off its queue (no routine of it runs then).
 pub type RemoveQueueApc = unsafe extern "system" fn(*mut KAPC) -> BOOLEAN;
 
-/// A `KeIpiGenericCall` worker (`PKIPI_BROADCAST_WORKER`).
-pub type IpiWorker = unsafe extern "system" fn(usize) -> usize;
-/// `KeIpiGenericCall(BroadcastFunction, Context)`: runs the worker on every
-/// processor at `IPI_LEVEL`, and returns once all have.
-pub type IpiGenericCall = unsafe extern "system" fn(IpiWorker, usize) -> usize;
-/// `KeQueryMaximumProcessorCountEx(GroupNumber)`: the processors the
-/// machine can have, hot-added ones included.
-pub type QueryMaximumProcessorCountEx = unsafe extern "system" fn(u16) -> u32;
-
 /// What was found.
 pub struct Routines {
     pub allocate_pool2: Option<AllocatePool2>,
@@ -132,17 +122,9 @@ pub struct Routines {
     /// `KeInsertQueueApc`, only when APCs can be queued.
     pub insert_queue_apc: Option<InsertQueueApc>,
     /// `KeRemoveQueueApc`, only when APCs can be queued and the kernel
-    /// exports it (every x64 Windows does): unload takes queued APCs back
-    /// with it.
+    /// exports it (ReactOS and Wine do not; which Windows builds do is
+    /// checked on the test VM): unload takes queued APCs back with it.
     pub remove_queue_apc: Option<RemoveQueueApc>,
-    /// Whether the host is Wine, whose drivers run as threads of a
-    /// process: never exclusive shards there.
-    pub host_is_wine: bool,
-    /// `KeIpiGenericCall`, which reads of exclusive shards flush the
-    /// processors with.
-    pub ipi_generic_call: Option<IpiGenericCall>,
-    /// `KeQueryMaximumProcessorCountEx`.
-    pub query_maximum_processor_count: Option<QueryMaximumProcessorCountEx>,
 }
 
 /// Looks up `name`, a routine Wine may export only as a stub: its state,
@@ -247,12 +229,6 @@ impl Routines {
         let insert_queue_apc = unsafe { routine(insert) };
         // SAFETY: as above.
         let remove_queue_apc = unsafe { routine(remove) };
-        // SAFETY: as above (ntddk.h's prototypes, whose worker and group
-        // number are the aliases' pointer-sized integer and u16).
-        let ipi_generic_call = unsafe { routine(find(utf16!("KeIpiGenericCall"))) };
-        // SAFETY: as above.
-        let query_maximum_processor_count =
-            unsafe { routine(find(utf16!("KeQueryMaximumProcessorCountEx"))) };
         Self {
             allocate_pool2,
             query_system_time,
@@ -269,9 +245,6 @@ impl Routines {
             initialize_apc,
             insert_queue_apc,
             remove_queue_apc,
-            host_is_wine: wine,
-            ipi_generic_call,
-            query_maximum_processor_count,
         }
     }
 }

@@ -446,40 +446,6 @@ def kstack_own_stack_use_within_its_bounds(w):
 
 
 @case
-def exclusive_shards_and_their_reads_flush_every_processor(w):
-    """Every processor the machine can have owns a shard and the kernel has
-    KeIpiGenericCall: the shards are exclusive (no locked instruction a
-    publish), and each read first runs the flush on every processor at
-    IPI_LEVEL. Where a processor may be added, or the routine is missing,
-    they are shared and reads flush nothing."""
-    handle, client = started(w, {"sources": ["registry"]})
-    status = w.status(handle, client)
-    check(status["ring_writers"] == "exclusive" and status["ring_shards"] == w.kernel.processors, f"ring_writers {status['ring_writers']}, {status['ring_shards']} shards")
-    before = w.kernel.ipi_broadcasts
-    w.fire_registry(w.user_thread())
-    record = only_trace(w, handle, client, "registry")
-    broadcasts = w.kernel.ipi_broadcasts - before
-    check(broadcasts >= 1, "a read of exclusive shards flushed no processor")
-    every = list(range(w.kernel.processors))
-    runs = w.kernel.ipi_workers
-    check(len(runs) == broadcasts * len(every) and all(sorted(runs[i:i + len(every)]) == every for i in range(0, len(runs), len(every))), f"workers ran on {runs}")
-    finished(w, handle, client)
-    shared = []
-    for name, addable, absent in [("a processor may be added", 1, set()), ("no KeIpiGenericCall", 0, {"KeIpiGenericCall"})]:
-        w.kernel.addable_processors, w.kernel.absent_routines = addable, absent
-        w.kernel.ipi_broadcasts = 0
-        handle, client = started(w, {"sources": ["registry"]})
-        w.fire_registry(w.user_thread())
-        only_trace(w, handle, client, "registry")
-        status = w.status(handle, client)
-        check(status["ring_writers"] == "shared", f"{name}: ring_writers {status['ring_writers']}")
-        check(w.kernel.ipi_broadcasts == 0, f"{name}: reads of shared shards flushed processors")
-        finished(w, handle, client)
-        shared.append(name)
-    return f"{len(every)} processors, {len(every)} exclusive shards; a read flushed all {len(every)} at IPI_LEVEL ({broadcasts} broadcasts, record {record['sequence']}); shared where {' or '.join(shared)}"
-
-
-@case
 def read_is_in_time_order_and_clear_empties(w):
     handle, client = started(w, {"sources": ["process", "thread", "registry"]})
     actor = w.user_thread()

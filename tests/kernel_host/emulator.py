@@ -443,13 +443,7 @@ class Machine:
         self.live_stacks.pop()
         self.entry_rsps.pop()
         self.uc.reg_write(UC_X86_REG_RSP, rsp)
-        # A routine may run driver code more than once before it returns
-        # (KeIpiGenericCall: once per processor).
-        result = callout.on_return()
-        if isinstance(result, Callout):
-            self._start_callout(result)
-        else:
-            self._return(result)
+        self._return(callout.on_return())
 
     def language_handler(self, function):
         """A function's exception handler and the address of its handler

@@ -18,8 +18,6 @@ import struct
 from emulator import BugCheck, Callout, Raise
 
 PASSIVE, APC, DISPATCH = 0, 1, 2
-# x64's IPI_LEVEL, where KeIpiGenericCall's worker runs.
-IPI = 14
 STATUS_SUCCESS = 0
 STATUS_ACCESS_VIOLATION = 0xC0000005
 STATUS_INVALID_PARAMETER = 0xC000000D
@@ -149,13 +147,7 @@ class Kernel:
         self.time = self.boot_time + 36_000_000_000
         self.counter = 0
         self.processors = 4
-        # Processors that may yet be added (hot add): none unless a case
-        # says.
-        self.addable_processors = 0
         self.processor = 0
-        # KeIpiGenericCall broadcasts: the workers each ran, per processor.
-        self.ipi_broadcasts = 0
-        self.ipi_workers = []
         self.expansion_fails = False
         # Threads that run while a driver waits, taking their queued APCs.
         self.running_threads = []
@@ -690,38 +682,6 @@ def ke_get_current_processor_number_ex(k, site, number):
 @routine("KeQueryActiveProcessorCountEx", None, LEARN + "wdm/nf-wdm-kequeryactiveprocessorcountex: any IRQL")
 def ke_query_active_processor_count_ex(k, site, group):
     return k.processors
-
-
-@routine("KeQueryMaximumProcessorCountEx", None, LEARN + "wdm/nf-wdm-kequerymaximumprocessorcountex: any IRQL")
-def ke_query_maximum_processor_count_ex(k, site, group):
-    return k.processors + k.addable_processors
-
-
-@routine("KeIpiGenericCall", DISPATCH, LEARN + "wdm/nf-wdm-keipigenericcall: IRQL <= DISPATCH_LEVEL; the worker runs on every processor at IPI_LEVEL")
-def ke_ipi_generic_call(k, site, worker, context):
-    k.ipi_broadcasts += 1
-    saved = (k.processor, k.irql)
-    remaining = list(range(k.processors))
-
-    def on(processor):
-        # The worker, at IPI_LEVEL, on `processor`; then the next one.
-        k.processor, k.irql = processor, IPI
-        stack = k.machine.new_stack()
-        k.stacks.append(stack)
-
-        def back():
-            k.machine.free_stack(k.stacks.pop())
-            if k.irql != IPI:
-                k.violation(f"KeIpiGenericCall's worker returned at IRQL {k.irql}, not IPI_LEVEL", worker)
-            k.ipi_workers.append(processor)
-            if remaining:
-                return on(remaining.pop(0))
-            k.processor, k.irql = saved
-            return 0
-
-        return Callout(worker, [context], stack, back)
-
-    return on(remaining.pop(0))
 
 
 @routine("KeIsAttachedProcess", APC, "undocumented (no learn.microsoft.com page); APC_LEVEL, the stricter annotation seen in public headers")

@@ -46,12 +46,6 @@ impl Platform for UserPlatform {
         0
     }
 
-    /// A host has no IPI: threads share one address space, where a fence
-    /// is what can be had.
-    fn flush_processors(&self) {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    }
-
     fn remaining_stack(&self) -> usize {
         usize::MAX
     }

@@ -76,7 +76,9 @@ const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// user-part outcome and ABI 12 the thread-stack source, which older
 /// captures never hold; ABI 13 computes stack ids another way, and a
 /// capture's ids are read as saved (the client groups by them and never
-/// recomputes them), so each capture's are consistent in themselves.
+/// recomputes them), so each capture's are consistent in themselves;
+/// ABI 14 made the status's ring-writers word reserved again, which
+/// changes no record.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";
@@ -961,14 +963,14 @@ pub(crate) mod tests {
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();
         assert_eq!(error, CaptureError::AbiVersion(ABI_VERSION + 1));
-        assert!(error.to_string().contains("ABI 5 to 13"), "{error}");
+        assert!(error.to_string().contains("ABI 5 to 14"), "{error}");
         let mut older_abi = bytes.clone();
         older_abi[12..16].copy_from_slice(&4_u32.to_le_bytes());
         assert_eq!(
             decoded(&older_abi).unwrap_err(),
             CaptureError::AbiVersion(4)
         );
-        for previous in [5_u32, 11] {
+        for previous in [5_u32, 11, 13] {
             let mut previous_abi = bytes.clone();
             previous_abi[12..16].copy_from_slice(&previous.to_le_bytes());
             assert_eq!(

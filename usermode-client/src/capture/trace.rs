@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
-pub const JSON_SCHEMA_VERSION: u32 = 3;
+pub const JSON_SCHEMA_VERSION: u32 = 4;
 
 /// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -544,7 +544,7 @@ mod tests {
     #[test]
     fn json_line_has_the_documented_fields() {
         let value = sample().to_json(&no_modules());
-        assert_eq!(value["schema"], 3);
+        assert_eq!(value["schema"], 4);
         assert_eq!(
             value["tracer_frames"], 0,
             "no kstack.sys in the module list"

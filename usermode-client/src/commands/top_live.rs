@@ -342,7 +342,6 @@ mod tests {
                 ring_used: 0,
                 ring_used_bytes: 0,
                 ring_shards: 1,
-                ring_writers: kstack_abi::RingWriters::Shared,
                 outstanding_allocations: 2,
                 config: CaptureConfig::default(),
                 dropped: 0,

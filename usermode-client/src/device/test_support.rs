@@ -3,8 +3,8 @@
 
 use kstack_abi::{
     Altitude, CaptureConfig, DriverImage, HostRoutine, MAX_RECORD_SIZE, PagingExecutive,
-    ProcessFilter, ReadHeader, RecordFlags, RecordHeader, RingWriters, Source, SourceFacts,
-    SourceStatus, StackTableStatus, StatusResponse, ThreadCaptureStatus, encode_record,
+    ProcessFilter, ReadHeader, RecordFlags, RecordHeader, Source, SourceFacts, SourceStatus,
+    StackTableStatus, StatusResponse, ThreadCaptureStatus, encode_record,
     messages::READ_HEADER_SIZE, stack_id,
 };
 
@@ -110,7 +110,6 @@ pub fn sample_status() -> StatusResponse {
         ring_used: 3,
         ring_used_bytes: 288,
         ring_shards: 2,
-        ring_writers: RingWriters::Shared,
         outstanding_allocations: 2,
         config: CaptureConfig {
             processes: ProcessFilter::new(&[4, 8], &[0]).unwrap(),

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use kstack_abi::{
     ABI_VERSION, CaptureConfig, HostRoutine, KSTACK_VERSION, PagingExecutive, PagingInEffect,
-    ProcessFilter, RingWriters, Source, StatusResponse, UserPart,
+    ProcessFilter, Source, StatusResponse, UserPart,
     host_routine::{APC_ROUTINE, PROCESS_KEY_ROUTINE, USER_WALK_ROUTINE},
     paging::ASSUME_IN_EFFECT_VALUE,
 };
@@ -33,7 +33,14 @@ pub fn status(status: &StatusResponse) -> String {
         "DisablePagingExecutive: {}",
         paging_executive(status.paging_executive)
     );
-    let _ = writeln!(out, "{}", ring_text(status));
+    let _ = writeln!(
+        out,
+        "ring: {} waiting, {} of {} bytes in use, in {} (one per processor)",
+        counted(u64::from(status.ring_used), "record"),
+        status.ring_used_bytes,
+        status.ring_capacity,
+        counted(u64::from(status.ring_shards), "shard")
+    );
     let table = status.stack_table;
     let _ = if table.entries == 0 {
         writeln!(out, "stack table: off (every record carries its frames)")
@@ -229,22 +236,6 @@ fn thread_captures_text(status: &StatusResponse) -> String {
     )
 }
 
-/// The ring's line of status text: what waits, in how many shards, and who
-/// writes them.
-fn ring_text(status: &StatusResponse) -> String {
-    format!(
-        "ring: {} waiting, {} of {} bytes in use, in {} (one per processor), {}",
-        counted(u64::from(status.ring_used), "record"),
-        status.ring_used_bytes,
-        status.ring_capacity,
-        counted(u64::from(status.ring_shards), "shard"),
-        match status.ring_writers {
-            RingWriters::Exclusive => "each its processor's alone (no locked instruction a record)",
-            RingWriters::Shared => "shared (a compare-and-swap a record)",
-        }
-    )
-}
-
 /// A routine's state in `kstack status --json`.
 fn routine_json(state: HostRoutine, routine: &str) -> Value {
     json!({
@@ -369,7 +360,6 @@ pub fn status_json(status: &StatusResponse) -> Value {
             "used": status.ring_used,
             "used_bytes": status.ring_used_bytes,
             "shards": status.ring_shards,
-            "writers": status.ring_writers.name(),
         },
         "stack_table": stack_table_json(&status.stack_table),
         "dropped": status.dropped,

@@ -421,7 +421,6 @@ fn status_json(status: &StatusResponse) -> Value {
         ring_used,
         ring_used_bytes,
         ring_shards,
-        ring_writers => ring_writers.name(),
         outstanding_allocations,
         config => config_json(config),
         dropped,
@@ -1039,7 +1038,6 @@ mod tests {
         };
         status.stack_table.sent = u64::MAX;
         status.apc = HostRoutine::Available;
-        status.ring_writers = kstack_abi::RingWriters::Exclusive;
         status.thread_captures =
             ThreadCaptureStatus::from_fields(core::array::from_fn(|field| 300 + field as u64));
         let mut next = 100_u64;
@@ -1074,11 +1072,10 @@ mod tests {
 
         assert_eq!(
             value.as_object().unwrap().len(),
-            24,
-            "23 fields and abi_version"
+            23,
+            "22 fields and abi_version"
         );
         assert_eq!(value["abi_version"], ABI_VERSION);
-        assert_eq!(value["ring_writers"], "exclusive");
         assert_eq!(value["driver_version"], json!([0, 1, 0]));
         assert_eq!(
             value["paging_executive"],
