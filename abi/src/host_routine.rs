@@ -15,6 +15,9 @@ pub const PROCESS_KEY_ROUTINE: &str = "PsGetProcessCreateTimeQuadPart";
 /// requests ([`crate::Ioctl::CaptureThreads`]); the driver needs it to
 /// deliver them at all.
 pub const APC_ROUTINE: &str = "KeInsertQueueApc";
+/// The routine unload takes queued capture-threads APCs back with
+/// ([`crate::StatusResponse::apc_take_back`]).
+pub const APC_TAKE_BACK_ROUTINE: &str = "KeRemoveQueueApc";
 
 use crate::wire_types::wire_enum;
 

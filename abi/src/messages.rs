@@ -32,7 +32,8 @@ const SOURCES_OFFSET: usize = COUNTERS_OFFSET + 24;
 /// Offset of the driver's image range, after the per-source part.
 const DRIVER_IMAGE_OFFSET: usize = SOURCES_OFFSET + SOURCE_STATUS_SIZE * Source::COUNT;
 /// Offset of the ring's shard count (u32), then the bytes in use (u32),
-/// after the image range (a u64 base, a u32 size and 4 reserved zero bytes).
+/// after the image range (a u64 base, a u32 size) and `apc_take_back` (a
+/// [`HostRoutine`] u32).
 const RING_SHARDS_OFFSET: usize = DRIVER_IMAGE_OFFSET + 16;
 /// Offset of the records read so far (u64), after the shard count.
 const READ_OFFSET: usize = RING_SHARDS_OFFSET + 8;
@@ -626,10 +627,11 @@ impl ThreadCaptureStatus {
 
 /// The status response.
 ///
-/// Layout ([`STATUS_RESPONSE_SIZE`], 1584 bytes, little-endian). Reserved
+/// Layout ([`STATUS_RESPONSE_SIZE`], 1648 bytes, little-endian). Reserved
 /// bytes are written as zeros and not looked at when decoded. (ABI 12
 /// added the eighth source's part, which moved every field after the
-/// sources by 144 bytes, and the parts from 1480 on.)
+/// sources by 144 bytes, and the parts from 1480 on; ABI 14 a user part,
+/// 8 bytes in each source's part, which moved them by 64 more.)
 ///
 /// | offset | size | field |
 /// |-------:|-----:|-------|
@@ -645,32 +647,32 @@ impl ThreadCaptureStatus {
 /// | 136  | 8   | `dropped` |
 /// | 144  | 8   | `cleared` |
 /// | 152  | 8   | `sequences_spent` |
-/// | 160  | 144×8 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
-/// | 1312 | 8   | `driver_image.base` |
-/// | 1320 | 4   | `driver_image.size` |
-/// | 1324 | 4   | reserved (ABI 13's `ring_writers`) |
-/// | 1328 | 4   | `ring_shards` |
-/// | 1332 | 4   | `ring_used_bytes` |
-/// | 1336 | 8   | `read` |
-/// | 1344 | 4+2 | `object_altitude`: whole, fraction |
-/// | 1350 | 2   | reserved |
-/// | 1352 | 4+2 | `registry_altitude`: whole, fraction |
-/// | 1358 | 2   | reserved |
-/// | 1360 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
-/// | 1364 | 4   | reserved |
-/// | 1368 | 8   | the `Memory Management` key's last write time |
-/// | 1376 | 8   | the boot time compared against |
-/// | 1384 | 4   | `stack_table.entries` |
-/// | 1388 | 4   | `stack_table.used` |
-/// | 1392 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
-/// | 1456 | 4   | `user_walk` ([`HostRoutine`]) |
-/// | 1460 | 4   | reserved |
-/// | 1464 | 4   | `process_key` ([`HostRoutine`]) |
-/// | 1468 | 4   | reserved |
-/// | 1472 | 8   | `module_records` |
-/// | 1480 | 4   | `apc` ([`HostRoutine`]) |
-/// | 1484 | 4   | reserved |
-/// | 1488 | 8×12 | `thread_captures` ([`ThreadCaptureStatus`]'s layout) |
+/// | 160  | 152×8 | `sources`, in [`Source::ALL`] order ([`SourceStatus`]'s layout) |
+/// | 1376 | 8   | `driver_image.base` |
+/// | 1384 | 4   | `driver_image.size` |
+/// | 1388 | 4   | `apc_take_back` ([`HostRoutine`]; ABI 13's `ring_writers` was here) |
+/// | 1392 | 4   | `ring_shards` |
+/// | 1396 | 4   | `ring_used_bytes` |
+/// | 1400 | 8   | `read` |
+/// | 1408 | 4+2 | `object_altitude`: whole, fraction |
+/// | 1414 | 2   | reserved |
+/// | 1416 | 4+2 | `registry_altitude`: whole, fraction |
+/// | 1422 | 2   | reserved |
+/// | 1424 | 4   | whether `DisablePagingExecutive` is in effect ([`PagingInEffect`]; must agree with the value at 16: not configured exactly when the value is not 1) |
+/// | 1428 | 4   | reserved |
+/// | 1432 | 8   | the `Memory Management` key's last write time |
+/// | 1440 | 8   | the boot time compared against |
+/// | 1448 | 4   | `stack_table.entries` |
+/// | 1452 | 4   | `stack_table.used` |
+/// | 1456 | 8×8 | the stack table's counters, in [`StackTableStatus::COUNTER_NAMES`] order |
+/// | 1520 | 4   | `user_walk` ([`HostRoutine`]) |
+/// | 1524 | 4   | reserved |
+/// | 1528 | 4   | `process_key` ([`HostRoutine`]) |
+/// | 1532 | 4   | reserved |
+/// | 1536 | 8   | `module_records` |
+/// | 1544 | 4   | `apc` ([`HostRoutine`]) |
+/// | 1548 | 4   | reserved |
+/// | 1552 | 8×12 | `thread_captures` ([`ThreadCaptureStatus`]'s layout) |
 ///
 /// A status request whose output buffer holds at least the 8-byte prefix
 /// but not the whole response gets the prefix only, with
@@ -748,6 +750,16 @@ pub struct StatusResponse {
     /// cannot, every capture-threads request fails with
     /// `KSTACK_STATUS_NO_APC` (under Wine: [`HostRoutine::HostStub`]).
     pub apc: HostRoutine,
+    /// Whether unload can take back the capture-threads APCs still queued:
+    /// whether the driver can call `KeRemoveQueueApc` (decided at load;
+    /// [`crate::host_routine::APC_TAKE_BACK_ROUTINE`]; undocumented, and
+    /// not exported by every kernel). When it can, unload takes them back
+    /// and waits only for those being delivered; when it cannot, unload
+    /// waits up to 5 s for every queued APC, and a thread that does not
+    /// take its APC by then takes it later (in its exit path at the
+    /// latest), with kstack.sys mapped until it has. `NotExported` whenever
+    /// `apc` is not `Available`.
+    pub apc_take_back: HostRoutine,
     /// The capture-threads counters ([`crate::Ioctl::CaptureThreads`]).
     pub thread_captures: ThreadCaptureStatus,
 }
@@ -816,7 +828,7 @@ impl StatusResponse {
         }
         w.u64(DRIVER_IMAGE_OFFSET, self.driver_image.base);
         w.u32(DRIVER_IMAGE_OFFSET + 8, self.driver_image.size);
-        w.u32(DRIVER_IMAGE_OFFSET + 12, 0);
+        w.u32(DRIVER_IMAGE_OFFSET + 12, self.apc_take_back as u32);
         w.u32(RING_SHARDS_OFFSET, self.ring_shards);
         w.u32(RING_SHARDS_OFFSET + 4, self.ring_used_bytes);
         w.u64(READ_OFFSET, self.read);
@@ -885,6 +897,7 @@ impl StatusResponse {
         let user_walk = routine(USER_WALK_OFFSET)?;
         let process_key = routine(MODULES_OFFSET)?;
         let apc = routine(APC_OFFSET)?;
+        let apc_take_back = routine(DRIVER_IMAGE_OFFSET + 12)?;
         let state = r.u32(PAGING_OFFSET)?;
         let in_effect = PagingInEffect::from_wire(state)
             .filter(|in_effect| {
@@ -932,6 +945,7 @@ impl StatusResponse {
             process_key,
             module_records: r.u64(MODULES_OFFSET + 8)?,
             apc,
+            apc_take_back,
             thread_captures: ThreadCaptureStatus::decode(r, THREAD_CAPTURES_OFFSET)?,
         })
     }
@@ -1025,7 +1039,7 @@ mod tests {
             filtered: 0,
             not_kept: 0,
             sampled_out: 0,
-            user_parts: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+            user_parts: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
         }; Source::COUNT];
         sources[Source::Registry.index()] = SourceStatus {
             registration: STATUS_NOT_SUPPORTED,
@@ -1101,6 +1115,7 @@ mod tests {
             process_key: HostRoutine::NotExported,
             module_records: 17,
             apc: HostRoutine::Available,
+            apc_take_back: HostRoutine::NotExported,
             // Each its own value; every byte of the last set, so a field
             // written past the end shows.
             thread_captures: ThreadCaptureStatus::from_fields([
@@ -1144,7 +1159,7 @@ mod tests {
         assert_eq!(CAPTURE_NOW_REQUEST_SIZE, 16);
         assert_eq!(INJECT_REQUEST_SIZE, 40);
         assert_eq!(FAULT_PROBE_REQUEST_SIZE, 16);
-        assert_eq!(STATUS_RESPONSE_SIZE, 1584);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1648);
         assert_eq!(ThreadCaptureStatus::SIZE, 96);
         assert_eq!(READ_HEADER_SIZE, 24);
     }
@@ -1190,7 +1205,7 @@ mod tests {
         // Each row of `StatusResponse`'s table: offset, then its bytes.
         let rows: [(usize, Vec<u8>); 40] = [
             (0, le::<4>(ABI_VERSION)),
-            (4, le::<4>(1584_u32)),
+            (4, le::<4>(1648_u32)),
             (8, [le::<2>(0_u16), le::<2>(1_u16), le::<2>(0_u16)].concat()),
             (14, le::<2>(3_u16)),
             (16, le::<4>(1_u32)),
@@ -1202,37 +1217,37 @@ mod tests {
             (144, le::<8>(status.cleared)),
             (152, le::<8>(status.sequences_spent)),
             (160, sources),
-            (1312, le::<8>(status.driver_image.base)),
-            (1320, le::<4>(status.driver_image.size)),
-            (1324, vec![0; 4]),
-            (1328, le::<4>(status.ring_shards)),
-            (1332, le::<4>(status.ring_used_bytes)),
-            (1336, le::<8>(status.read)),
-            (1344, le::<4>(status.object_altitude.whole)),
-            (1348, le::<2>(status.object_altitude.fraction)),
-            (1350, vec![0; 2]),
-            (1352, le::<4>(status.registry_altitude.whole)),
-            (1356, le::<2>(status.registry_altitude.fraction)),
-            (1358, vec![0; 2]),
-            (1360, le::<4>(PagingInEffect::BeforeBoot as u32)),
-            (1364, vec![0; 4]),
-            (1368, le::<8>(paging.key_written)),
-            (1376, le::<8>(paging.boot_time)),
-            (1384, le::<4>(table.entries)),
-            (1388, le::<4>(table.used)),
+            (1376, le::<8>(status.driver_image.base)),
+            (1384, le::<4>(status.driver_image.size)),
+            (1388, le::<4>(HostRoutine::NotExported as u32)),
+            (1392, le::<4>(status.ring_shards)),
+            (1396, le::<4>(status.ring_used_bytes)),
+            (1400, le::<8>(status.read)),
+            (1408, le::<4>(status.object_altitude.whole)),
+            (1412, le::<2>(status.object_altitude.fraction)),
+            (1414, vec![0; 2]),
+            (1416, le::<4>(status.registry_altitude.whole)),
+            (1420, le::<2>(status.registry_altitude.fraction)),
+            (1422, vec![0; 2]),
+            (1424, le::<4>(PagingInEffect::BeforeBoot as u32)),
+            (1428, vec![0; 4]),
+            (1432, le::<8>(paging.key_written)),
+            (1440, le::<8>(paging.boot_time)),
+            (1448, le::<4>(table.entries)),
+            (1452, le::<4>(table.used)),
             (
-                1392,
+                1456,
                 table.counters().into_iter().flat_map(le::<8>).collect(),
             ),
-            (1456, le::<4>(HostRoutine::HostStub as u32)),
-            (1460, vec![0; 4]),
-            (1464, le::<4>(HostRoutine::NotExported as u32)),
-            (1468, vec![0; 4]),
-            (1472, le::<8>(status.module_records)),
-            (1480, le::<4>(HostRoutine::Available as u32)),
-            (1484, vec![0; 4]),
+            (1520, le::<4>(HostRoutine::HostStub as u32)),
+            (1524, vec![0; 4]),
+            (1528, le::<4>(HostRoutine::NotExported as u32)),
+            (1532, vec![0; 4]),
+            (1536, le::<8>(status.module_records)),
+            (1544, le::<4>(HostRoutine::Available as u32)),
+            (1548, vec![0; 4]),
             (
-                1488,
+                1552,
                 status
                     .thread_captures
                     .fields()
@@ -1267,13 +1282,12 @@ mod tests {
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         status.encode(&mut out);
         for range in [
-            1324..1328,
-            1350..1352,
-            1358..1360,
-            1364..1368,
-            1460..1464,
-            1468..1472,
-            1484..1488,
+            1414..1416,
+            1422..1424,
+            1428..1432,
+            1524..1528,
+            1532..1536,
+            1548..1552,
         ] {
             out[range].fill(0xFF);
         }
@@ -1286,7 +1300,6 @@ mod tests {
         let mut out = [0xAA_u8; STATUS_RESPONSE_SIZE];
         status.encode(&mut out);
         let reserved = [
-            DRIVER_IMAGE_OFFSET + 12..DRIVER_IMAGE_OFFSET + 16,
             ALTITUDES_OFFSET + 6..ALTITUDES_OFFSET + 8,
             ALTITUDES_OFFSET + 14..ALTITUDES_OFFSET + 16,
             PAGING_OFFSET + 4..PAGING_OFFSET + 8,
@@ -1341,7 +1354,7 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_has_the_documented_size() {
-        assert_eq!(STATUS_RESPONSE_SIZE, 1584);
+        assert_eq!(STATUS_RESPONSE_SIZE, 1648);
         let status = sample_status();
         let mut out = [0_u8; STATUS_RESPONSE_SIZE];
         assert_eq!(status.encode(&mut out), (STATUS_RESPONSE_SIZE, true));
@@ -1356,7 +1369,7 @@ mod tests {
             (STATUS_PREFIX_SIZE, false)
         );
         assert_eq!(&out[..4], &ABI_VERSION.to_le_bytes());
-        assert_eq!(&out[4..8], &1584_u32.to_le_bytes());
+        assert_eq!(&out[4..8], &1648_u32.to_le_bytes());
         assert_eq!(out[8], 0xAA, "nothing past the prefix");
     }
 

@@ -832,10 +832,10 @@ mod tests {
             })
         );
         let mut bad = good;
-        bad[35] = 11;
+        bad[35] = 12;
         assert_eq!(
             decode_record(&bad),
-            Err(DecodeError::UnknownUserPart { value: 11 })
+            Err(DecodeError::UnknownUserPart { value: 12 })
         );
         let mut bad = good;
         bad[34] = 64;

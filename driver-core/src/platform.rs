@@ -66,10 +66,12 @@ pub enum Routine {
     /// `KeInsertQueueApc`: the special kernel APCs of capture-threads
     /// requests.
     Apc,
+    /// `KeRemoveQueueApc`: unload taking those APCs back.
+    ApcTakeBack,
 }
 
 impl Routine {
-    pub(crate) const COUNT: usize = 3;
+    pub(crate) const COUNT: usize = 4;
 }
 
 /// The current thread, as far as the user walk cares.

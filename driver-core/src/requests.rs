@@ -152,6 +152,7 @@ impl DriverCore<'_> {
             process_key: self.routine(Routine::ProcessKey),
             module_records: self.ring.module_records(),
             apc: self.routine(Routine::Apc),
+            apc_take_back: self.routine(Routine::ApcTakeBack),
             thread_captures: self.thread_captures.status(),
         }
     }
@@ -351,11 +352,11 @@ impl DriverCore<'_> {
             Ok(request) => request,
             Err(error) => return (error.ntstatus(), 0),
         };
-        if !self.config().sources.contains(Source::ThreadStack) {
-            return (KSTACK_STATUS_SOURCE_DISABLED, 0);
-        }
         if self.routine(Routine::Apc) != HostRoutine::Available {
             return (KSTACK_STATUS_NO_APC, 0);
+        }
+        if !self.config().sources.contains(Source::ThreadStack) {
+            return (KSTACK_STATUS_SOURCE_DISABLED, 0);
         }
         let requested = Requested {
             tag: request.tag,
@@ -1860,26 +1861,27 @@ mod tests {
         }
 
         #[test]
-        fn a_request_while_the_source_is_disabled_is_refused_first() {
-            for apc in [HostRoutine::Available, HostRoutine::HostStub] {
-                let core = core_with(false, apc);
-                assert_eq!(
-                    capture_threads(&core, &good_request()),
-                    (KSTACK_STATUS_SOURCE_DISABLED, 0),
-                    "{apc:?}"
-                );
-            }
+        fn a_request_while_the_source_is_disabled_is_refused() {
+            let core = core_with(false, HostRoutine::Available);
+            assert_eq!(
+                capture_threads(&core, &good_request()),
+                (KSTACK_STATUS_SOURCE_DISABLED, 0)
+            );
         }
 
+        /// Where APCs cannot be queued, every request gets that reason,
+        /// whether the source is on or off (it cannot be enabled there).
         #[test]
-        fn a_host_without_apc_delivery_refuses_every_request() {
-            for apc in [HostRoutine::NotExported, HostRoutine::HostStub] {
-                let core = core_with(true, apc);
-                assert_eq!(
-                    capture_threads(&core, &good_request()),
-                    (KSTACK_STATUS_NO_APC, 0),
-                    "{apc:?}"
-                );
+        fn a_host_without_apc_delivery_refuses_every_request_first() {
+            for enabled in [true, false] {
+                for apc in [HostRoutine::NotExported, HostRoutine::HostStub] {
+                    let core = core_with(enabled, apc);
+                    assert_eq!(
+                        capture_threads(&core, &good_request()),
+                        (KSTACK_STATUS_NO_APC, 0),
+                        "{apc:?}, source enabled {enabled}"
+                    );
+                }
             }
         }
 

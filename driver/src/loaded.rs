@@ -13,7 +13,10 @@ use core::{
     sync::atomic::{AtomicPtr, Ordering},
 };
 
-use kstack_abi::{DriverImage, PagingExecutive, Source, ThreadRequestOutcome};
+use kstack_abi::{
+    DriverImage, HostRoutine, PagingExecutive, Source, ThreadRequestOutcome,
+    ntstatus::KSTACK_STATUS_NO_APC,
+};
 use kstack_driver_core::{
     DriverCore, Routine, Shard, ShardedRing, SourceControl, SourceRegistration, StackEntry,
     StackTable, Word,
@@ -278,6 +281,7 @@ pub fn create(
     core.set_routine(Routine::UserWalk, routines.user_walk);
     core.set_routine(Routine::ProcessKey, routines.process_key);
     core.set_routine(Routine::Apc, routines.apc);
+    core.set_routine(Routine::ApcTakeBack, routines.apc_take_back);
     recorder::publish(&driver.recorder);
     LOADED.store(state.as_ptr(), Ordering::Release);
     Ok(driver)
@@ -374,9 +378,15 @@ pub fn register_sources(
         (Source::ObjectHandle, objects),
         (Source::Timer, driver.timer.initialize()),
         (Source::OnDemand, STATUS_SUCCESS),
-        // Requests, not a callback: whether APCs can be queued is the
-        // `Routine::Apc` state, checked per request.
-        (Source::ThreadStack, STATUS_SUCCESS),
+        // Requests, not a callback: available where APCs can be queued.
+        (
+            Source::ThreadStack,
+            if driver.recorder.routines.apc == HostRoutine::Available {
+                STATUS_SUCCESS
+            } else {
+                KSTACK_STATUS_NO_APC
+            },
+        ),
     ];
     for (source, status) in results {
         // The injection build makes every source but the timer (which Wine

@@ -125,6 +125,8 @@ pub struct Routines {
     /// exports it (ReactOS and Wine do not; which Windows builds do is
     /// checked on the test VM): unload takes queued APCs back with it.
     pub remove_queue_apc: Option<RemoveQueueApc>,
+    /// Whether unload can take queued APCs back (`remove_queue_apc`).
+    pub apc_take_back: HostRoutine,
 }
 
 /// Looks up `name`, a routine Wine may export only as a stub: its state,
@@ -227,6 +229,11 @@ impl Routines {
         let initialize_apc = unsafe { routine(initialize) };
         // SAFETY: as above.
         let insert_queue_apc = unsafe { routine(insert) };
+        let apc_take_back = if remove.is_null() {
+            HostRoutine::NotExported
+        } else {
+            HostRoutine::Available
+        };
         // SAFETY: as above.
         let remove_queue_apc = unsafe { routine(remove) };
         Self {
@@ -245,6 +252,7 @@ impl Routines {
             initialize_apc,
             insert_queue_apc,
             remove_queue_apc,
+            apc_take_back,
         }
     }
 }

@@ -77,8 +77,8 @@ const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// captures never hold; ABI 13 computes stack ids another way, and a
 /// capture's ids are read as saved (the client groups by them and never
 /// recomputes them), so each capture's are consistent in themselves;
-/// ABI 14 made the status's ring-writers word reserved again, which
-/// changes no record.
+/// ABI 14 added a user-part outcome (`critical_region`), which older
+/// captures never hold, and changed only the status otherwise.
 const READABLE_ABIS: core::ops::RangeInclusive<u32> = 5..=ABI_VERSION;
 /// The first bytes of the trailer.
 const END_MAGIC: [u8; 8] = *b"KSTKEND\0";

@@ -360,6 +360,7 @@ mod tests {
                 process_key: kstack_abi::HostRoutine::Available,
                 module_records: 0,
                 apc: kstack_abi::HostRoutine::Available,
+                apc_take_back: kstack_abi::HostRoutine::Available,
                 thread_captures: kstack_abi::ThreadCaptureStatus::default(),
             };
             let mut bytes = vec![0; STATUS_RESPONSE_SIZE];

@@ -141,6 +141,7 @@ pub fn sample_status() -> StatusResponse {
         process_key: HostRoutine::HostStub,
         module_records: 2,
         apc: HostRoutine::HostStub,
+        apc_take_back: HostRoutine::NotExported,
         thread_captures: ThreadCaptureStatus {
             requested: 3,
             no_such_thread: 2,

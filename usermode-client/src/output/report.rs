@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use kstack_abi::{
     ABI_VERSION, CaptureConfig, HostRoutine, KSTACK_VERSION, PagingExecutive, PagingInEffect,
     ProcessFilter, Source, StatusResponse, UserPart,
-    host_routine::{APC_ROUTINE, PROCESS_KEY_ROUTINE, USER_WALK_ROUTINE},
+    host_routine::{APC_ROUTINE, APC_TAKE_BACK_ROUTINE, PROCESS_KEY_ROUTINE, USER_WALK_ROUTINE},
     paging::ASSUME_IN_EFFECT_VALUE,
 };
 use serde_json::{Value, json};
@@ -217,10 +217,12 @@ fn module_records_text(status: &StatusResponse) -> String {
 fn thread_captures_text(status: &StatusResponse) -> String {
     let captures = &status.thread_captures;
     format!(
-        "thread captures: APCs {}; {} thread ids requested: {} queued, {} no such thread, {} no \
-         free slot, {} not queued (thread exiting), {} system threads refused, {} the requesting \
-         thread; queued: {} delivered ({} late), {} run down, {} in flight (of {} slots)",
+        "thread captures: APCs {}, taken back at unload: {}; {} thread ids requested: {} queued, \
+         {} no such thread, {} no free slot, {} not queued (thread exiting), {} system threads \
+         refused, {} the requesting thread; queued: {} delivered ({} late), {} run down, {} in \
+         flight (of {} slots)",
         routine_text(status.apc, APC_ROUTINE),
+        routine_text(status.apc_take_back, APC_TAKE_BACK_ROUTINE),
         captures.requested,
         captures.queued,
         captures.no_such_thread,
@@ -354,6 +356,7 @@ pub fn status_json(status: &StatusResponse) -> Value {
         "process_key": routine_json(status.process_key, PROCESS_KEY_ROUTINE),
         "module_records": status.module_records,
         "apc": routine_json(status.apc, APC_ROUTINE),
+        "apc_take_back": routine_json(status.apc_take_back, APC_TAKE_BACK_ROUTINE),
         "thread_captures": thread_captures_json(&status.thread_captures),
         "ring": {
             "capacity_bytes": status.ring_capacity,
@@ -572,9 +575,10 @@ mod tests {
         assert!(
             text.contains(
                 "thread captures: APCs unavailable (KeInsertQueueApc is exported by the host \
-                 (Wine) only as a stub); 3 thread ids requested: 0 queued, 2 no such thread, 0 no \
-                 free slot, 0 not queued (thread exiting), 0 system threads refused, 1 the \
-                 requesting thread; queued: 0 delivered (0 late), 0 run down, 0 in flight (of \
+                 (Wine) only as a stub), taken back at unload: unavailable (KeRemoveQueueApc is \
+                 not exported by the kernel); 3 thread ids requested: 0 queued, 2 no such \
+                 thread, 0 no free slot, 0 not queued (thread exiting), 0 system threads refused, \
+                 1 the requesting thread; queued: 0 delivered (0 late), 0 run down, 0 in flight (of \
                  256 slots)"
             ),
             "{text}"

@@ -450,6 +450,7 @@ fn status_json(status: &StatusResponse) -> Value {
         process_key => name_of(process_key),
         module_records,
         apc => name_of(apc),
+        apc_take_back => name_of(apc_take_back),
         thread_captures => fields_json!(thread_captures, ThreadCaptureStatus {
             requested,
             queued,
@@ -778,7 +779,7 @@ mod tests {
         assert_eq!(value["inject"], INJECT_CODE);
         assert_eq!(value["fault_probe"], FAULT_PROBE_CODE);
         assert_eq!(value["min_read_buffer"], 592);
-        assert_eq!(value["status_size"], 1584);
+        assert_eq!(value["status_size"], 1648);
         assert_eq!(value["max_input_length"], 280);
         assert_eq!(value["capture_threads_reply_size"], 64);
         assert_eq!(value["max_thread_captures"], 64);
@@ -1072,8 +1073,8 @@ mod tests {
 
         assert_eq!(
             value.as_object().unwrap().len(),
-            23,
-            "22 fields and abi_version"
+            24,
+            "23 fields and abi_version"
         );
         assert_eq!(value["abi_version"], ABI_VERSION);
         assert_eq!(value["driver_version"], json!([0, 1, 0]));
@@ -1179,7 +1180,7 @@ mod tests {
         }
         assert_eq!(
             value["sources"]["thread_stack"]["user_parts"]["no_stack"],
-            236
+            243
         );
     }
 
@@ -1190,7 +1191,7 @@ mod tests {
         let error = refused(
             &json!({"op": "decode_status", "reply": hex(&bytes[..STATUS_RESPONSE_SIZE - 1])}),
         );
-        assert!(error.contains("1583"), "{error}");
+        assert!(error.contains("1647"), "{error}");
     }
 
     /// A read payload's trace record with kernel and user frames, and the
