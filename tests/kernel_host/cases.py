@@ -734,6 +734,8 @@ def apc_left_queued_by_unload(w):
     mapped. Returns the target thread."""
     w.kernel.absent_routines = {"KeRemoveQueueApc"}
     handle, client = thread_stacks(w)
+    take_back = w.status(handle, client)["apc_take_back"]
+    check(take_back == "not_exported", f"status apc_take_back {take_back} without KeRemoveQueueApc")
     target = w.user_thread()
     w.capture_threads(handle, client, [target.id])
     w.close(handle, client)
@@ -782,17 +784,32 @@ def apc_run_down_after_unload_returns_to_the_kernel(w):
 
 @case
 def thread_stacks_refused_without_apcs_or_with_the_source_off(w):
+    """Source off: SOURCE_DISABLED. A kernel without KeInitializeApc: the
+    threadstack source is unavailable (registered as NO_APC), enabling it is
+    refused, and every request gets NO_APC first."""
     handle, client = started(w)
-    status, _ = w.capture_threads(handle, client, [w.user_thread().id])
-    check(status == status_code(w, "KSTACK_STATUS_SOURCE_DISABLED"), f"0x{status:08X} with the source off")
+    status = w.status(handle, client)
+    check((status["apc"], status["apc_take_back"]) == ("available", "available"), f"apc {status['apc']}, take back {status['apc_take_back']}")
+    result, _ = w.capture_threads(handle, client, [w.user_thread().id])
+    check(result == status_code(w, "KSTACK_STATUS_SOURCE_DISABLED"), f"0x{result:08X} with the source off")
     finished(w, handle, client)
     w.kernel.absent_routines = {"KeInitializeApc"}
-    handle, client = thread_stacks(w)
-    check(w.status(handle, client)["apc"] == "not_exported", "status does not say APCs are unavailable")
-    status, _ = w.capture_threads(handle, client, [w.user_thread().id])
-    check(status == status_code(w, "KSTACK_STATUS_NO_APC"), f"0x{status:08X} without KeInitializeApc")
+    handle, client = started(w)
+    status = w.status(handle, client)
+    source = status["sources"]["thread_stack"]
+    no_apc = status_code(w, "KSTACK_STATUS_NO_APC")
+    check((status["apc"], status["apc_take_back"]) == ("not_exported", "not_exported"), f"apc {status['apc']}, take back {status['apc_take_back']}")
+    check(not source["available"] and source["registration"] & 0xFFFFFFFF == no_apc, f"threadstack available {source['available']}, registration 0x{source['registration'] & 0xFFFFFFFF:08X}")
+    enabling = w.configure(handle, client, sources=["thread_stack"])
+    check(enabling == status_code(w, "STATUS_NOT_SUPPORTED"), f"enabling threadstack returned 0x{enabling:08X}")
+    result, _ = w.capture_threads(handle, client, [w.user_thread().id])
+    check(result == no_apc, f"0x{result:08X} without KeInitializeApc")
+    check(w.status(handle, client)["thread_captures"]["requested"] == 0, "a refused request was counted")
     finished(w, handle, client)
-    return "source off: KSTACK_STATUS_SOURCE_DISABLED; a kernel without KeInitializeApc: status apc not_exported and KSTACK_STATUS_NO_APC; nothing queued or counted"
+    return (
+        "source off: KSTACK_STATUS_SOURCE_DISABLED; a kernel without KeInitializeApc: apc and apc_take_back not_exported, "
+        "threadstack unavailable (registration KSTACK_STATUS_NO_APC), enabling it STATUS_NOT_SUPPORTED, requests KSTACK_STATUS_NO_APC; nothing queued or counted"
+    )
 
 
 @test_build_case
