@@ -3,6 +3,14 @@
 //! Every code is METHOD_BUFFERED: the I/O manager copies both buffers, so the
 //! driver never touches user memory directly. Codes that only report need
 //! read access to the handle; codes that change state need write access.
+//!
+//! A request that fails (an error NTSTATUS) returns no bytes: the driver
+//! completes it with 0 bytes of output, and for an error status the I/O
+//! manager copies nothing back, so the caller's output buffer is as it
+//! was. The one reply with a non-success status that carries bytes is a
+//! status request whose buffer is too short for the whole response: the
+//! 8-byte prefix, with the warning `STATUS_BUFFER_OVERFLOW` (see
+//! [`crate::StatusResponse`]).
 
 use crate::{
     MAX_RECORD_SIZE,
@@ -118,10 +126,13 @@ pub enum Ioctl {
     /// error); the records lost show as a gap in their shard's sequence
     /// numbers.
     Read,
-    /// Discard every record in the ring: per shard, every record written
-    /// when the clear reaches it, at most one record per 8-byte word of the
-    /// shard (a record published while the clear runs may remain). Counted
-    /// as `cleared`.
+    /// Discard the records in the ring: in each shard, those written when
+    /// the clear reaches it. A clear ends even while callbacks keep
+    /// publishing into the shard it is clearing: it discards at most as
+    /// many records as the shard has 8-byte words (no record is smaller
+    /// than a word, so that is at least everything the shard held when the
+    /// clear reached it), and a record published while it runs may remain.
+    /// Counted as `cleared`.
     Clear,
     /// Capture the calling request's stack and return its record: one
     /// trace record of the on-demand source at the front of the output
@@ -142,7 +153,9 @@ pub enum Ioctl {
     /// is flagged [`crate::RecordFlags::NOT_IN_RING`], with sequence 0 and
     /// shard 0, and counted as `not_kept` when the source is disabled
     /// (whatever the filter says of the caller), else as `filtered`. See
-    /// [`crate::SourceStatus`].
+    /// [`crate::SourceStatus`]. A request refused before the walk (its
+    /// buffer lengths, its ABI version or its `size` word) is counted
+    /// nowhere: nothing was walked.
     CaptureNow,
     /// Capture the stacks of other threads, named by id
     /// ([`crate::thread_capture::CaptureThreadsRequest`], whose docs give
@@ -161,10 +174,12 @@ pub enum Ioctl {
     /// first of these checks that fails: the buffer lengths
     /// ([`Ioctl::check_lengths`]); the request's ABI version, `size` word
     /// and fields (see [`crate::thread_capture::CaptureThreadsRequest`]);
-    /// then against the driver's state: the thread-stack source disabled
-    /// (`KSTACK_STATUS_SOURCE_DISABLED`), a host where the driver cannot
+    /// then against the driver's state: a host where the driver cannot
     /// queue APCs (`KSTACK_STATUS_NO_APC`, see
-    /// [`crate::StatusResponse::apc`]). While the driver unloads, this
+    /// [`crate::StatusResponse::apc`]; there the thread-stack source is
+    /// unavailable, its registration `KSTACK_STATUS_NO_APC`, so it cannot
+    /// be enabled), then the thread-stack source disabled
+    /// (`KSTACK_STATUS_SOURCE_DISABLED`). While the driver unloads, this
     /// request fails as every request does (`STATUS_DEVICE_NOT_READY`).
     ///
     /// An accepted request succeeds with the 64-byte reply whatever its
@@ -172,9 +187,11 @@ pub enum Ioctl {
     /// [`crate::messages::ThreadCaptureStatus`]. Its request time is
     /// taken when the driver serves it; a record's `delay` is from then to
     /// its capture, and `late` says it came after `timeout_ms`. A queued
-    /// APC cannot be taken back: it is delivered (one event, counted as
-    /// `delivered`) or, when its thread exits first, run down (no record,
-    /// counted as `run_down`). A delivered APC is an event like a
+    /// APC is delivered (one event, counted as `delivered`), also when its
+    /// thread exits first: the kernel delivers a thread's queued kernel
+    /// APCs in its exit path. `run_down` counts APCs a kernel ran down
+    /// instead (their rundown routine; no record), which no known Windows
+    /// does for kernel APCs. A delivered APC is an event like a
     /// callback's: the process filter (the captured thread's process) and
     /// the stack check apply (see [`crate::SourceStatus`]); the source is
     /// never sampled (its `sample_every` is 1).
@@ -188,12 +205,19 @@ pub enum Ioctl {
     /// thread) also leaves the kernel's `KiApcInterrupt` on top. The user
     /// part is the thread's, walked as for every source (`user_frames`).
     ///
+    /// The user part is not walked when the APC interrupted the thread
+    /// inside a critical or guarded region
+    /// ([`crate::UserPart::CriticalRegion`]).
+    ///
     /// While the driver unloads, an APC still queued is neither captured
-    /// nor counted when it runs. Unload waits (up to 5 s) for queued APCs;
-    /// a thread that does not let its APC run by then keeps kstack's image
-    /// loaded until it does (or exits), and that last APC frees the memory
-    /// its slot was in (`LastUnloadPoolAllocations` counts it as left at
-    /// unload).
+    /// nor counted when it runs. Unload takes back the APCs still queued
+    /// where it can ([`crate::StatusResponse::apc_take_back`]) and waits
+    /// (up to 5 s) for the others; a thread that does not let its APC run
+    /// by then keeps kstack's image loaded until it does (in its exit path
+    /// at the latest), and that last APC frees the memory its slot was in
+    /// (`LastUnloadPoolAllocations` counts it as left at unload). Until
+    /// then, starting the driver again fails (`sc start` error 1056: the
+    /// old image is still loaded).
     CaptureThreads,
 }
 

@@ -525,8 +525,11 @@ pub struct ThreadCaptureStatus {
     /// Queued APCs whose kernel routine ran in their thread: each one event
     /// of the thread-stack source.
     pub delivered: u64,
-    /// Queued APCs the kernel ran down instead (their thread exited before
-    /// it ran APCs): no event, no record.
+    /// Queued APCs a kernel ran down instead of delivering (their rundown
+    /// routine ran): no event, no record. Windows delivers the kernel APCs
+    /// still queued to an exiting thread in its exit path (a `delivered`
+    /// record of that thread), so this stays 0 there; it is the count of a
+    /// defence, for a kernel that would run them down.
     pub run_down: u64,
     /// Delivered APCs that ran after their request's timeout (their records
     /// have `late` set).
@@ -534,7 +537,9 @@ pub struct ThreadCaptureStatus {
     /// Queued APCs neither delivered nor run down yet (slots in use).
     pub in_flight: u64,
     /// The slots the driver keeps ([`crate::thread_capture::THREAD_CAPTURE_SLOTS`] when it could
-    /// allocate them at load): the most APCs in flight at once.
+    /// allocate them at load): the most APCs in flight at once. Reported
+    /// as kept also where APCs cannot be queued ([`StatusResponse::apc`]
+    /// not available), where none is ever used.
     pub slots: u64,
 }
 
@@ -730,8 +735,9 @@ pub struct StatusResponse {
     pub registry_altitude: Altitude,
     /// The stack table.
     pub stack_table: StackTableStatus,
-    /// Whether the driver can walk user stacks (decided at load); when it
-    /// cannot, every record of a source with user frames on says
+    /// Whether the driver can walk user stacks (decided at load: it needs
+    /// both `RtlWalkFrameChain` and `KeAreApcsDisabled`); when it cannot,
+    /// every record of a source with user frames on says
     /// [`UserPart::Unavailable`].
     pub user_walk: HostRoutine,
     /// Whether module records carry process keys: whether the driver can
@@ -748,7 +754,9 @@ pub struct StatusResponse {
     /// capture-threads requests: whether it can call `KeInsertQueueApc`
     /// (decided at load; [`crate::host_routine::APC_ROUTINE`]). When it
     /// cannot, every capture-threads request fails with
-    /// `KSTACK_STATUS_NO_APC` (under Wine: [`HostRoutine::HostStub`]).
+    /// `KSTACK_STATUS_NO_APC` (under Wine: [`HostRoutine::HostStub`]), and
+    /// the thread-stack source is unavailable (its `registration` is
+    /// `KSTACK_STATUS_NO_APC`).
     pub apc: HostRoutine,
     /// Whether unload can take back the capture-threads APCs still queued:
     /// whether the driver can call `KeRemoveQueueApc` (decided at load;

@@ -22,7 +22,7 @@
 //! | offset | size | field |
 //! |-------:|-----:|-------|
 //! | 0  | 2 | `record_size`: bytes in this record, the path and its padding included |
-//! | 2  | 1 | [`MODULE_RECORD_KIND`] (a trace record has its source there, 1 to 7) |
+//! | 2  | 1 | [`MODULE_RECORD_KIND`] (a trace record has its source there, 1 to 8: [`crate::Source`]'s wire values) |
 //! | 3  | 1 | `event` ([`ModuleEvent`]) |
 //! | 4  | 2 | `path_length`: UTF-16 code units in the path (0 for a process exit) |
 //! | 6  | 2 | `flags` ([`ModuleFlags`]) |
@@ -104,7 +104,7 @@ use crate::{
 };
 
 /// Byte 2 of a module record. Trace records have their source there
-/// (1 to 7).
+/// (1 to 8, [`crate::Source`]'s wire values).
 pub const MODULE_RECORD_KIND: u8 = 0x80;
 /// Bytes before the path.
 pub const MODULE_HEADER_SIZE: usize = 56;
