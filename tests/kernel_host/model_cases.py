@@ -10,6 +10,7 @@ import struct
 
 from emulator import BugCheck
 from ntoskrnl import APC, KAPC_SIZE, PASSIVE, STATUS_INVALID_PARAMETER, STATUS_SUCCESS
+from symbols import Symbols
 
 MODEL_CASES = []
 
@@ -47,25 +48,15 @@ def model_case(function):
     return function
 
 
-class ExportSymbols:
+class ExportSymbols(Symbols):
     """Names for addresses in model-driver.sys, from its export table (it
     has no PDB): the export at or before an address."""
 
+    image_name = "model-driver.sys"
+
     def __init__(self, pe):
-        self.exports = sorted((symbol.address, symbol.name.decode()) for symbol in pe.DIRECTORY_ENTRY_EXPORT.symbols)
-
-    def public(self, name):
-        for rva, exported in self.exports:
-            if exported == name:
-                return rva
-        raise KeyError(f"model-driver.sys exports no {name}")
-
-    def name(self, rva):
-        before = [(begin, name) for begin, name in self.exports if begin <= rva]
-        if before:
-            begin, name = before[-1]
-            return f"{name}+0x{rva - begin:X}"
-        return f"model-driver.sys+0x{rva:X}"
+        self.procedures = []
+        self.publics = sorted((symbol.address, symbol.name.decode()) for symbol in pe.DIRECTORY_ENTRY_EXPORT.symbols)
 
 
 class ModelDriver:

@@ -34,6 +34,8 @@ def listed(pdb_path, what, header, place, sections):
 
 
 class Symbols:
+    image_name = "kstack.sys"
+
     def __init__(self, pdb_path, pe):
         sections = [section.VirtualAddress for section in pe.sections]
         self.procedures = sorted(
@@ -62,4 +64,4 @@ class Symbols:
         if before:
             begin, name = before[-1]
             return f"{name}+0x{rva - begin:X}"
-        return f"kstack.sys+0x{rva:X}"
+        return f"{self.image_name}+0x{rva:X}"

@@ -463,6 +463,19 @@ fn functions_with_handlers(pe: &PeFile64<'_>) -> Vec<(u32, u32, Vec<Scope>)> {
     found
 }
 
+/// The RVA of the import address table slot of ntoskrnl's `routine`.
+fn ntoskrnl_import_slot(pe: &PeFile64<'_>, routine: &str) -> u32 {
+    let (_, table, names) = import_tables(pe)
+        .into_iter()
+        .find(|(dll, _, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
+        .expect("kstack.sys imports from ntoskrnl.exe");
+    let index = names
+        .iter()
+        .position(|name| name.as_deref() == Some(routine))
+        .unwrap_or_else(|| panic!("kstack.sys imports {routine}"));
+    table + 8 * u32::try_from(index).expect("a small index")
+}
+
 /// The fault scope the user walk runs in (`driver/src/fault_scope.rs`) is in
 /// the release image: one function names `__C_specific_handler` (through
 /// the linker's jump to its import slot) with one catch-all scope over a
@@ -471,15 +484,7 @@ fn functions_with_handlers(pe: &PeFile64<'_>) -> Vec<(u32, u32, Vec<Scope>)> {
 fn the_release_image_carries_the_fault_scope() {
     let image = image_bytes();
     let pe = parse(&image);
-    let (_, table, names) = import_tables(&pe)
-        .into_iter()
-        .find(|(dll, _, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
-        .expect("kstack.sys imports from ntoskrnl.exe");
-    let index = names
-        .iter()
-        .position(|name| name.as_deref() == Some("__C_specific_handler"))
-        .expect("kstack.sys imports __C_specific_handler");
-    let slot = table + 8 * u32::try_from(index).unwrap();
+    let slot = ntoskrnl_import_slot(&pe, "__C_specific_handler");
     let handlers = functions_with_handlers(&pe);
     let [(start, handler, scopes)] = &handlers[..] else {
         panic!("one function with an exception handler expected: {handlers:?}");
@@ -808,15 +813,7 @@ const APC_ROUTINE_THUNK_FRAME: usize = 48;
 fn the_apc_routines_drop_the_device_reference_by_a_tail_jump() {
     let image = image_bytes();
     let pe = parse(&image);
-    let (_, table, names) = import_tables(&pe)
-        .into_iter()
-        .find(|(dll, _, _)| dll.eq_ignore_ascii_case("ntoskrnl.exe"))
-        .expect("kstack.sys imports from ntoskrnl.exe");
-    let index = names
-        .iter()
-        .position(|name| name.as_deref() == Some("ObfDereferenceObject"))
-        .expect("kstack.sys imports ObfDereferenceObject");
-    let slot = table + 8 * u32::try_from(index).expect("a small index");
+    let slot = ntoskrnl_import_slot(&pe, "ObfDereferenceObject");
     for routine in ["kstack_apc_kernel_routine", "kstack_apc_rundown_routine"] {
         let rva = pdb_public_symbol_rva(routine)
             .unwrap_or_else(|| panic!("kstack.pdb has no public symbol {routine}"));
