@@ -249,6 +249,12 @@ impl ThreadStackSource {
     /// taken off the queue for delivery is not taken back: its routine
     /// finishes it. Without `KeRemoveQueueApc` nothing is taken back.
     ///
+    /// `KeRemoveQueueApc` locks the APC's thread, so that thread must stay
+    /// while it runs, even if the APC's routine finishes meanwhile on
+    /// another processor and the thread exits: unload first claims the
+    /// slot's thread reference (a routine that finishes after that finds
+    /// none to drop) and drops it only after the call.
+    ///
     /// The device references dropped here are never the last: the I/O
     /// manager keeps its own on the driver object until `DriverUnload`
     /// returns, so kstack.sys stays mapped through this.
@@ -262,26 +268,32 @@ impl ThreadStackSource {
             return;
         };
         for index in 0..SLOTS {
-            if self.apcs[index].thread.load(Ordering::Relaxed).is_null() {
+            let thread = self.apcs[index]
+                .thread
+                .swap(ptr::null_mut(), Ordering::AcqRel);
+            if thread.is_null() {
                 continue;
             }
-            // SAFETY: the slot's KAPC was initialized by `queue`; the
-            // kernel removes it only if it is still queued.
+            // SAFETY: the slot's KAPC was initialized by `queue`, and its
+            // thread is held by the reference just claimed; the kernel
+            // removes the APC only if it is still queued.
             if unsafe { remove(self.apc(index)) } != 0 {
                 // SAFETY: taken back: no routine will run for this APC.
                 let device = unsafe { self.finish(index) };
                 // SAFETY: its device reference, not the last (see above).
                 unsafe { ObfDereferenceObject(device.cast()) };
             }
+            // SAFETY: the thread reference `queue` took, claimed above.
+            unsafe { ObfDereferenceObject(thread) };
         }
     }
 
     /// The end of a queued APC, whichever routine ran (its capture or its
     /// count done) or unload took it back: frees the slot, frees the block
     /// too when unload gave up on it and this was the last APC, then drops
-    /// the thread's reference. Nothing of `self` is touched after the slot
-    /// is freed: unload may free the block then. Returns the device, whose
-    /// reference the caller drops last.
+    /// the thread's reference unless unload has claimed it. Nothing of
+    /// `self` is touched after the slot is freed: unload may free the block
+    /// then. Returns the device, whose reference the caller drops last.
     ///
     /// # Safety
     /// Called once per queued APC, with its slot's index.
@@ -290,7 +302,7 @@ impl ThreadStackSource {
     unsafe fn finish(&self, index: usize) -> *mut DEVICE_OBJECT {
         let thread = self.apcs[index]
             .thread
-            .swap(ptr::null_mut(), Ordering::Relaxed);
+            .swap(ptr::null_mut(), Ordering::AcqRel);
         let device = self.device.load(Ordering::Acquire);
         self.slots[index].release();
         if self.retirement.done() {
@@ -298,8 +310,11 @@ impl ThreadStackSource {
             // user; nothing touches it after.
             unsafe { self.free() };
         }
-        // SAFETY: the reference `queue` took for this APC.
-        unsafe { ObfDereferenceObject(thread) };
+        if !thread.is_null() {
+            // SAFETY: the reference `queue` took for this APC, not claimed
+            // by unload.
+            unsafe { ObfDereferenceObject(thread) };
+        }
         device
     }
 }
