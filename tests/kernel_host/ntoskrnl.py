@@ -21,6 +21,7 @@ PASSIVE, APC, DISPATCH = 0, 1, 2
 STATUS_SUCCESS = 0
 STATUS_ACCESS_VIOLATION = 0xC0000005
 STATUS_INVALID_PARAMETER = 0xC000000D
+STATUS_PROCEDURE_NOT_FOUND = 0xC000007A
 STATUS_NO_MEMORY = 0xC0000017
 STATUS_OBJECT_NAME_NOT_FOUND = 0xC0000034
 STATUS_OBJECT_NAME_COLLISION = 0xC0000035
@@ -725,7 +726,11 @@ def ke_expand_kernel_stack_and_callout_ex(k, site, callout, parameter, size, wai
         k.violation("KeExpandKernelStackAndCalloutEx with a Context, which is reserved and must be NULL", site)
     if k.expansion_fails:
         return STATUS_NO_MEMORY
-    stack = k.machine.new_stack(max(0x6000, (size + 0xFFF) & ~0xFFF))
+    # The page guarantees Size bytes, no more: a stack of exactly that
+    # (page-rounded). Windows runs the callout in place when the current
+    # stack has Size left; the model always switches (kstack asks for a
+    # whole kernel stack, which no caller has left).
+    stack = k.machine.new_stack((size + 0xFFF) & ~0xFFF)
     k.stacks.append(stack)
     irql = k.irql
 
@@ -984,9 +989,13 @@ def ps_get_process_create_time_quad_part(k, site, process):
 
 
 def set_notify(k, site, kind, function, remove):
+    """Registers or removes a notify routine. Removing one not registered
+    is STATUS_PROCEDURE_NOT_FOUND (the Ps*Remove* pages; ReactOS
+    ntoskrnl/ps/psnotify.c); registering one twice STATUS_INVALID_PARAMETER
+    (PsSetCreateProcessNotifyRoutineEx's page, applied to all three)."""
     if remove:
         if function not in k.notify[kind]:
-            return STATUS_INVALID_PARAMETER
+            return STATUS_PROCEDURE_NOT_FOUND
         k.notify[kind].remove(function)
         k.ledger.undo(f"{kind} notify", function, site)
         return STATUS_SUCCESS
