@@ -130,6 +130,7 @@ def insert_twice_and_remove(d):
     thread = d.w.user_thread()
     results = [d.call("ProbeQueueSpecialApc", thread.object, 0, 1, 2), d.call("ProbeQueueAgain"), d.call("ProbeRemove"), d.call("ProbeRemove")]
     check(results == [1, 0, 1, 0], f"queue, queue again, remove, remove: {results}")
+    d.kernel.hold_thread(thread)
     d.kernel.thread_exit(thread)
     seen = d.seen()
     check((seen["delivered"], seen["run_down"]) == (0, 0), f"a removed APC ran: {seen}")
@@ -175,16 +176,25 @@ def thread_exit_delivers_kernel_apcs(d):
 @model_case
 def thread_lookup(d):
     """PsLookupThreadByThreadId: STATUS_SUCCESS and a reference for a live
-    thread (and an exited one whose object exists), STATUS_INVALID_PARAMETER
-    for an unknown id (learn.microsoft.com; ReactOS ntoskrnl/ps/thread.c)."""
+    thread (and an exited one whose object a handle keeps),
+    STATUS_INVALID_PARAMETER for an unknown id or an exited thread whose
+    object is gone (learn.microsoft.com; ReactOS ntoskrnl/ps/thread.c: the
+    id goes with the object)."""
     thread = d.w.user_thread()
     found = d.call("ProbeLookUpThread", thread.id)
+    d.kernel.hold_thread(thread)
     d.kernel.thread_exit(thread)
     exited = d.call("ProbeLookUpThread", thread.id)
+    gone = d.w.user_thread()
+    d.kernel.thread_exit(gone)
+    deleted = d.call("ProbeLookUpThread", gone.id)
     missing = d.call("ProbeLookUpThread", 999_999)
-    check((found, exited, missing) == (STATUS_SUCCESS, STATUS_SUCCESS, STATUS_INVALID_PARAMETER), f"0x{found:X}, 0x{exited:X}, 0x{missing:X}")
+    check(
+        (found, exited, deleted, missing) == (STATUS_SUCCESS, STATUS_SUCCESS, STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER),
+        f"0x{found:X}, 0x{exited:X}, 0x{deleted:X}, 0x{missing:X}",
+    )
     check(not any(d.kernel.ledger.references.values()), "a lookup's reference was not balanced")
-    return "a live and an exited thread found (referenced, dropped again); an unknown id STATUS_INVALID_PARAMETER"
+    return "a live thread and an exited one a handle keeps found (referenced, dropped again); an exited thread's id once its object is gone, and an unknown id: STATUS_INVALID_PARAMETER"
 
 
 @model_case

@@ -90,6 +90,7 @@ class Thread:
         # queue on another processor, their routines not yet run.
         self.delivering = []
         self.object = kernel.object_blob("thread", self)
+        kernel.thread_counts[self.object] = 1
 
 
 class Process:
@@ -155,6 +156,12 @@ class Kernel:
         self.foreign_altitudes = set()
         self.in_driver_entry = False
         self.objects = {}
+        # A thread object's pointer count: the kernel's own while the thread
+        # runs (dropped at its exit), plus every reference taken on it. At 0
+        # the object is deleted, its id with it (PspDeleteThread, ReactOS
+        # ntoskrnl/ps/kill.c): any later use is a use after free.
+        self.thread_counts = {}
+        self.deleted_threads = set()
         self.process_type = self.machine.data(0x100)
         self.thread_type = self.machine.data(0x100)
         self.variables = {
@@ -232,6 +239,21 @@ class Kernel:
         else:
             self.machine.unload_image()
             self.image_unloaded = how
+
+    def hold_thread(self, thread):
+        """A handle open on `thread` (another process's, say): its object
+        outlives the thread's exit."""
+        self.thread_counts[thread.object] += 1
+
+    def drop_thread_reference(self, thread_object):
+        """One reference fewer on a thread object; the last deletes it."""
+        self.thread_counts[thread_object] -= 1
+        if not self.thread_counts[thread_object]:
+            self.deleted_threads.add(thread_object)
+
+    def check_thread_alive(self, thread_object, what, site):
+        if thread_object in self.deleted_threads:
+            self.violation(f"{what} of thread object 0x{thread_object:X}, deleted at its last reference (a use after free)", site)
 
     def take_registry_altitude(self, altitude):
         """Another driver's registry callback at `altitude`."""
@@ -336,6 +358,7 @@ class Kernel:
         self.deliver_apcs(thread)
         if thread.apcs:
             raise BugCheck(0x20, f"KERNEL_APC_PENDING_DURING_EXIT: thread {thread.id} exits with {len(thread.apcs)} kernel APC(s) queued")
+        self.drop_thread_reference(thread.object)
 
     def run_down_apcs(self, thread):
         """`thread`'s queued APCs run down as PspExitThread runs down the
@@ -785,6 +808,8 @@ def ke_insert_queue_apc(k, site, apc, argument1, argument2, increment):
     entry = k.apcs.get(apc)
     if entry is None:
         k.violation(f"KeInsertQueueApc of 0x{apc:X}, never initialized (KeInitializeApc)", site)
+    # It takes the APC's thread's APC lock first (ReactOS KeInsertQueueApc).
+    k.check_thread_alive(entry["thread"].object, "KeInsertQueueApc", site)
     if k.machine.read(apc + KAPC_INSERTED, 1)[0] or entry["thread"].exiting:
         return 0
     entry["queued"] = True
@@ -806,6 +831,8 @@ def ke_remove_queue_apc(k, site, apc):
     entry = k.apcs.get(apc)
     if entry is None:
         k.violation(f"KeRemoveQueueApc of 0x{apc:X}, never initialized (KeInitializeApc)", site)
+    # It takes the APC's thread's APC lock first (ReactOS KeRemoveQueueApc).
+    k.check_thread_alive(entry["thread"].object, "KeRemoveQueueApc", site)
     if not k.machine.read(apc + KAPC_INSERTED, 1)[0]:
         return 0
     entry["queued"] = False
@@ -828,7 +855,10 @@ def ke_are_apcs_disabled(k, site):
 def obf_reference_object(k, site, target):
     if target in k.deleted_objects:
         k.violation(f"ObfReferenceObject of 0x{target:X}, an object already deleted", site)
+    k.check_thread_alive(target, "ObfReferenceObject", site)
     k.reference(target)
+    if target in k.thread_counts:
+        k.thread_counts[target] += 1
     if target in k.object_counts:
         k.object_counts[target] += 1
     return k.ledger.references[target]
@@ -867,6 +897,8 @@ def obf_dereference_object(k, site, target):
     if count <= 0:
         k.violation(f"ObDereferenceObject of 0x{target:X}, which holds no reference this driver took", site)
     k.ledger.references[target] = count - 1
+    if target in k.thread_counts:
+        k.drop_thread_reference(target)
     if target in k.object_counts:
         # ReactOS: inline below APC_LEVEL outside a guarded region; a
         # critical region alone does not defer.
@@ -936,6 +968,7 @@ def owner_of(k, address, kind, routine_name, site):
     found, owner = k.objects.get(address, (None, None))
     if found != kind:
         k.violation(f"{routine_name} of 0x{address:X}, not a {kind} object", site)
+    k.check_thread_alive(address, routine_name, site)
     return owner
 
 
@@ -946,8 +979,10 @@ def look_up(k, kind, wanted, out):
     exited thread or process is still found while its object exists (ReactOS
     checks no exit flag)."""
     for address, (found, owner) in k.objects.items():
-        if found == kind and owner.id == wanted:
+        if found == kind and owner.id == wanted and address not in k.deleted_threads:
             k.reference(address)
+            if address in k.thread_counts:
+                k.thread_counts[address] += 1
             k.machine.write_u64(out, address)
             return STATUS_SUCCESS
     return STATUS_INVALID_PARAMETER
