@@ -278,8 +278,9 @@ impl<'a> DriverCore<'a> {
         })
     }
 
-    /// The APC in slot `index` was run down (its thread exited first).
-    /// The caller frees the slot after.
+    /// The APC in slot `index` was run down (its rundown routine ran, which
+    /// no known kernel does for a kernel APC). The caller frees the slot
+    /// after.
     ///
     /// Max IRQL: `PASSIVE_LEVEL` (the rundown routine's).
     pub fn thread_run_down(&self) {

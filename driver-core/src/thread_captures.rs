@@ -5,12 +5,15 @@
 //!
 //! A request names threads. For each, the driver claims a free slot, writes
 //! the request's facts into it (tag, when, timeout), and queues a special
-//! kernel APC to the thread whose context names the slot. The kernel later
-//! runs exactly one of the APC's two routines: the kernel routine, in the
-//! thread at `APC_LEVEL` (the capture: delivered), or, when the thread exits
-//! with the APC still queued, the rundown routine (run down). That routine
-//! reads the slot's facts and frees it. There is no lock and no wait: a claim
-//! is one compare-and-swap, a release one store.
+//! kernel APC to the thread, whose `KAPC` lies in the slot's part of the
+//! driver's block (a special APC has no context: the routine finds the slot
+//! from the `KAPC`'s address). The kernel later runs exactly one of the
+//! APC's two routines: the kernel routine, in the thread at `APC_LEVEL` (the
+//! capture: delivered; Windows also delivers in an exiting thread's exit
+//! path), or the rundown routine (run down: a defence, no known kernel runs
+//! kernel APCs down); or unload takes the APC back and runs neither. Each
+//! reads the slot's facts and frees it. There is no lock and no wait: a
+//! claim is one compare-and-swap, a release one store.
 //!
 //! # Invariants
 //!
@@ -26,10 +29,11 @@
 //!   slot (Release) last, so it reads this request's facts, never a later
 //!   one's, and the next claim sees the slot only after the routine is done
 //!   with it.
-//! - Every queued APC ends as exactly one of delivered and run down, so once
-//!   no request is being served and no routine runs, `queued = delivered +
-//!   run_down + in_flight`, where `in_flight` is the number of slots not
-//!   free.
+//! - While the driver is loaded every queued APC ends as exactly one of
+//!   delivered and run down (unload takes APCs back only once no status
+//!   can be read), so once no request is being served and no routine runs,
+//!   `queued = delivered + run_down + in_flight`, where `in_flight` is the
+//!   number of slots not free.
 //!
 //! The kernel's own objects (the KAPC each slot pairs with, the references
 //! on the thread and on kstack's device that keep the APC's routines
@@ -219,7 +223,8 @@ pub(crate) struct ThreadCaptureCounters {
     pub(crate) own: AtomicU64,
     /// APCs whose kernel routine ran.
     pub(crate) delivered: AtomicU64,
-    /// APCs run down at their thread's exit.
+    /// APCs run down (their rundown routine ran; a defence, see
+    /// `kstack_abi::ThreadCaptureStatus::run_down`).
     pub(crate) run_down: AtomicU64,
     /// Delivered APCs that ran after their request's timeout.
     pub(crate) late: AtomicU64,
