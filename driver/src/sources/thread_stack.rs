@@ -82,7 +82,7 @@ struct ApcSlot {
 /// The kernel's side of the thread-capture slots. All-zero bytes are its
 /// initial state but for the slots' indexes (every KAPC not initialized,
 /// every slot free, no thread, no device, nothing pending), so it is made
-/// in place in zeroed pool: at about 40 KiB it is larger than a kernel
+/// in place in zeroed pool: at about 34 KiB it is larger than a kernel
 /// stack.
 #[repr(C)]
 pub struct ThreadStackSource {
