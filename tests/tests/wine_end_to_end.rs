@@ -125,7 +125,7 @@ fn cases() -> [(&'static str, Case); 22] {
             capture_now_frames_are_in_kstack,
         ),
         (
-            "threads and sample: refused under Wine (no APC delivery), said in words, nothing changed",
+            "threads and sample: refused under Wine (no APC delivery), said in words, the source unavailable, nothing changed",
             threads_are_refused_under_wine,
         ),
         (
@@ -295,11 +295,13 @@ fn status_reports_the_driver(context: &Context) -> WineResult<()> {
     for source in &sources {
         let name = source["name"].as_str().unwrap_or_default();
         // Wine 8 has no CmRegisterCallbackEx: the registry source is reported
-        // unavailable with STATUS_NOT_SUPPORTED; everything else registers.
-        let (available, registration) = if name == "registry" {
-            (false, "0xc00000bb")
-        } else {
-            (true, "0x00000000")
+        // unavailable with STATUS_NOT_SUPPORTED; its KeInsertQueueApc is a
+        // stub: the threadstack source is unavailable with
+        // KSTACK_STATUS_NO_APC; everything else registers.
+        let (available, registration) = match name {
+            "registry" => (false, "0xc00000bb"),
+            "threadstack" => (false, "0xe0b50005"),
+            _ => (true, "0x00000000"),
         };
         ensure(
             source["available"] == available && source["registration"] == registration,
@@ -516,6 +518,18 @@ fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
     ensure(!sample_file.exists(), || {
         format!("the refused sample left {}", sample_file.display())
     })?;
+    // The source itself is unavailable there, so it cannot be enabled.
+    let enabling = wine.client(&["config", "--enable", "threadstack"])?;
+    let stderr = said(&enabling.stderr);
+    ensure(
+        enabling.status.code() == Some(5) && stderr.contains("0xe0b50005"),
+        || {
+            format!(
+                "enabling threadstack: exit {:?}, stderr: {stderr}",
+                enabling.status.code()
+            )
+        },
+    )?;
     let after = status(wine)?;
     ensure(after["config"] == before["config"], || {
         format!(
