@@ -522,7 +522,7 @@ fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
     let enabling = wine.client(&["config", "--enable", "threadstack"])?;
     let stderr = said(&enabling.stderr);
     ensure(
-        enabling.status.code() == Some(5) && stderr.contains("0xe0b50005"),
+        enabling.status.code() == Some(5) && stderr.contains("0xc00000bb"),
         || {
             format!(
                 "enabling threadstack: exit {:?}, stderr: {stderr}",

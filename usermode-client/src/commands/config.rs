@@ -15,10 +15,12 @@ use super::live::open_device;
 
 #[derive(Args)]
 pub struct ConfigArgs {
-    /// Sources to enable (comma-separated names, or `all`). Capture-now
-    /// (`selftest`) always answers; `ondemand` decides whether its record
-    /// is also kept in the ring. Capture-threads requests are refused
-    /// unless `threadstack` is enabled.
+    /// Sources to enable (comma-separated names, or `all`: every source the
+    /// driver can provide here, those `kstack status` says are available;
+    /// a source named that is not available is refused by the driver).
+    /// Capture-now (`selftest`) always answers; `ondemand` decides whether
+    /// its record is also kept in the ring. Capture-threads requests are
+    /// refused unless `threadstack` is enabled.
     #[arg(long, value_parser = parse_sources)]
     enable: Option<SourceSet>,
     /// Sources to disable (comma-separated names, or `all`).
@@ -173,9 +175,17 @@ pub fn run(args: &ConfigArgs) -> Result<(), ClientError> {
 
 /// Applies the options to the configuration in force; prints the result.
 fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientError> {
-    let current = session::status(device)?.config;
+    let status = session::status(device)?;
+    let current = status.config;
     let mut sources = current.sources;
-    for source in args.enable.unwrap_or_default().iter() {
+    let mut enable = args.enable.unwrap_or_default();
+    if enable == SourceSet::ALL {
+        enable = Source::ALL
+            .into_iter()
+            .filter(|source| status.sources[source.index()].available)
+            .fold(SourceSet::EMPTY, SourceSet::with);
+    }
+    for source in enable.iter() {
         sources = sources.with(source);
     }
     for source in args.disable.unwrap_or_default().iter() {
@@ -243,6 +253,40 @@ fn config(device: &mut impl Transport, args: &ConfigArgs) -> Result<(), ClientEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::fake_driver::FakeDriver;
+
+    /// `--enable all` enables what the driver can provide: a source status
+    /// says is unavailable (threadstack where APCs cannot be queued) is left
+    /// out, not sent for the driver to refuse the whole request.
+    #[test]
+    fn enable_all_enables_every_available_source_only() {
+        let mut driver = FakeDriver::new(Vec::new());
+        driver.status.sources[Source::ThreadStack.index()].available = false;
+        let args = ConfigArgs {
+            enable: Some(parse_sources("all").unwrap()),
+            disable: None,
+            skip: None,
+            frames: None,
+            pid: None,
+            exclude_pid: None,
+            sample: None,
+            user_frames: None,
+            timer_period: None,
+        };
+        config(&mut driver, &args).unwrap();
+        let sent = driver
+            .configured
+            .last()
+            .expect("a configure request")
+            .sources;
+        let available: SourceSet = Source::ALL
+            .into_iter()
+            .filter(|source| driver.status.sources[source.index()].available)
+            .fold(SourceSet::EMPTY, SourceSet::with);
+        assert_eq!(sent, available);
+        assert!(!sent.contains(Source::ThreadStack));
+        assert!(sent.contains(Source::Process));
+    }
 
     #[test]
     fn source_lists_parse_and_unknown_names_are_explained() {
