@@ -15,7 +15,7 @@ use kstack_abi::{
     },
 };
 
-use crate::{capture::file::CaptureError, toolhelp::ThreadListError};
+use crate::{capture::file::CaptureError, thread_list::ThreadListError};
 
 /// Win32 `ERROR_FILE_NOT_FOUND` / `ERROR_PATH_NOT_FOUND`: no such device.
 const ERROR_FILE_NOT_FOUND: u32 = 2;

@@ -6,8 +6,10 @@
 //! The rooms, each depending only on those listed before it:
 //! - [`clock`]: the records' clock (Windows system time) as text and
 //!   Unix time;
-//! - [`toolhelp`]: Toolhelp snapshots of the running processes (Windows):
-//!   the snapshot handle, and the threads of a process;
+//! - `system_information` and `toolhelp` (Windows): the system's replies
+//!   to `NtQuerySystemInformation`, and Toolhelp snapshots;
+//! - [`thread_list`]: the machine's threads and what each is doing (state,
+//!   wait reason, switches, CPU times);
 //! - [`sampling`]: which threads each tick of `kstack sample` asks for,
 //!   and the count of every one it did not or that did not answer;
 //! - [`naming`]: kernel and user-mode module lists, PDB symbols, and the
@@ -29,4 +31,8 @@ pub mod live_top;
 pub mod naming;
 pub mod output;
 pub mod sampling;
-pub mod toolhelp;
+#[cfg(windows)]
+mod system_information;
+pub mod thread_list;
+#[cfg(windows)]
+mod toolhelp;

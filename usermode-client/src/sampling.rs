@@ -35,7 +35,7 @@ use std::{
 
 use kstack_abi::{SourceFacts, ThreadRequestOutcome, thread_capture::THREAD_CAPTURE_SLOTS};
 
-use crate::toolhelp::ProcessThread;
+use crate::thread_list::ProcessThread;
 
 /// The ticks per second a sample may ask for.
 pub const HZ_RANGE: core::ops::RangeInclusive<u32> = 1..=1000;
@@ -414,6 +414,7 @@ mod tests {
             .map(|&thread_id| ProcessThread {
                 process_id,
                 thread_id,
+                facts: None,
             })
             .collect()
     }
@@ -647,6 +648,7 @@ mod tests {
                     .map(|&(chosen, thread_id)| ProcessThread {
                         process_id: if chosen { PROCESS } else { PROCESS + 1 },
                         thread_id,
+                        facts: None,
                     })
                     .collect();
                 // As the command does: never before the tick is due.

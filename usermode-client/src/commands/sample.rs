@@ -27,7 +27,7 @@ use kstack_client::{
     sampling::{
         HZ_RANGE, MAX_THREADS_PER_TICK, SampleCounts, SampleSettings, Sampler, Selection, TickPlan,
     },
-    toolhelp::{self, ProcessThread, ThreadListError},
+    thread_list::{self, Listing, ThreadListError},
 };
 
 use super::{
@@ -150,7 +150,7 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
                 deadline,
                 timeout: Duration::from_millis(u64::from(args.timeout_ms)),
             },
-            &mut toolhelp::all_threads,
+            &mut thread_list::all_threads,
             &stop,
             // Coerced here: inside the Option it could not be.
             view.as_mut()
@@ -185,7 +185,7 @@ fn selection(args: &SampleArgs) -> Result<Selection, ClientError> {
         )
     } else {
         // Each process must be running now; later, its end is followed.
-        toolhelp::threads_of(&args.pids).map_err(ClientError::ThreadList)?;
+        thread_list::threads_of(&args.pids).map_err(ClientError::ThreadList)?;
         Selection::Processes(args.pids.iter().copied().collect::<BTreeSet<u32>>())
     })
 }
@@ -232,7 +232,7 @@ fn sample(
     sampler: &mut Sampler,
     follower: &mut Follower,
     bounds: Bounds,
-    list: &mut impl FnMut() -> Result<Vec<ProcessThread>, ThreadListError>,
+    list: &mut impl FnMut() -> Result<Listing, ThreadListError>,
     stop: &AtomicBool,
     mut view: Option<&mut dyn Screen>,
     each: &mut impl FnMut(&Batch) -> Result<(), ClientError>,
@@ -240,6 +240,7 @@ fn sample(
     let started = Instant::now();
     let mut last_tick = None;
     let mut next_refresh = started + VIEW_REFRESH;
+    let mut fallback_said = false;
     let ending = loop {
         let now = Instant::now();
         if stop.load(Ordering::Relaxed) {
@@ -253,8 +254,13 @@ fn sample(
         }
         let wait = sampler.until_next_tick(now);
         if wait.is_zero() {
-            let listed = list().map_err(ClientError::ThreadList)?;
-            let plan = sampler.plan(now, &listed);
+            let listing = list().map_err(ClientError::ThreadList)?;
+            if let Some(note) = listing.source.fallback_note()
+                && !std::mem::replace(&mut fallback_said, true)
+            {
+                kstack_client::eprintln_fitted!("{note}");
+            }
+            let plan = sampler.plan(now, &listing.threads);
             last_tick = Some(now);
             ask(device, sampler, &plan, bounds.timeout)?;
         }
@@ -418,18 +424,25 @@ mod tests {
     use clap::Parser;
     use kstack_abi::{HostRoutine, Ioctl, StatusResponse, ntstatus::KSTACK_STATUS_SOURCE_DISABLED};
 
+    use kstack_client::thread_list::{ListingSource, ProcessThread};
+
     use super::{super::fake_driver::FakeDriver, *};
 
     const PROCESS: u32 = 100;
     const SESSION: u32 = 0x5A;
 
-    fn threads(process_id: u32, ids: &[u32]) -> Vec<ProcessThread> {
-        ids.iter()
-            .map(|&thread_id| ProcessThread {
-                process_id,
-                thread_id,
-            })
-            .collect()
+    fn threads(process_id: u32, ids: &[u32]) -> Listing {
+        Listing {
+            threads: ids
+                .iter()
+                .map(|&thread_id| ProcessThread {
+                    process_id,
+                    thread_id,
+                    facts: None,
+                })
+                .collect(),
+            source: ListingSource::ProcessInformation,
+        }
     }
 
     fn sampler(threads_per_tick: u32, timeout_ms: u32) -> Sampler {
@@ -453,7 +466,7 @@ mod tests {
         sampler: &mut Sampler,
         duration: Duration,
         timeout: Duration,
-        listings: &[Vec<ProcessThread>],
+        listings: &[Listing],
     ) -> (Result<End, ClientError>, u64) {
         run_sample_with_view(driver, sampler, duration, timeout, listings, None)
     }
@@ -464,7 +477,7 @@ mod tests {
         sampler: &mut Sampler,
         duration: Duration,
         timeout: Duration,
-        listings: &[Vec<ProcessThread>],
+        listings: &[Listing],
         view: Option<&mut dyn Screen>,
     ) -> (Result<End, ClientError>, u64) {
         let mut follower = Follower::default();
@@ -502,7 +515,7 @@ mod tests {
         // request is older than the timeout, never before.
         driver.never_run.insert(3);
         let mut listing = threads(PROCESS, &[1, 2, 3]);
-        listing.extend(threads(PROCESS + 1, &[9]));
+        listing.threads.extend(threads(PROCESS + 1, &[9]).threads);
         let mut sampler = sampler(2, 40);
         let (ended, handed_on) = run_sample(
             &mut driver,
@@ -649,7 +662,7 @@ mod tests {
             &[
                 threads(PROCESS, &[1, 2]),
                 threads(PROCESS, &[2]),
-                Vec::new(),
+                threads(PROCESS, &[]),
             ],
         );
         assert_eq!(ended.unwrap().ending, Ending::ProcessesEnded);
@@ -700,7 +713,7 @@ mod tests {
             &mut sampler,
             Duration::from_secs(30),
             Duration::from_secs(1),
-            &[threads(PROCESS, &[1, 2]), Vec::new()],
+            &[threads(PROCESS, &[1, 2]), threads(PROCESS, &[])],
         );
         let end = End {
             elapsed: Duration::from_secs(2),

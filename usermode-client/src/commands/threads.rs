@@ -26,7 +26,7 @@ use kstack_client::{
     error::ClientError,
     naming::symbolizer::Symbolizer,
     output::width::{Stream, fit, width},
-    toolhelp,
+    thread_list::{self, ThreadFacts, ThreadState},
 };
 use serde_json::{Value, json};
 
@@ -65,12 +65,13 @@ pub fn timeout_ms() -> clap::builder::RangedI64ValueParser<u32> {
     )
 }
 
-/// A thread asked for: its id, and its process when the command listed it
-/// (`--pid`).
+/// A thread asked for: its id, and its process and what it was doing when
+/// the command listed it (`--pid`; the facts where the system gives them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Target {
     thread_id: u32,
     process_id: Option<u32>,
+    facts: Option<ThreadFacts>,
 }
 
 /// What became of one thread asked for.
@@ -133,15 +134,19 @@ fn targets(tids: &[u32], pids: &[u32]) -> Result<Vec<Target>, ClientError> {
     let listed = if pids.is_empty() {
         Vec::new()
     } else {
-        toolhelp::threads_of(pids).map_err(ClientError::ThreadList)?
+        thread_list::threads_of(pids)
+            .map_err(ClientError::ThreadList)?
+            .threads
     };
     let named = tids.iter().map(|&thread_id| Target {
         thread_id,
         process_id: None,
+        facts: None,
     });
     let of_processes = listed.into_iter().map(|thread| Target {
         thread_id: thread.thread_id,
         process_id: Some(thread.process_id),
+        facts: thread.facts,
     });
     let mut targets: Vec<Target> = Vec::new();
     for target in named.chain(of_processes) {
@@ -284,10 +289,15 @@ const fn outcome_text(outcome: ThreadRequestOutcome) -> &'static str {
     }
 }
 
-/// `thread T` or `thread T (process P)`.
+/// `thread T`, `thread T (process P)`, or with what it was doing when
+/// listed: `thread T (process P, waiting (UserRequest) when listed)`.
 fn thread_text(target: Target) -> String {
+    let facts = target
+        .facts
+        .map(|facts| format!(", {} when listed", facts.state_text()))
+        .unwrap_or_default();
     match target.process_id {
-        Some(process_id) => format!("thread {} (process {process_id})", target.thread_id),
+        Some(process_id) => format!("thread {} (process {process_id}{facts})", target.thread_id),
         None => format!("thread {}", target.thread_id),
     }
 }
@@ -305,6 +315,9 @@ fn write_text(
     for (target, answer) in answers {
         match answer {
             Answer::Captured(record) => {
+                if target.facts.is_some() {
+                    writeln!(out, "{}:", thread_text(*target))?;
+                }
                 write!(out, "{}", record.to_text(symbolizer, call_trace))?;
             }
             Answer::Refused(outcome) => {
@@ -339,6 +352,10 @@ fn answer_json(target: Target, answer: &Answer, symbolizer: &Symbolizer) -> Valu
     };
     object["outcome"] = json!(outcome.name());
     object["answered"] = json!(matches!(answer, Answer::Captured(_)));
+    if let Some(facts) = target.facts {
+        object["listed_state"] = json!(facts.state.map(ThreadState::name));
+        object["listed_wait_reason"] = json!(facts.waiting().then(|| facts.wait_reason.name()));
+    }
     object
 }
 
@@ -375,8 +392,39 @@ mod tests {
             .map(|&thread_id| Target {
                 thread_id,
                 process_id: None,
+                facts: None,
             })
             .collect()
+    }
+
+    /// A thread listed blocked in a user-mode wait.
+    fn waiting() -> ThreadFacts {
+        ThreadFacts {
+            state: Some(ThreadState::WAITING),
+            wait_reason: thread_list::WaitReason(6),
+            context_switches: 10,
+            kernel_time: 0,
+            user_time: 0,
+        }
+    }
+
+    #[test]
+    fn a_listed_thread_is_named_with_what_it_was_doing() {
+        let listed = Target {
+            thread_id: 12,
+            process_id: Some(4),
+            facts: Some(waiting()),
+        };
+        assert_eq!(
+            thread_text(listed),
+            "thread 12 (process 4, waiting (UserRequest) when listed)"
+        );
+        let mut text = Vec::new();
+        write_text(&[(listed, Answer::Missing)], &kernel(), false, 5, &mut text).unwrap();
+        assert_eq!(
+            String::from_utf8(text).unwrap(),
+            "thread 12 (process 4, waiting (UserRequest) when listed): no answer within 5 ms\n"
+        );
     }
 
     fn no_modules() -> Symbolizer {
@@ -532,14 +580,17 @@ mod tests {
             Target {
                 thread_id: 12,
                 process_id: Some(4),
+                facts: Some(waiting()),
             },
             Target {
                 thread_id: 13,
                 process_id: None,
+                facts: None,
             },
             Target {
                 thread_id: 14,
                 process_id: Some(4),
+                facts: None,
             },
         ];
         let answers = capture(
@@ -564,6 +615,13 @@ mod tests {
         assert_eq!(
             (&objects[0]["outcome"], &objects[0]["answered"]),
             (&json!("queued"), &json!(true))
+        );
+        assert_eq!(
+            (
+                &objects[0]["listed_state"],
+                &objects[0]["listed_wait_reason"]
+            ),
+            (&json!("waiting"), &json!("UserRequest"))
         );
         assert_eq!(
             objects[1],
@@ -650,7 +708,7 @@ mod tests {
         assert_eq!(
             targets(&[5], &[4]),
             Err(ClientError::ThreadList(
-                toolhelp::ThreadListError::NeedsWindows
+                thread_list::ThreadListError::NeedsWindows
             ))
         );
     }

@@ -358,7 +358,7 @@ mod toolhelp {
     };
 
     use super::{ProcessModules, Unreadable};
-    use crate::{naming::modules::Module, toolhelp::platform::Snapshot};
+    use crate::{naming::modules::Module, toolhelp::Snapshot};
 
     /// A NUL-terminated UTF-16 buffer as a string.
     fn text(units: &[u16]) -> String {

@@ -151,41 +151,13 @@ fn parse_entry(entry: &[u8]) -> SystemModule {
 /// The failing NTSTATUS, or a malformed reply.
 #[cfg(windows)]
 pub fn query() -> Result<Vec<SystemModule>, ModuleListError> {
-    use windows_sys::Wdk::System::SystemInformation::{
-        NtQuerySystemInformation, SYSTEM_INFORMATION_CLASS,
-    };
-
     /// Undocumented but stable since NT 3.1; windows-sys does not name it.
-    const SYSTEM_MODULE_INFORMATION: SYSTEM_INFORMATION_CLASS = 11;
-    const STATUS_INFO_LENGTH_MISMATCH: i32 = 0xC000_0004_u32.cast_signed();
+    const SYSTEM_MODULE_INFORMATION: i32 = 11;
     privilege::enable_debug();
-    let mut buffer = vec![0_u64; 8192];
-    loop {
-        let mut needed = 0_u32;
-        let offered = u32::try_from(buffer.len() * 8).unwrap_or(u32::MAX);
-        // SAFETY: the buffer is writable for `offered` bytes and 8-aligned;
-        // `needed` is a valid out pointer.
-        let status = unsafe {
-            NtQuerySystemInformation(
-                SYSTEM_MODULE_INFORMATION,
-                buffer.as_mut_ptr().cast(),
-                offered,
-                &raw mut needed,
-            )
-        };
-        match status {
-            0 => {
-                let bytes: Vec<u8> = buffer.iter().flat_map(|word| word.to_le_bytes()).collect();
-                let valid = usize::try_from(needed).map_or(bytes.len(), |n| n.min(bytes.len()));
-                return parse(&bytes[..valid]);
-            }
-            STATUS_INFO_LENGTH_MISMATCH if needed > offered => {
-                // The list can grow between calls: ask for some room more.
-                buffer.resize(usize::try_from(needed).unwrap_or(usize::MAX) / 8 + 1024, 0);
-            }
-            failure => return Err(ModuleListError::Query(failure)),
-        }
-    }
+    parse(
+        &crate::system_information::query(SYSTEM_MODULE_INFORMATION)
+            .map_err(ModuleListError::Query)?,
+    )
 }
 
 #[cfg(windows)]

@@ -29,7 +29,7 @@ use kstack_abi::{
 };
 use kstack_client::{
     sampling::{RecordOwner, SampleSettings, Sampler, Selection, TickPlan},
-    toolhelp::ProcessThread,
+    thread_list::ProcessThread,
 };
 use serde_json::{Value, json};
 
@@ -109,6 +109,7 @@ fn tick(session: &mut Session, request: &Request) -> Reply {
             Some([process_id, thread_id]) => Ok(ProcessThread {
                 process_id: number(process_id, "pid")?,
                 thread_id: number(thread_id, "tid")?,
+                facts: None,
             }),
             _ => Err(format!("{pair} is not [pid, tid]")),
         })
