@@ -106,6 +106,11 @@ use crate::{
 /// Byte 2 of a module record. Trace records have their source there
 /// (1 to 8, [`crate::Source`]'s wire values).
 pub const MODULE_RECORD_KIND: u8 = 0x80;
+
+/// Byte 2 of an entry the driver never sends: kstack's capture files keep
+/// entries of their own among the records with this value there (a
+/// sample's thread facts, written by the client).
+pub const FILE_ENTRY_KIND: u8 = 0xC0;
 /// Bytes before the path.
 pub const MODULE_HEADER_SIZE: usize = 56;
 /// The most UTF-16 code units of path a module record holds: as many as

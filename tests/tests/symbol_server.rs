@@ -144,6 +144,7 @@ fn capture_of(size: u32, identity: Option<&ImageIdentity>, entry_rva: u32) -> Ve
             facts: SourceFacts::OnDemand { tag: 1 },
         },
         frames: frames.into(),
+        sample: None,
     };
     let mut out = Vec::new();
     let mut writer = CaptureWriter::new(&mut out, &modules).unwrap();

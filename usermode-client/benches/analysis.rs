@@ -97,6 +97,7 @@ fn capture_of(modules: &ModuleMap, frames: impl Fn(u64) -> Vec<u64>) -> Vec<u8> 
                 facts: SourceFacts::Timer,
             },
             frames: stack_frames.clone().into(),
+            sample: None,
         };
         writer.append(&record).expect("writing to memory");
     }

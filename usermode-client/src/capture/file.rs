@@ -25,13 +25,20 @@
 //!   since ABI 9 the driver's module records are among them, as received,
 //!   so offline analysis names user frames after the same time-ordered
 //!   per-process maps as the live client;
+//! - among the records (format 6), `kstack sample`'s own entries of a
+//!   sample's thread facts (`capture::sample_entry`, byte 2
+//!   `FILE_ENTRY_KIND`): one right after each record its requests asked
+//!   for, and one alone for a sample that repeats its thread's last
+//!   captured stack, which reads as a copy of the last thread-stack
+//!   record of that thread before it, with the entry's time and facts;
 //! - then (format 5) the identities of the images module records loaded,
 //!   read while the capture was saved (the images of drivers and DLLs
 //!   loaded during it, which no list at its start holds): a count (u32) and
 //!   module entries as above, each with its identity;
 //! - then the trailer: magic `KSTKEND\0`, the record count (u64, module
-//!   records included) and (format 5) the length in bytes of the loaded
-//!   images' identities (u64, their count included).
+//!   records and (format 6) sample entries included) and (format 5) the
+//!   length in bytes of the loaded images' identities (u64, their count
+//!   included).
 //!
 //! The writer appends records as they arrive and the trailer last, so a
 //! capture cut short (the machine stopped mid-write) is told apart from a
@@ -45,13 +52,17 @@ use std::{
 };
 
 use kstack_abi::{
-    ABI_VERSION, DecodeError, Entry, MAX_RECORD_SIZE, RecordFlags, decode_entry, encode_record,
+    ABI_VERSION, DecodeError, Entry, MAX_RECORD_SIZE, RecordFlags, SourceFacts, decode_entry,
+    encode_record,
     module_record::{decode_module_record, encode_module_record, is_module_record},
     record_size_field,
 };
 
 use crate::{
-    capture::trace::{StackMemory, TraceRecord},
+    capture::{
+        sample_entry::{self, SampleEntry, is_file_entry},
+        trace::{StackMemory, TraceRecord},
+    },
     naming::{
         identity::{DebugIdentity, ImageIdentity},
         modules::{Module, ModuleMap},
@@ -62,9 +73,9 @@ use crate::{
 /// The first bytes of every capture file.
 pub const MAGIC: [u8; 8] = *b"KSTKCAP\0";
 /// The version of this layout. Versions 1 (no process modules), 2 (no
-/// listing time), 3 (no image identities) and 4 (no identities of images
-/// loaded during the capture) still read.
-pub const FORMAT_VERSION: u32 = 5;
+/// listing time), 3 (no image identities), 4 (no identities of images
+/// loaded during the capture) and 5 (no sample entries) still read.
+pub const FORMAT_VERSION: u32 = 6;
 /// The layouts this client reads.
 const READABLE_FORMATS: core::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// The ABI versions whose records this client reads: ABI 6 changed the
@@ -119,6 +130,15 @@ pub enum CaptureError {
         /// Its index in the list.
         index: usize,
     },
+    /// A sample entry is malformed, or does not belong where it is.
+    SampleEntry {
+        /// Whole records before it.
+        index: u64,
+        /// Its byte offset in the file.
+        offset: usize,
+        /// What is wrong, in words.
+        problem: &'static str,
+    },
     /// A record does not decode.
     Record {
         /// Whole records before it.
@@ -165,6 +185,14 @@ impl fmt::Display for CaptureError {
                 f,
                 "record {index} (byte {offset}) is malformed: {error}; the capture is damaged"
             ),
+            Self::SampleEntry {
+                index,
+                offset,
+                problem,
+            } => write!(
+                f,
+                "record {index} (byte {offset}) is {problem}; the capture is damaged"
+            ),
         }
     }
 }
@@ -181,6 +209,13 @@ pub struct CaptureWriter<W: Write> {
     stored: HashMap<u64, Arc<[u64]>>,
     /// The identities of images module records loaded, as noted.
     loaded_images: Vec<(Module, ImageIdentity)>,
+    /// The stack id of the last thread-stack record of each thread, which
+    /// a repeated sample of it names.
+    last_thread_stack: HashMap<u32, u64>,
+    /// Repeated samples written (no record of the driver's).
+    repeated: u64,
+    /// Sample entries written, repeated or after their record.
+    samples: u64,
 }
 
 impl<W: Write> CaptureWriter<W> {
@@ -226,15 +261,63 @@ impl<W: Write> CaptureWriter<W> {
             scratch: [0; MAX_RECORD_SIZE],
             stored: HashMap::new(),
             loaded_images: Vec::new(),
+            last_thread_stack: HashMap::new(),
+            repeated: 0,
+            samples: 0,
         })
     }
 
-    /// Appends one record.
+    /// Appends one record, and its sample entry when it has sample facts; a
+    /// repeated sample is its entry alone.
     ///
     /// # Errors
-    /// The writer's I/O error, or a record with more frames than the ABI
-    /// allows (which no driver reply decodes to).
+    /// The writer's I/O error, a record with more frames than the ABI
+    /// allows (which no driver reply decodes to), sample facts on a record
+    /// that is not a thread stack, or a repeated sample of a stack that is
+    /// not its thread's last one written.
     pub fn append(&mut self, record: &TraceRecord) -> io::Result<()> {
+        let sampled = match (record.sample, record.header.facts) {
+            (None, _) => None,
+            (
+                Some(facts),
+                SourceFacts::ThreadStack {
+                    target_thread_id,
+                    target_process_id,
+                    ..
+                },
+            ) => Some(SampleEntry {
+                thread_id: target_thread_id,
+                process_id: target_process_id,
+                timestamp: if facts.repeated {
+                    record.header.timestamp
+                } else {
+                    0
+                },
+                facts,
+            }),
+            (Some(_), _) => {
+                return Err(io::Error::other(
+                    "sample facts on a record that is not a thread stack",
+                ));
+            }
+        };
+        if let Some(entry) = sampled.filter(|entry| entry.facts.repeated) {
+            if self.last_thread_stack.get(&entry.thread_id) != Some(&record.header.stack_id) {
+                return Err(io::Error::other(format!(
+                    "a repeated sample of thread {} that is not its last stack written",
+                    entry.thread_id
+                )));
+            }
+            self.repeated += 1;
+            return self.write_sample_entry(&entry);
+        }
+        if let SourceFacts::ThreadStack {
+            target_thread_id, ..
+        } = record.header.facts
+        {
+            self.last_thread_stack
+                .insert(target_thread_id, record.header.stack_id);
+        }
         let mut header = record.header;
         let mut frames: &[u64] = &record.frames;
         // A stack of no frames stays as it is: a flagged record without
@@ -250,7 +333,15 @@ impl<W: Write> CaptureWriter<W> {
         }
         let size = encode_record(&header, frames, &mut self.scratch)
             .map_err(|error| io::Error::other(error.to_string()))?;
-        self.write(size)
+        self.write(size)?;
+        sampled.map_or(Ok(()), |entry| self.write_sample_entry(&entry))
+    }
+
+    fn write_sample_entry(&mut self, entry: &SampleEntry) -> io::Result<()> {
+        self.out.write_all(&sample_entry::encode(entry))?;
+        self.records += 1;
+        self.samples += 1;
+        Ok(())
     }
 
     /// Appends one module record.
@@ -296,6 +387,19 @@ impl<W: Write> CaptureWriter<W> {
     #[must_use]
     pub const fn module_records(&self) -> u64 {
         self.modules
+    }
+
+    /// The driver's trace records appended so far (not module records,
+    /// sample entries or repeated samples).
+    #[must_use]
+    pub const fn trace_records(&self) -> u64 {
+        self.records - self.modules - self.samples
+    }
+
+    /// Repeated samples appended so far.
+    #[must_use]
+    pub const fn repeated_samples(&self) -> u64 {
+        self.repeated
     }
 
     /// Writes the trailer, flushes and returns the writer.
@@ -382,6 +486,8 @@ pub struct CaptureView<'a> {
     records_at: usize,
     /// The records' bytes, from `records_at` to the trailer.
     records: &'a [u8],
+    /// Whether sample entries may be among them (format 6).
+    sample_entries: bool,
 }
 
 impl<'a> CaptureView<'a> {
@@ -454,27 +560,7 @@ impl<'a> CaptureView<'a> {
             .filter(|&trailer_at| trailer_at >= at && bytes[trailer_at..][..8] == END_MAGIC)
             .ok_or(CaptureError::Unfinished)?;
         let records_end = if format >= 5 {
-            let length =
-                u64::from_le_bytes(bytes[trailer_at + 16..].try_into().unwrap_or_default());
-            let loaded_at = usize::try_from(length)
-                .ok()
-                .and_then(|length| trailer_at.checked_sub(length))
-                .filter(|&loaded_at| loaded_at >= at)
-                .ok_or(CaptureError::Truncated)?;
-            let mut section_at = loaded_at;
-            let count = u32_at(section_at)?;
-            section_at += 4;
-            for (module, identity) in
-                read_modules(bytes, format, &mut section_at, count, &mut read)?
-            {
-                if let Some(identity) = identity {
-                    processes.set_loaded_identity(&module, identity);
-                }
-            }
-            if section_at != trailer_at {
-                return Err(CaptureError::Truncated);
-            }
-            loaded_at
+            read_loaded_images(bytes, at, trailer_at, &mut processes, &mut read)?
         } else {
             trailer_at
         };
@@ -490,53 +576,177 @@ impl<'a> CaptureView<'a> {
             ),
             records_at: at,
             records,
+            sample_entries: format >= 6,
         })
     }
 
-    /// Every trace record in order, with its frames; a damaged record (or
-    /// one naming a stack not stored before it) ends the walk with its
-    /// error, and so does a count that disagrees with the trailer's. Module
-    /// records are counted and passed over (`processes` holds them).
+    /// Every trace record in order, with its frames and (format 6) its
+    /// sample facts, a repeated sample read as a copy of its thread's last
+    /// thread-stack record with the entry's time and facts; a damaged
+    /// record or entry (or one naming a stack not stored before it) ends
+    /// the walk with its error, and so does a count that disagrees with
+    /// the trailer's. Module records are counted and passed over
+    /// (`processes` holds them).
     pub fn records(&self) -> impl Iterator<Item = Result<TraceRecord, CaptureError>> + 'a {
-        let declared = self.record_count;
-        let mut offset = self.records_at;
-        let mut rest = self.records;
-        let mut found = 0_u64;
-        let mut done = false;
-        let mut stacks = StackMemory::default();
-        core::iter::from_fn(move || {
-            while !done {
-                if rest.is_empty() {
-                    done = true;
-                    return (found != declared)
-                        .then_some(Err(CaptureError::RecordCount { declared, found }));
-                }
-                let decoded = decode_entry(rest).and_then(|(entry, size)| match entry {
-                    Entry::Trace(view) => Ok((Some(stacks.resolve(&view)?), size)),
-                    Entry::Module(_) => Ok((None, size)),
-                });
-                match decoded {
-                    Ok((record, size)) => {
-                        offset += size;
-                        rest = &rest[size..];
-                        found += 1;
-                        if let Some(record) = record {
-                            return Some(Ok(record));
-                        }
-                    }
-                    Err(error) => {
-                        done = true;
-                        return Some(Err(CaptureError::Record {
-                            index: found,
-                            offset,
-                            error,
-                        }));
-                    }
+        let mut walk = RecordWalk {
+            declared: self.record_count,
+            offset: self.records_at,
+            rest: self.records,
+            found: 0,
+            done: false,
+            stacks: StackMemory::default(),
+            sample_entries: self.sample_entries,
+            last_thread_stack: HashMap::new(),
+        };
+        core::iter::from_fn(move || walk.next_record())
+    }
+}
+
+/// [`CaptureView::records`]'s place in the records.
+struct RecordWalk<'a> {
+    declared: u64,
+    offset: usize,
+    rest: &'a [u8],
+    found: u64,
+    done: bool,
+    stacks: StackMemory,
+    sample_entries: bool,
+    /// The last thread-stack record of each thread, by target thread id:
+    /// what a repeated sample of it copies.
+    last_thread_stack: HashMap<u32, TraceRecord>,
+}
+
+impl RecordWalk<'_> {
+    fn next_record(&mut self) -> Option<Result<TraceRecord, CaptureError>> {
+        while !self.done {
+            if self.rest.is_empty() {
+                self.done = true;
+                return (self.found != self.declared).then_some(Err(CaptureError::RecordCount {
+                    declared: self.declared,
+                    found: self.found,
+                }));
+            }
+            match self.next_entry() {
+                Ok(Some(record)) => return Some(Ok(record)),
+                Ok(None) => {}
+                Err(error) => {
+                    self.done = true;
+                    return Some(Err(error));
                 }
             }
-            None
-        })
+        }
+        None
     }
+
+    /// The entry at the front: a trace record (with the sample entry that
+    /// follows it), a repeated sample, or `None` for a module record.
+    fn next_entry(&mut self) -> Result<Option<TraceRecord>, CaptureError> {
+        if self.sample_entries && is_file_entry(self.rest) {
+            let entry = self.sample_entry()?;
+            if !entry.facts.repeated {
+                return Err(self.misplaced("a sample entry without its record"));
+            }
+            let mut record = self
+                .last_thread_stack
+                .get(&entry.thread_id)
+                .cloned()
+                .ok_or_else(|| self.misplaced("a repeated sample of a thread never captured"))?;
+            record.header.timestamp = entry.timestamp;
+            record.sample = Some(entry.facts);
+            self.advance(sample_entry::SAMPLE_ENTRY_SIZE);
+            return Ok(Some(record));
+        }
+        let (entry, size) = decode_entry(self.rest).map_err(|error| CaptureError::Record {
+            index: self.found,
+            offset: self.offset,
+            error,
+        })?;
+        let Entry::Trace(view) = entry else {
+            self.advance(size);
+            return Ok(None);
+        };
+        let mut record = self
+            .stacks
+            .resolve(&view)
+            .map_err(|error| CaptureError::Record {
+                index: self.found,
+                offset: self.offset,
+                error,
+            })?;
+        self.advance(size);
+        let target = match record.header.facts {
+            SourceFacts::ThreadStack {
+                target_thread_id, ..
+            } => Some(target_thread_id),
+            _ => None,
+        };
+        if self.sample_entries && is_file_entry(self.rest) {
+            let entry = self.sample_entry()?;
+            if !entry.facts.repeated {
+                if target != Some(entry.thread_id) {
+                    return Err(self.misplaced("a sample entry after another thread's record"));
+                }
+                record.sample = Some(entry.facts);
+                self.advance(sample_entry::SAMPLE_ENTRY_SIZE);
+            }
+        }
+        if let Some(thread_id) = target {
+            self.last_thread_stack.insert(thread_id, record.clone());
+        }
+        Ok(Some(record))
+    }
+
+    fn sample_entry(&self) -> Result<SampleEntry, CaptureError> {
+        sample_entry::decode(self.rest).map_err(|problem| self.misplaced(problem))
+    }
+
+    fn misplaced(&self, problem: &'static str) -> CaptureError {
+        CaptureError::SampleEntry {
+            index: self.found,
+            offset: self.offset,
+            problem,
+        }
+    }
+
+    fn advance(&mut self, size: usize) {
+        self.offset += size;
+        self.rest = &self.rest[size..];
+        self.found += 1;
+    }
+}
+
+/// Reads the loaded images' identities (format 5 on) that end before the
+/// trailer at `trailer_at` into `processes`; returns where they start,
+/// which is where the records end (the records start at `records_at`).
+fn read_loaded_images(
+    bytes: &[u8],
+    records_at: usize,
+    trailer_at: usize,
+    processes: &mut ProcessModules,
+    read: &mut usize,
+) -> Result<usize, CaptureError> {
+    let length = u64::from_le_bytes(bytes[trailer_at + 16..].try_into().unwrap_or_default());
+    let loaded_at = usize::try_from(length)
+        .ok()
+        .and_then(|length| trailer_at.checked_sub(length))
+        .filter(|&loaded_at| loaded_at >= records_at)
+        .ok_or(CaptureError::Truncated)?;
+    let count = bytes
+        .get(loaded_at..loaded_at + 4)
+        .and_then(|word| word.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or(CaptureError::Truncated)?;
+    let mut section_at = loaded_at + 4;
+    // Every format with this section has identities (format 4 on).
+    for (module, identity) in read_modules(bytes, FORMAT_VERSION, &mut section_at, count, read)? {
+        if let Some(identity) = identity {
+            processes.set_loaded_identity(&module, identity);
+        }
+    }
+    if section_at != trailer_at {
+        return Err(CaptureError::Truncated);
+    }
+    Ok(loaded_at)
 }
 
 /// Notes the module records among `records` (a capture's record bytes) in
@@ -632,6 +842,11 @@ fn read_modules(
 pub(crate) mod tests {
     use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 
+    use crate::{
+        sampling::SampleFacts,
+        thread_list::{ThreadState, WaitReason},
+    };
+
     use kstack_abi::{ModuleEvent, ModuleFlags, ModuleHeader};
 
     use super::*;
@@ -658,6 +873,7 @@ pub(crate) mod tests {
                 facts,
             },
             frames: frames.into(),
+            sample: None,
         }
     }
 
@@ -666,7 +882,10 @@ pub(crate) mod tests {
         for record in records {
             writer.append(record).unwrap();
         }
-        assert_eq!(writer.records(), records.len() as u64);
+        assert_eq!(
+            writer.trace_records() + writer.repeated_samples(),
+            records.len() as u64
+        );
         writer.finish().unwrap()
     }
 
@@ -686,6 +905,98 @@ pub(crate) mod tests {
         let view = CaptureView::parse(bytes)?;
         let records = view.records().collect::<Result<_, _>>()?;
         Ok((view.modules, records))
+    }
+
+    /// A sample's records: thread 20's stack captured with facts, a timer
+    /// record, thread 20 repeated twice, thread 21 captured without facts
+    /// (a Toolhelp listing), thread 20 captured anew.
+    fn sampled_records() -> Vec<TraceRecord> {
+        let facts = |repeated, cpu_time| SampleFacts {
+            state: Some(ThreadState::WAITING),
+            wait_reason: WaitReason(6),
+            cpu_time,
+            repeated,
+        };
+        let thread_stack = |sequence, thread_id, frames: &[u64]| {
+            let facts = SourceFacts::ThreadStack {
+                target_process_id: 100,
+                target_thread_id: thread_id,
+                tag: 7,
+                delay: 3,
+                late: false,
+            };
+            record(sequence, facts, frames)
+        };
+        let captured = TraceRecord {
+            sample: Some(facts(false, 0)),
+            ..thread_stack(1, 20, &[0xFFFF_F801_2340_0010, 0x7FF6_0000_1000])
+        };
+        let repeat = |timestamp, cpu_time| {
+            let mut repeated = captured.clone();
+            repeated.header.timestamp = timestamp;
+            repeated.sample = Some(facts(true, cpu_time));
+            repeated
+        };
+        vec![
+            captured.clone(),
+            record(2, SourceFacts::Timer, &[0x42]),
+            repeat(134_081_280_000_500_000, 0),
+            repeat(134_081_280_000_600_000, 10),
+            thread_stack(3, 21, &[0x43]),
+            TraceRecord {
+                sample: Some(SampleFacts {
+                    state: None,
+                    ..facts(false, 25)
+                }),
+                ..thread_stack(4, 20, &[0x44])
+            },
+        ]
+    }
+
+    #[test]
+    fn samples_round_trip_each_repeat_a_copy_of_its_threads_last_capture() {
+        let records = sampled_records();
+        let bytes = saved(&sample_map(), &records);
+        assert_eq!(decoded(&bytes).unwrap().1, records);
+        let view = CaptureView::parse(&bytes).unwrap();
+        // Eight entries: 4 trace records, 2 sample entries after their
+        // record, 2 repeated samples.
+        assert_eq!(view.record_count, 8);
+    }
+
+    #[test]
+    fn a_sample_entry_out_of_place_is_refused() {
+        let records = sampled_records();
+        let mut writer = CaptureWriter::new(Vec::new(), &sample_map()).unwrap();
+        let error = writer.append(&records[2]).unwrap_err();
+        assert!(error.to_string().contains("not its last stack"), "{error}");
+        let mut other_source = records[1].clone();
+        other_source.sample = records[0].sample;
+        assert!(writer.append(&other_source).is_err());
+        // The repeat moved before its capture, and an entry alone that
+        // says it follows a record.
+        let bytes = saved(&sample_map(), &records);
+        let view = CaptureView::parse(&bytes).unwrap();
+        let first = view.records_at;
+        let record_size = record_size_field(&bytes[first..]);
+        let entry = first + record_size;
+        let mut moved = bytes.clone();
+        moved.copy_within(entry..entry + 32, first);
+        moved[first + 32..first + 32 + record_size]
+            .copy_from_slice(&bytes[first..first + record_size]);
+        let error = decoded(&moved).unwrap_err();
+        assert!(
+            matches!(error, CaptureError::SampleEntry { index: 0, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("without its record"), "{error}");
+        // Format 5 has no sample entries: one is a damaged record there.
+        let mut five = bytes;
+        five[8] = 5;
+        assert!(matches!(
+            decoded(&five).unwrap_err(),
+            CaptureError::Record { index: 1, .. }
+        ));
     }
 
     #[test]
@@ -931,11 +1242,11 @@ pub(crate) mod tests {
             CaptureError::NotACapture
         );
         let mut other_format = bytes.clone();
-        other_format[8] = 6;
+        other_format[8] = 7;
         let error = decoded(&other_format).unwrap_err();
-        assert_eq!(error, CaptureError::FormatVersion(6));
+        assert_eq!(error, CaptureError::FormatVersion(7));
         assert!(
-            error.to_string().contains("reads versions 1 to 5"),
+            error.to_string().contains("reads versions 1 to 6"),
             "{error}"
         );
         // Formats 1 to 4 end without loaded images' identities: their
@@ -959,6 +1270,10 @@ pub(crate) mod tests {
         for old in [3, 4] {
             assert_eq!(decoded(&old_format(old)).unwrap(), decoded(&bytes).unwrap());
         }
+        // Format 5 is format 6 without sample entries.
+        let mut five = bytes.clone();
+        five[8] = 5;
+        assert_eq!(decoded(&five).unwrap(), decoded(&bytes).unwrap());
         let mut other_abi = bytes.clone();
         other_abi[12..16].copy_from_slice(&(ABI_VERSION + 1).to_le_bytes());
         let error = decoded(&other_abi).unwrap_err();

@@ -5,5 +5,6 @@
 //! are drawn from.
 
 pub mod file;
+pub mod sample_entry;
 pub mod stack_table;
 pub mod trace;

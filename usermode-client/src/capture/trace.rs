@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::{
     clock::system_time_text,
     naming::symbolizer::{Symbolizer, source_text},
+    sampling::SampleFacts,
 };
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
@@ -25,6 +26,9 @@ pub struct TraceRecord {
     /// Return addresses, most recent call first; shared by the records of
     /// one stack that a reader resolved through the stack table.
     pub frames: Arc<[u64]>,
+    /// A sample's facts (`kstack sample`): the thread's state and CPU time
+    /// when listed, and whether the stack was captured or repeated.
+    pub sample: Option<SampleFacts>,
 }
 
 impl From<&RecordView<'_>> for TraceRecord {
@@ -32,6 +36,7 @@ impl From<&RecordView<'_>> for TraceRecord {
         Self {
             header: view.header,
             frames: view.frames().collect(),
+            sample: None,
         }
     }
 }
@@ -76,7 +81,11 @@ impl StackMemory {
                 frame_count: u16::try_from(frames.len()).unwrap_or(u16::MAX),
             });
         }
-        Ok(TraceRecord { header, frames })
+        Ok(TraceRecord {
+            header,
+            frames,
+            sample: None,
+        })
     }
 }
 
@@ -437,6 +446,7 @@ mod tests {
                 facts: SourceFacts::Timer,
             },
             frames: [0xFFFF_F800_1234_5678, 0xFFFF_F800_0000_1000].into(),
+            sample: None,
         }
     }
 

@@ -17,6 +17,7 @@ use clap::Args;
 use kstack_abi::{ThreadRequestOutcome, thread_capture::MAX_THREAD_CAPTURES};
 use kstack_client::{
     capture::stack_table::{TopLimits, counted},
+    clock::system_time_now,
     device::{
         session::{self, Batch, FollowSummary, Follower},
         transport::Transport,
@@ -162,7 +163,7 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
         Ok((outcome.map(|end| (sampler, end)), follower.summary()))
     })
     .inspect_err(|_| discard(path))?;
-    let saved = writer.records() - writer.module_records();
+    let saved = writer.trace_records();
     let (finished, end) = finish_capture(writer, path, sampled, saved, "sample")?;
     eprint_fitted(&summary_text(
         &finished,
@@ -260,8 +261,18 @@ fn sample(
             {
                 kstack_client::eprintln_fitted!("{note}");
             }
-            let plan = sampler.plan(now, &listing.threads);
+            let plan = sampler.plan(now, system_time_now(), &listing.threads);
             last_tick = Some(now);
+            // The repeated samples first: they are of this tick's listing,
+            // before the captures it asks for.
+            hand_on(
+                &Batch {
+                    records: plan.repeated.clone(),
+                    ..Batch::default()
+                },
+                &mut view,
+                each,
+            )?;
             ask(device, sampler, &plan, bounds.timeout)?;
         }
         // A read after every tick too: ticks that take their whole period
@@ -338,17 +349,33 @@ fn read(
     view: &mut Option<&mut dyn Screen>,
     each: &mut impl FnMut(&Batch) -> Result<(), ClientError>,
 ) -> Result<bool, ClientError> {
-    let batch = follower.read(device)?;
-    for record in &batch.records {
-        sampler.note_record(&record.header.facts);
+    let mut batch = follower.read(device)?;
+    for record in &mut batch.records {
+        sampler.note_record(record);
     }
-    if let Some(view) = view.as_deref_mut() {
-        view.batch(&batch);
-    }
-    each(&batch)?;
+    hand_on(&batch, view, each)?;
     let anything = !batch.records.is_empty() || !batch.modules.is_empty();
     follower.recycle(batch);
     Ok(anything)
+}
+
+/// Hands a batch to the view and to `each`.
+fn hand_on(
+    batch: &Batch,
+    view: &mut Option<&mut dyn Screen>,
+    each: &mut impl FnMut(&Batch) -> Result<(), ClientError>,
+) -> Result<(), ClientError> {
+    if let Some(view) = view.as_deref_mut() {
+        view.batch(batch);
+    }
+    each(batch)
+}
+
+/// `count` per tick over `ticks` (0 over none).
+fn per_tick(count: u64, ticks: u64) -> f64 {
+    #[expect(clippy::cast_precision_loss, reason = "an average to a tenth")]
+    let (count, ticks) = (count as f64, ticks as f64);
+    if ticks > 0.0 { count / ticks } else { 0.0 }
 }
 
 /// `count` per second over `seconds` (0 over no time).
@@ -382,8 +409,10 @@ fn summary_text(
     format!(
         "kstack sample: {ending} after {seconds:.1} s: {} of the {expected} due at {} Hz ran \
          ({} fell while the tick before was running); {} followed, {} of them ended\n\
-         kstack sample: {} listed: {} skipped while their last request was pending, {} left by \
-         the per-tick bound of {}, {} asked for{}\n\
+         kstack sample: {} listed ({} without a state, always asked for): {} skipped while their \
+         last request was pending, {} repeated without an APC (not run since their stack was \
+         captured), {} left by the per-tick bound of {}, {} asked for{}\n\
+         kstack sample: per tick, {:.1} threads interrupted and {:.1} repeated\n\
          kstack sample: {} queued, refused: {} no such thread, {} no slot, {} exiting, {} \
          system, {} own\n\
          kstack sample: {} captured ({:.0} a second, {} late), {} unanswered; {} of other \
@@ -395,7 +424,9 @@ fn summary_text(
         counted(counts.threads_seen, "thread"),
         counts.threads_gone,
         counted(counts.listed, "thread-tick"),
+        counts.without_state,
         counts.skipped_pending,
+        counts.repeated,
         counts.skipped_over_bound,
         settings.threads_per_tick,
         counts.requested,
@@ -404,6 +435,8 @@ fn summary_text(
         } else {
             String::new()
         },
+        per_tick(counts.queued, counts.ticks),
+        per_tick(counts.repeated, counts.ticks),
         counted(counts.queued, "request"),
         counts.no_such_thread,
         counts.no_slot,
@@ -424,7 +457,10 @@ mod tests {
     use clap::Parser;
     use kstack_abi::{HostRoutine, Ioctl, StatusResponse, ntstatus::KSTACK_STATUS_SOURCE_DISABLED};
 
-    use kstack_client::thread_list::{ListingSource, ProcessThread};
+    use kstack_client::{
+        capture::trace::TraceRecord,
+        thread_list::{ListingSource, ProcessThread, ThreadFacts, ThreadState, WaitReason},
+    };
 
     use super::{super::fake_driver::FakeDriver, *};
 
@@ -499,12 +535,73 @@ mod tests {
             &AtomicBool::new(false),
             view,
             &mut |batch| {
-                handed_on += batch.records.len() as u64;
+                handed_on += batch
+                    .records
+                    .iter()
+                    .filter(|record| !record.sample.is_some_and(|facts| facts.repeated))
+                    .count() as u64;
                 Ok(())
             },
         );
         assert_eq!(follower.summary().received, handed_on);
         (ended, handed_on)
+    }
+
+    /// Thread 1 of `PROCESS`, blocked in a user-mode wait, switched to
+    /// `switches` times.
+    fn sleeping(switches: u32) -> Listing {
+        let mut listing = threads(PROCESS, &[1]);
+        listing.threads[0].facts = Some(ThreadFacts {
+            state: Some(ThreadState::WAITING),
+            wait_reason: WaitReason(6),
+            context_switches: switches,
+            kernel_time: 7,
+            user_time: 0,
+        });
+        listing
+    }
+
+    #[test]
+    fn a_sleeping_thread_is_interrupted_once_then_its_stack_repeated() {
+        let mut driver = FakeDriver::new(vec![]);
+        driver.delivers = true;
+        let mut sampler = sampler(8, 40);
+        let mut follower = Follower::default();
+        let mut listings = [sleeping(5), sleeping(6)].into_iter();
+        let last = sleeping(6);
+        let mut written: Vec<TraceRecord> = Vec::new();
+        let ended = sample(
+            &mut driver,
+            &mut sampler,
+            &mut follower,
+            Bounds {
+                deadline: Some(Instant::now() + Duration::from_millis(100)),
+                timeout: Duration::from_millis(40),
+            },
+            // Switched to once more after the first tick: the APC's own.
+            &mut || Ok(listings.next().unwrap_or_else(|| last.clone())),
+            &AtomicBool::new(false),
+            None,
+            &mut |batch| {
+                written.extend(batch.records.iter().cloned());
+                Ok(())
+            },
+        );
+        assert_eq!(ended.unwrap().ending, Ending::Duration);
+        assert_eq!(driver.requests.len(), 1, "one APC, at the first tick");
+        let counts = *sampler.counts();
+        assert!(counts.ticks >= 5, "{counts:?}");
+        assert_eq!((counts.captured, counts.repeated), (1, counts.ticks - 1));
+        let captured = &written[0];
+        assert_eq!(captured.sample.map(|facts| facts.repeated), Some(false));
+        assert_eq!(written.len() as u64, counts.ticks);
+        for repeated in &written[1..] {
+            assert_eq!(repeated.sample.map(|facts| facts.repeated), Some(true));
+            assert_eq!(
+                (repeated.header.sequence, &repeated.frames),
+                (captured.header.sequence, &captured.frames)
+            );
+        }
     }
 
     #[test]
@@ -733,8 +830,10 @@ mod tests {
             "kstack sample: every process sampled ended after 2.0 s: 2 of the 2 due at 100 Hz \
              ran (0 fell while the tick before was running); 2 threads followed, 2 of them \
              ended\n\
-             kstack sample: 2 thread-ticks listed: 0 skipped while their last request was \
-             pending, 0 left by the per-tick bound of 8, 2 asked for\n\
+             kstack sample: 2 thread-ticks listed (2 without a state, always asked for): 0 \
+             skipped while their last request was pending, 0 repeated without an APC (not run \
+             since their stack was captured), 0 left by the per-tick bound of 8, 2 asked for\n\
+             kstack sample: per tick, 0.5 threads interrupted and 0.0 repeated\n\
              kstack sample: 1 request queued, refused: 1 no such thread, 0 no slot, 0 exiting, \
              0 system, 0 own\n\
              kstack sample: 1 stack captured (0 a second, 0 late), 0 unanswered; 0 records of \

@@ -49,7 +49,7 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         &stop_flag(),
         |batch| append_batch(&mut writer, batch).map_err(writing),
     );
-    let saved = writer.records() - writer.module_records();
+    let saved = writer.trace_records();
     let saved_modules = writer.module_records();
     let summary = finish_capture(writer, path, followed, saved, "save")?;
     kstack_client::eprintln_fitted!(

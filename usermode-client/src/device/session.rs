@@ -182,7 +182,7 @@ pub struct Reader {
 }
 
 /// What one read returned.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Batch {
     /// The trace records, in ring order.
     pub records: Vec<TraceRecord>,

@@ -165,6 +165,7 @@ fn records() -> Vec<TraceRecord> {
                 facts,
             },
             frames: frames.into(),
+            sample: None,
         });
     }
     records

@@ -5,8 +5,12 @@
 //! - `{"op":"sample_start","hz":N,"threads_per_tick":N,"timeout_ms":N,"pids":[...]}`:
 //!   a new session sampling those processes; `{}`.
 //! - `{"op":"sample_tick","now_ms":N,"threads":[[pid,tid],...]}`: the
-//!   tick's plan over the threads listed: `{"tag":N,"thread_ids":[...],
-//!   "inputs":["<hex>",...]}`, one capture-threads request per 64 ids.
+//!   tick's plan over the threads listed, each `[pid, tid]` (no facts, as
+//!   Toolhelp lists them) or `[pid, tid, state, wait_reason, switches,
+//!   cpu_100ns]` (as `SystemProcessInformation` does): `{"tag":N,
+//!   "thread_ids":[...],"inputs":["<hex>",...],"repeated":[tid,...]}`, one
+//!   capture-threads request per 64 ids, and the threads whose sample
+//!   repeats their last stack without an APC.
 //! - `{"op":"sample_answered","now_ms":N,"replies":["<hex>",...]}`: the
 //!   replies to the last tick's requests, in order (fewer when one was
 //!   refused); `{}`.
@@ -23,13 +27,14 @@ use std::{
 };
 
 use kstack_abi::{
-    CaptureThreadsReply, CaptureThreadsRequest, Entry, ReadHeader, decode_entry,
+    CaptureThreadsReply, CaptureThreadsRequest, Entry, ReadHeader, SourceFacts, decode_entry,
     messages::READ_HEADER_SIZE,
     thread_capture::{MAX_THREAD_CAPTURES, encode_capture_threads_request},
 };
 use kstack_client::{
+    capture::trace::TraceRecord,
     sampling::{RecordOwner, SampleSettings, Sampler, Selection, TickPlan},
-    thread_list::ProcessThread,
+    thread_list::{ProcessThread, ThreadFacts, ThreadState, WaitReason},
 };
 use serde_json::{Value, json};
 
@@ -105,16 +110,31 @@ fn tick(session: &mut Session, request: &Request) -> Reply {
         .as_array()
         .ok_or("threads is an array")?
         .iter()
-        .map(|pair| match pair.as_array().map(Vec::as_slice) {
+        .map(|thread| match thread.as_array().map(Vec::as_slice) {
             Some([process_id, thread_id]) => Ok(ProcessThread {
                 process_id: number(process_id, "pid")?,
                 thread_id: number(thread_id, "tid")?,
                 facts: None,
             }),
-            _ => Err(format!("{pair} is not [pid, tid]")),
+            Some([process_id, thread_id, state, wait_reason, switches, cpu]) => Ok(ProcessThread {
+                process_id: number(process_id, "pid")?,
+                thread_id: number(thread_id, "tid")?,
+                facts: Some(ThreadFacts {
+                    state: Some(ThreadState(number(state, "state")?)),
+                    wait_reason: WaitReason(number(wait_reason, "wait_reason")?),
+                    context_switches: number(switches, "switches")?,
+                    kernel_time: number(cpu, "cpu_100ns")?,
+                    user_time: 0,
+                }),
+            }),
+            _ => Err(format!(
+                "{thread} is not [pid, tid] or [pid, tid, state, wait_reason, switches, cpu_100ns]"
+            )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let plan = session.sampler.plan(now, &listed);
+    // The records' clock: any value serves, the host reads no repeated
+    // record's time.
+    let plan = session.sampler.plan(now, 0, &listed);
     let inputs = plan
         .thread_ids
         .chunks(MAX_THREAD_CAPTURES)
@@ -124,7 +144,22 @@ fn tick(session: &mut Session, request: &Request) -> Reply {
                 .map_err(|error| error.to_string())
         })
         .collect::<Result<Vec<Value>, _>>()?;
-    let reply = json!({ "tag": plan.tag, "thread_ids": plan.thread_ids, "inputs": inputs });
+    let repeated: Vec<u32> = plan
+        .repeated
+        .iter()
+        .filter_map(|record| match record.header.facts {
+            SourceFacts::ThreadStack {
+                target_thread_id, ..
+            } => Some(target_thread_id),
+            _ => None,
+        })
+        .collect();
+    let reply = json!({
+        "tag": plan.tag,
+        "thread_ids": plan.thread_ids,
+        "inputs": inputs,
+        "repeated": repeated,
+    });
     session.last = Some(plan);
     Ok(reply)
 }
@@ -167,8 +202,8 @@ fn read(session: &mut Session, request: &Request) -> Reply {
         payload = &payload[size..];
         if let Entry::Trace(view) = entry {
             trace_bytes += size as u64;
-            match session.sampler.note_record(&view.header.facts) {
-                RecordOwner::ThisSample => this_sample += 1,
+            match session.sampler.note_record(&mut TraceRecord::from(&view)) {
+                RecordOwner::ThisSample(_) => this_sample += 1,
                 RecordOwner::Other => other += 1,
             }
         }
@@ -187,10 +222,12 @@ fn counts(session: &Session) -> Value {
         "ticks": counts.ticks,
         "missed_ticks": counts.missed_ticks,
         "listed": counts.listed,
+        "without_state": counts.without_state,
         "skipped_pending": counts.skipped_pending,
         "eligible": counts.eligible,
         "skipped_over_bound": counts.skipped_over_bound,
         "requested": counts.requested,
+        "repeated": counts.repeated,
         "unsent": counts.unsent,
         "queued": counts.queued,
         "no_such_thread": counts.no_such_thread,
