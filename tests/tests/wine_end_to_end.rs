@@ -915,7 +915,7 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
         ensure(record.source() == kstack_abi::Source::Timer, || {
             format!("a {:?} record in a timer capture", record.source())
         })?;
-        table.add(&record.header, || record.frames.iter().copied());
+        table.add(&record);
     }
     ensure(table.records() >= 50, || {
         format!("{} records in 1 s at 5 ms: {summary}", table.records())

@@ -109,7 +109,7 @@ fn table(bytes: &[u8]) -> (StackTable, ModuleMap) {
     let mut table = StackTable::default();
     for record in view.records() {
         let record = record.expect("a valid record");
-        table.add(&record.header, || record.frames.iter().copied());
+        table.add(&record);
     }
     (table, view.modules)
 }

@@ -177,6 +177,22 @@ pub struct SampleFacts {
     pub repeated: bool,
 }
 
+impl SampleFacts {
+    /// The state, and for a waiting thread what it waited for:
+    /// `running`, `waiting (UserRequest)`, `state unknown`.
+    #[must_use]
+    pub fn state_text(&self) -> String {
+        ThreadFacts {
+            state: self.state,
+            wait_reason: self.wait_reason,
+            context_switches: 0,
+            kernel_time: 0,
+            user_time: 0,
+        }
+        .state_text()
+    }
+}
+
 /// One tick's work: the tag every request of the tick carries, the
 /// threads to ask for, in order, and the samples that repeat a stack.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -166,7 +166,7 @@ fn go_tool_pprof_reads_the_profile_and_agrees_with_kstack_top() {
         )),
         "{stdout}"
     );
-    assert!(stdout.contains("Type: events"), "{stdout}");
+    assert!(stdout.contains("Type: samples"), "{stdout}");
     assert!(
         stdout.contains("Time: Nov 23, 2025 at 6:00am (UTC)"),
         "{stdout}"

@@ -7,4 +7,5 @@
 pub mod file;
 pub mod sample_entry;
 pub mod stack_table;
+pub mod state_filter;
 pub mod trace;

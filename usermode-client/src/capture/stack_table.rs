@@ -10,8 +10,10 @@ use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
 use crate::{
+    capture::trace::TraceRecord,
     clock::system_time_text,
     naming::symbolizer::{Symbolizer, source_text},
+    thread_list::{ThreadState, WaitReason},
 };
 
 /// When a stack was seen: its record's time, shard and sequence number.
@@ -36,8 +38,9 @@ impl Sighting {
     }
 }
 
-/// What a record says about where its stack ran: the source, and the
-/// process and thread its callback ran in.
+/// What a record says about where its stack ran: the source, the process
+/// and thread its callback ran in, and (a sample's) what that thread was
+/// doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Origin {
     /// The source that captured it.
@@ -46,18 +49,40 @@ pub struct Origin {
     pub process_id: u32,
     /// The record's thread id.
     pub thread_id: u32,
+    /// A sample's thread state when listed (`None`: not a sample, or
+    /// listed without a state).
+    pub state: Option<ThreadState>,
+    /// A sample's wait reason, when its thread was waiting.
+    pub wait_reason: Option<WaitReason>,
 }
 
 impl Origin {
-    /// Where `header`'s record says its stack ran.
+    /// Where `record` says its stack ran.
     #[must_use]
-    pub const fn of(header: &RecordHeader) -> Self {
+    pub fn of(record: &TraceRecord) -> Self {
+        let header = &record.header;
+        let state = record.sample.and_then(|facts| facts.state);
         Self {
             source: header.facts.source(),
             process_id: header.process_id,
             thread_id: header.thread_id,
+            state,
+            wait_reason: record
+                .sample
+                .filter(|_| state == Some(ThreadState::WAITING))
+                .map(|facts| facts.wait_reason),
         }
     }
+}
+
+/// The records of one stack from one [`Origin`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OriginCount {
+    /// How many.
+    pub records: u64,
+    /// The CPU time their samples carry (100 ns units; 0 for records that
+    /// are not samples).
+    pub cpu_time: u64,
 }
 
 /// One frame of a stack as text shows it ([`StackSummary::frame_texts`]).
@@ -83,9 +108,9 @@ pub struct StackSummary {
     pub user_frames: usize,
     /// Records per source, in [`Source::ALL`] order.
     pub per_source: [u64; Source::COUNT],
-    /// Records per source, process and thread (exporters label samples
-    /// with them).
-    pub per_origin: BTreeMap<Origin, u64>,
+    /// Records per source, process, thread and thread state (exporters
+    /// label samples with them).
+    pub per_origin: BTreeMap<Origin, OriginCount>,
     /// The earliest record.
     pub first: Sighting,
     /// The earliest record's process: the user frames are named after its
@@ -96,6 +121,27 @@ pub struct StackSummary {
 }
 
 impl StackSummary {
+    /// Its samples whose thread was running, and those whose thread was not
+    /// (records without a thread state in neither).
+    #[must_use]
+    pub fn cpu_split(&self) -> (u64, u64) {
+        let mut split = (0, 0);
+        for (origin, count) in &self.per_origin {
+            match origin.state.map(ThreadState::on_cpu) {
+                Some(true) => split.0 += count.records,
+                Some(false) => split.1 += count.records,
+                None => {}
+            }
+        }
+        split
+    }
+
+    /// The CPU time its samples carry, 100 ns units.
+    #[must_use]
+    pub fn cpu_time(&self) -> u64 {
+        self.per_origin.values().map(|count| count.cpu_time).sum()
+    }
+
     /// The kernel frames.
     #[must_use]
     pub fn kernel_frames(&self) -> &[u64] {
@@ -232,12 +278,10 @@ pub struct StackTable {
 }
 
 impl StackTable {
-    /// Counts one record. `frames` is asked for only when the stack is new.
-    pub fn add<F: IntoIterator<Item = u64>>(
-        &mut self,
-        header: &RecordHeader,
-        frames: impl FnOnce() -> F,
-    ) {
+    /// Counts one record (its frames are copied only when its stack is
+    /// new).
+    pub fn add(&mut self, record: &TraceRecord) {
+        let header = &record.header;
         self.records += 1;
         let seen = Sighting::of(header);
         let summary = self
@@ -245,7 +289,7 @@ impl StackTable {
             .entry(header.stack_id)
             .or_insert_with(|| StackSummary {
                 stack_id: header.stack_id,
-                frames: frames().into_iter().collect(),
+                frames: record.frames.to_vec(),
                 user_frames: usize::from(header.user_frame_count),
                 per_source: [0; Source::COUNT],
                 per_origin: BTreeMap::new(),
@@ -254,7 +298,9 @@ impl StackTable {
                 last: seen,
             });
         summary.per_source[header.facts.source().index()] += 1;
-        *summary.per_origin.entry(Origin::of(header)).or_default() += 1;
+        let count = summary.per_origin.entry(Origin::of(record)).or_default();
+        count.records += 1;
+        count.cpu_time += record.sample.map_or(0, |facts| facts.cpu_time);
         if seen < summary.first {
             summary.first = seen;
             summary.first_process_id = header.process_id;
@@ -320,9 +366,11 @@ impl StackTable {
         ranked
     }
 
-    /// Folded stacks, one line per stack and source, sorted: the source,
-    /// then the frames outermost first, separated by `;`, a space and the
-    /// record count. Flamegraph tools (inferno, FlameGraph) read this.
+    /// Folded stacks, one line per stack, source and (for samples with a
+    /// thread state) `on-cpu` or `off-cpu`, sorted: the source, that
+    /// frame, then the frames outermost first, separated by `;`, a space
+    /// and the record count. Flamegraph tools (inferno, FlameGraph) read
+    /// this.
     #[must_use]
     pub fn folded(&self, symbolizer: &Symbolizer) -> Vec<String> {
         let mut lines = Vec::new();
@@ -334,16 +382,32 @@ impl StackTable {
                 // (function names can hold both: `<A as B>::f`).
                 path.push_str(&location.replace([';', ' '], "_"));
             }
-            for source in Source::ALL {
-                let count = summary.per_source[source.index()];
-                if count > 0 {
-                    lines.push(format!("{}{path} {count}", source.name()));
-                }
+            let mut groups: BTreeMap<(Source, Option<bool>), u64> = BTreeMap::new();
+            for (origin, count) in &summary.per_origin {
+                *groups
+                    .entry((origin.source, origin.state.map(ThreadState::on_cpu)))
+                    .or_default() += count.records;
+            }
+            for ((source, on_cpu), count) in groups {
+                let state = match on_cpu {
+                    None => "",
+                    Some(true) => ";on-cpu",
+                    Some(false) => ";off-cpu",
+                };
+                lines.push(format!("{}{state}{path} {count}", source.name()));
             }
         }
         lines.sort_unstable();
         lines
     }
+}
+
+/// A CPU time in 100 ns units, in milliseconds: `12.5 ms`.
+#[must_use]
+pub fn cpu_time_text(time: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "milliseconds to a tenth")]
+    let milliseconds = time as f64 / 10_000.0;
+    format!("{milliseconds:.1} ms")
 }
 
 /// How much of the table `kstack top` shows.
@@ -384,6 +448,17 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
             sighting_text(summary.first),
             sighting_text(summary.last),
         );
+        let (on_cpu, off_cpu) = summary.cpu_split();
+        if on_cpu + off_cpu > 0 {
+            #[expect(clippy::cast_precision_loss, reason = "a percentage to one decimal")]
+            let on_share = 100.0 * on_cpu as f64 / (on_cpu + off_cpu) as f64;
+            let _ = writeln!(
+                out,
+                "    on-CPU {on_cpu} ({on_share:.1}%), off-CPU {off_cpu} ({:.1}%), CPU time {}",
+                100.0 - on_share,
+                cpu_time_text(summary.cpu_time())
+            );
+        }
         let frames = summary.frame_texts(symbolizer);
         let mut in_user = false;
         for (index, frame) in frames.iter().take(limits.frames).enumerate() {
@@ -438,6 +513,9 @@ pub fn top_json(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
                     Some((summary.first_process_id, summary.first.timestamp)),
                     summary.user_part()
                 ),
+                "on_cpu": summary.cpu_split().0,
+                "off_cpu": summary.cpu_split().1,
+                "cpu_time_100ns": summary.cpu_time(),
             })
         })
         .collect()
@@ -550,7 +628,7 @@ pub(crate) mod tests {
     fn table(records: &[TraceRecord]) -> StackTable {
         let mut table = StackTable::default();
         for record in records {
-            table.add(&record.header, || record.frames.iter().copied());
+            table.add(record);
         }
         table
     }
@@ -647,13 +725,19 @@ pub(crate) mod tests {
             source,
             process_id: 4,
             thread_id,
+            state: None,
+            wait_reason: None,
+        };
+        let one = OriginCount {
+            records: 1,
+            cpu_time: 0,
         };
         assert_eq!(
             table.ranked()[0].per_origin,
             BTreeMap::from([
-                (origin(Source::Timer, 8), 1),
-                (origin(Source::Timer, 9), 1),
-                (origin(Source::OnDemand, 8), 1),
+                (origin(Source::Timer, 8), one),
+                (origin(Source::Timer, 9), one),
+                (origin(Source::OnDemand, 8), one),
             ])
         );
     }

@@ -10,13 +10,15 @@ use kstack_abi::{
 use serde_json::{Value, json};
 
 use crate::{
+    capture::stack_table::cpu_time_text,
     clock::system_time_text,
     naming::symbolizer::{Symbolizer, source_text},
     sampling::SampleFacts,
+    thread_list::ThreadState,
 };
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
-pub const JSON_SCHEMA_VERSION: u32 = 4;
+pub const JSON_SCHEMA_VERSION: u32 = 5;
 
 /// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,6 +221,19 @@ impl TraceRecord {
         if self.header.flags.contains(RecordFlags::WOW64) {
             out.push_str(" [wow64]");
         }
+        if let Some(facts) = self.sample {
+            let _ = write!(
+                out,
+                "; sampled {}, {} CPU since its previous sample{}",
+                facts.state_text(),
+                cpu_time_text(facts.cpu_time),
+                if facts.repeated {
+                    " [repeated: not run since this stack was captured]"
+                } else {
+                    ""
+                }
+            );
+        }
         out.push('\n');
         if call_trace {
             let _ = writeln!(out, "  CallTrace: {}", self.locations(symbolizer).join("|"));
@@ -325,6 +340,13 @@ impl TraceRecord {
                 self.user_frames()
             ),
             "user_frames_32_bit": self.shows_user_frames_as_32_bit(),
+            "sample": self.sample.map(|facts| json!({
+                "state": facts.state.map(ThreadState::name),
+                "wait_reason": (facts.state == Some(ThreadState::WAITING))
+                    .then(|| facts.wait_reason.name()),
+                "cpu_time_100ns": facts.cpu_time,
+                "repeated": facts.repeated,
+            })),
         })
     }
 }
@@ -554,7 +576,7 @@ mod tests {
     #[test]
     fn json_line_has_the_documented_fields() {
         let value = sample().to_json(&no_modules());
-        assert_eq!(value["schema"], 4);
+        assert_eq!(value["schema"], 5);
         assert_eq!(
             value["tracer_frames"], 0,
             "no kstack.sys in the module list"
@@ -575,6 +597,31 @@ mod tests {
         assert_eq!(value["user_part"], "off");
         assert_eq!(value["user_frames"], json!([]));
         assert_eq!(value["user_frames_32_bit"], false);
+        assert_eq!(value["sample"], Value::Null);
+    }
+
+    #[test]
+    fn a_samples_facts_are_shown_and_in_its_json() {
+        let mut record = sample();
+        record.sample = Some(SampleFacts {
+            state: Some(ThreadState::WAITING),
+            wait_reason: crate::thread_list::WaitReason(6),
+            cpu_time: 125_000,
+            repeated: true,
+        });
+        let text = record.to_text(&no_modules(), false);
+        assert!(
+            text.contains(
+                "; sampled waiting (UserRequest), 12.5 ms CPU since its previous sample \
+                 [repeated: not run since this stack was captured]\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            record.to_json(&no_modules())["sample"],
+            json!({"state": "waiting", "wait_reason": "UserRequest", "cpu_time_100ns": 125_000,
+                   "repeated": true})
+        );
     }
 
     /// A registry record with two kernel frames and two user frames.

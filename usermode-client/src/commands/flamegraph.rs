@@ -1,7 +1,11 @@
 //! `kstack flamegraph`: a flamegraph SVG of the stacks.
 
 use clap::Args;
-use kstack_client::{error::ClientError, output::flamegraph};
+use kstack_client::{
+    capture::state_filter::StateFilter,
+    error::ClientError,
+    output::flamegraph::{self, Drawn},
+};
 
 use super::{
     input::{AnalysisInput, stack_table},
@@ -31,8 +35,13 @@ pub fn run(args: &FlamegraphArgs) -> Result<(), ClientError> {
     }
     let folded = table.folded(&symbolizer);
     let subtitle = table.summary();
+    let drawn = match args.input.state_filter() {
+        Some(StateFilter::OffCpu) => Drawn::OffCpu,
+        Some(StateFilter::State(state)) if !state.on_cpu() => Drawn::OffCpu,
+        _ => Drawn::Stacks,
+    };
     args.output.write(|out| {
-        flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), out)
+        flamegraph::write_svg(&folded, &format!("{} ({subtitle})", args.title), drawn, out)
     })?;
     kstack_client::eprintln_fitted!("kstack flamegraph: {subtitle} drawn to {}", args.output);
     Ok(())

@@ -8,11 +8,13 @@ use kstack_client::{
     capture::{
         file::{CaptureError, CaptureView},
         stack_table::StackTable,
+        state_filter::{FilterCounts, StateFilter},
         trace::TraceRecord,
     },
     device::session,
     error::ClientError,
     naming::symbolizer::Symbolizer,
+    thread_list::ThreadState,
 };
 
 use super::{
@@ -21,7 +23,8 @@ use super::{
 };
 
 /// Where analyzed records come from: a saved capture, or the driver
-/// (drained once, or followed for --duration seconds).
+/// (drained once, or followed for --duration seconds); and which of them
+/// are counted.
 #[derive(Args)]
 pub struct AnalysisInput {
     /// Analyze this saved capture instead of the driver (works on any OS).
@@ -29,6 +32,49 @@ pub struct AnalysisInput {
     input: Option<PathBuf>,
     #[command(flatten)]
     follow: FollowArgs,
+    #[command(flatten)]
+    states: StateArgs,
+}
+
+/// Which samples are counted, by their thread's state when `kstack sample`
+/// listed it (records without a state are left out by each).
+#[derive(Args)]
+#[group(multiple = false)]
+pub struct StateArgs {
+    /// Count only samples whose thread was running (on-CPU).
+    #[arg(long)]
+    on_cpu: bool,
+    /// Count only samples whose thread was not running (off-CPU: waiting,
+    /// ready, ...).
+    #[arg(long)]
+    off_cpu: bool,
+    /// Count only samples whose thread was in this state: initialized,
+    /// ready, running, standby, terminated, waiting, transition,
+    /// deferred-ready.
+    #[arg(long, value_name = "STATE", value_parser = parse_state)]
+    state: Option<ThreadState>,
+}
+
+impl StateArgs {
+    /// The filter asked for, if any.
+    pub fn filter(&self) -> Option<StateFilter> {
+        if self.on_cpu {
+            Some(StateFilter::OnCpu)
+        } else if self.off_cpu {
+            Some(StateFilter::OffCpu)
+        } else {
+            self.state.map(StateFilter::State)
+        }
+    }
+}
+
+fn parse_state(text: &str) -> Result<ThreadState, String> {
+    ThreadState::from_name(text).ok_or_else(|| {
+        format!(
+            "{text:?} is not a thread state: initialized, ready, running, standby, terminated, \
+             waiting, transition, deferred-ready"
+        )
+    })
 }
 
 impl AnalysisInput {
@@ -40,6 +86,11 @@ impl AnalysisInput {
     /// How long to follow the driver, and how often to read it.
     pub const fn follow(&self) -> &FollowArgs {
         &self.follow
+    }
+
+    /// The state filter asked for, if any.
+    pub fn state_filter(&self) -> Option<StateFilter> {
+        self.states.filter()
     }
 }
 
@@ -66,30 +117,43 @@ pub fn for_each_saved_record(
     Ok(symbolizer)
 }
 
-/// Hands each record of a capture file or from the driver to `each`, in
-/// order; returns the symbolizer for its module list and `symbols`.
+/// Hands each record of a capture file or from the driver that the state
+/// filter admits to `each`, in order (what the filter left out is said on
+/// stderr); returns the symbolizer for its module list and `symbols`.
 fn for_each_record(
     input: &AnalysisInput,
     symbols: &SymbolsArg,
     mut each: impl FnMut(&TraceRecord),
 ) -> Result<Symbolizer, ClientError> {
-    if let Some(path) = &input.input {
-        return for_each_saved_record(path, symbols, |record, _| each(record));
+    let filter = input.state_filter();
+    let mut counts = FilterCounts::default();
+    let mut admitted = |record: &TraceRecord| {
+        if filter.is_none_or(|filter| counts.note(filter, record)) {
+            each(record);
+        }
+    };
+    let symbolizer = if let Some(path) = &input.input {
+        for_each_saved_record(path, symbols, |record, _| admitted(record))?
+    } else {
+        let mut device = open_device()?;
+        let mut symbolizer = symbols.live_symbolizer(&mut device)?;
+        session::follow(
+            &mut device,
+            input.follow.drain_or_follow(),
+            &stop_flag(),
+            |batch| {
+                symbolizer.note_modules(&batch.modules);
+                for record in &batch.records {
+                    admitted(record);
+                }
+                Ok(())
+            },
+        )?;
+        symbolizer
+    };
+    if let Some(filter) = filter {
+        kstack_client::eprintln_fitted!("kstack: {}", counts.text(filter));
     }
-    let mut device = open_device()?;
-    let mut symbolizer = symbols.live_symbolizer(&mut device)?;
-    session::follow(
-        &mut device,
-        input.follow.drain_or_follow(),
-        &stop_flag(),
-        |batch| {
-            symbolizer.note_modules(&batch.modules);
-            for record in &batch.records {
-                each(record);
-            }
-            Ok(())
-        },
-    )?;
     Ok(symbolizer)
 }
 
@@ -101,7 +165,7 @@ pub fn stack_table(
 ) -> Result<(StackTable, Symbolizer), ClientError> {
     let mut table = StackTable::default();
     let symbolizer = for_each_record(input, symbols, |record| {
-        table.add(&record.header, || record.frames.iter().copied());
+        table.add(record);
     })?;
     Ok((table, symbolizer))
 }

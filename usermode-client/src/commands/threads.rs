@@ -625,12 +625,12 @@ mod tests {
         );
         assert_eq!(
             objects[1],
-            json!({"schema": 4, "thread_id": 13, "process_id": null, "outcome": "own",
+            json!({"schema": 5, "thread_id": 13, "process_id": null, "outcome": "own",
                    "answered": false})
         );
         assert_eq!(
             objects[2],
-            json!({"schema": 4, "thread_id": 14, "process_id": 4, "outcome": "queued",
+            json!({"schema": 5, "thread_id": 14, "process_id": 4, "outcome": "queued",
                    "answered": false})
         );
     }

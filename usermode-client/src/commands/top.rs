@@ -41,7 +41,7 @@ pub struct TopArgs {
     /// or source; f steps the source filter; space pauses; q, Esc or
     /// Ctrl-C quits. When stdout is not a terminal, prints the `top` text
     /// every interval instead.
-    #[arg(long, conflicts_with_all = ["input", "json"])]
+    #[arg(long, conflicts_with_all = ["input", "json", "on_cpu", "off_cpu", "state"])]
     live: bool,
     /// With --live: count only these sources (comma-separated names, or
     /// `all`).

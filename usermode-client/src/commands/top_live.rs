@@ -257,9 +257,8 @@ impl Screen for TextScreen {
     fn batch(&mut self, batch: &Batch) {
         self.symbolizer.note_modules(&batch.modules);
         for record in &batch.records {
-            if self.filter.admits(&Origin::of(&record.header)) {
-                self.table
-                    .add(&record.header, || record.frames.iter().copied());
+            if self.filter.admits(&Origin::of(record)) {
+                self.table.add(record);
             }
         }
     }

@@ -244,10 +244,8 @@ impl LiveTop {
         }
         let mut table = StackTable::default();
         for record in self.pending.drain(..) {
-            self.tally
-                .total
-                .add(&record.header, || record.frames.iter().copied());
-            table.add(&record.header, || record.frames.iter().copied());
+            self.tally.total.add(&record);
+            table.add(&record);
         }
         self.tally.recent.push_back(Interval {
             start: self.last_tick,
@@ -351,7 +349,7 @@ impl LiveTop {
         let mut per_source = [0; Source::COUNT];
         for (origin, count) in &stack.per_origin {
             if self.filter.admits(origin) {
-                per_source[origin.source.index()] += count;
+                per_source[origin.source.index()] += count.records;
             }
         }
         Source::ALL

@@ -2,7 +2,20 @@
 
 use std::io::Write;
 
-use inferno::flamegraph::{self, Options};
+use inferno::flamegraph::{
+    self, Options,
+    color::{BasicPalette, Palette},
+};
+
+/// What the graph draws: which palette it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drawn {
+    /// Any stacks: inferno's `hot` palette.
+    Stacks,
+    /// Only off-CPU samples: inferno's `io` palette on a blue background,
+    /// the off-CPU flame graph's colors (FlameGraph's `--colors=io`).
+    OffCpu,
+}
 
 /// Draws `folded` lines (see `StackTable::folded`) as an interactive SVG.
 ///
@@ -11,8 +24,18 @@ use inferno::flamegraph::{self, Options};
 ///
 /// # Errors
 /// inferno's error: an I/O error of `out`, or no valid line in `folded`.
-pub fn write_svg(folded: &[String], title: &str, out: impl Write) -> std::io::Result<()> {
+pub fn write_svg(
+    folded: &[String],
+    title: &str,
+    drawn: Drawn,
+    out: impl Write,
+) -> std::io::Result<()> {
     let mut options = Options::default();
+    if drawn == Drawn::OffCpu {
+        // inferno gives this palette its blue background by default.
+        options.colors = Palette::Basic(BasicPalette::Io);
+        options.bgcolors = None;
+    }
     title.clone_into(&mut options.title);
     "records".clone_into(&mut options.count_name);
     "Frame:".clone_into(&mut options.name_type);
@@ -28,7 +51,7 @@ mod tests {
     fn svg(folded: &[&str]) -> std::io::Result<String> {
         let lines: Vec<String> = folded.iter().map(|&line| line.to_owned()).collect();
         let mut out = Vec::new();
-        write_svg(&lines, "kstack test", &mut out)?;
+        write_svg(&lines, "kstack test", Drawn::Stacks, &mut out)?;
         Ok(String::from_utf8(out).expect("inferno writes UTF-8"))
     }
 
@@ -57,6 +80,22 @@ mod tests {
     fn the_same_stacks_draw_the_same_svg() {
         let lines = ["timer;a+0x1;b+0x2 5", "timer;a+0x1;c+0x3 2"];
         assert_eq!(svg(&lines).unwrap(), svg(&lines).unwrap());
+    }
+
+    #[test]
+    fn off_cpu_graphs_take_the_io_palette_on_blue() {
+        let lines = vec!["threadstack;off-cpu;a+0x1;b+0x2 5".to_owned()];
+        let draw = |drawn| {
+            let mut out = Vec::new();
+            write_svg(&lines, "t", drawn, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let (hot, off_cpu) = (draw(Drawn::Stacks), draw(Drawn::OffCpu));
+        assert_ne!(hot, off_cpu);
+        // inferno's blue background gradient, and frames on the io
+        // palette's blue (its blue component the largest).
+        assert!(off_cpu.contains("#e0e0ff"), "no blue background");
+        assert!(!hot.contains("#e0e0ff"));
     }
 
     #[test]

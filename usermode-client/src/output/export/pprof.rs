@@ -1,7 +1,9 @@
 //! pprof profiles (profile.proto, gzipped), what `go tool pprof`,
 //! Pyroscope and Grafana read: a sample per stack and where it ran
-//! (source, process, thread) with its record count, a location per frame
-//! address in its module's mapping, and a function per name.
+//! (source, process, thread, and a `kstack sample` thread's state and wait
+//! reason) with two values, its record count (`samples`) and the CPU time
+//! its samples carry (`cpu`, nanoseconds), a location per frame address in
+//! its module's mapping, and a function per name.
 
 use std::{
     collections::HashMap,
@@ -46,6 +48,9 @@ mod proto {
         pub duration_nanos: i64,
         #[prost(int64, repeated, tag = "13")]
         pub comment: Vec<i64>,
+        /// The sample type readers show first, by its type's string.
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -147,8 +152,12 @@ pub fn write(table: &StackTable, symbolizer: &Symbolizer, out: impl Write) -> io
 
 fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
     let mut builder = Builder::new(symbolizer);
-    let events = builder.strings.id("events");
+    let samples_type = builder.strings.id("samples");
     let count = builder.strings.id("count");
+    let cpu_type = builder.strings.id("cpu");
+    let nanoseconds = builder.strings.id("nanoseconds");
+    let state_key = builder.strings.id("state");
+    let wait_key = builder.strings.id("wait_reason");
     let source_key = builder.strings.id("source");
     let process_key = builder.strings.id("process_id");
     let thread_key = builder.strings.id("thread_id");
@@ -167,26 +176,42 @@ fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
                 }
             })
             .collect();
-        // Records of the stack per source, process and thread: one
+        // Records of the stack per source, process, thread and state: one
         // sample each, so pprof can focus on any of them (-tagfocus).
-        for (origin, &records) in &stack.per_origin {
+        for (origin, count) in &stack.per_origin {
+            let mut label = vec![
+                proto::Label {
+                    key: source_key,
+                    str: builder.strings.id(origin.source.name()),
+                },
+                proto::Label {
+                    key: process_key,
+                    str: builder.strings.id(&origin.process_id.to_string()),
+                },
+                proto::Label {
+                    key: thread_key,
+                    str: builder.strings.id(&origin.thread_id.to_string()),
+                },
+            ];
+            if let Some(state) = origin.state {
+                label.push(proto::Label {
+                    key: state_key,
+                    str: builder.strings.id(&state.name()),
+                });
+            }
+            if let Some(reason) = origin.wait_reason {
+                label.push(proto::Label {
+                    key: wait_key,
+                    str: builder.strings.id(&reason.name()),
+                });
+            }
             samples.push(proto::Sample {
                 location_id: location_id.clone(),
-                value: vec![i64::try_from(records).unwrap_or(i64::MAX)],
-                label: vec![
-                    proto::Label {
-                        key: source_key,
-                        str: builder.strings.id(origin.source.name()),
-                    },
-                    proto::Label {
-                        key: process_key,
-                        str: builder.strings.id(&origin.process_id.to_string()),
-                    },
-                    proto::Label {
-                        key: thread_key,
-                        str: builder.strings.id(&origin.thread_id.to_string()),
-                    },
+                value: vec![
+                    i64::try_from(count.records).unwrap_or(i64::MAX),
+                    i64::try_from(count.cpu_time.saturating_mul(100)).unwrap_or(i64::MAX),
                 ],
+                label,
             });
         }
     }
@@ -194,10 +219,17 @@ fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
     let nanos = |nanos: u64| i64::try_from(nanos).unwrap_or(i64::MAX);
     let comment = builder.strings.id(&format!("kstack: {}", table.summary()));
     proto::Profile {
-        sample_type: vec![proto::ValueType {
-            r#type: events,
-            unit: count,
-        }],
+        sample_type: vec![
+            proto::ValueType {
+                r#type: samples_type,
+                unit: count,
+            },
+            proto::ValueType {
+                r#type: cpu_type,
+                unit: nanoseconds,
+            },
+        ],
+        default_sample_type: samples_type,
         sample: samples,
         mapping: builder.mappings,
         location: builder.locations,
@@ -402,6 +434,8 @@ mod tests {
             modules::tests::sample_map,
             symbolizer::tests::{DISPATCH, with_dispatch},
         },
+        sampling::SampleFacts,
+        thread_list::{ThreadState, WaitReason},
     };
 
     const NT_FRAME: u64 = 0xFFFF_F800_0000_0020;
@@ -409,7 +443,7 @@ mod tests {
     fn table(records: &[TraceRecord]) -> StackTable {
         let mut table = StackTable::default();
         for record in records {
-            table.add(&record.header, || record.frames.iter().copied());
+            table.add(record);
         }
         table
     }
@@ -496,7 +530,7 @@ mod tests {
             &Symbolizer::new(sample_map()).showing_tracer_frames(),
         );
         assert_eq!(profile.string_table[0], "");
-        assert_eq!(string(&profile, profile.sample_type[0].r#type), "events");
+        assert_eq!(string(&profile, profile.sample_type[0].r#type), "samples");
         assert_eq!(string(&profile, profile.sample_type[0].unit), "count");
         let described: Vec<(Vec<&str>, i64, String)> = profile
             .sample
@@ -539,6 +573,75 @@ mod tests {
                     vec!["0x42"],
                     1,
                     "source=ondemand,process_id=4,thread_id=8".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn samples_carry_their_cpu_time_and_their_threads_state() {
+        let facts = SourceFacts::ThreadStack {
+            target_process_id: 4,
+            target_thread_id: 8,
+            tag: 1,
+            delay: 0,
+            late: false,
+        };
+        let sample = |sequence, state, cpu_time| TraceRecord {
+            sample: Some(SampleFacts {
+                state: Some(state),
+                wait_reason: WaitReason(6),
+                cpu_time,
+                repeated: false,
+            }),
+            ..record(sequence, facts, &[NT_FRAME])
+        };
+        let records = [
+            sample(1, ThreadState::WAITING, 3),
+            sample(2, ThreadState::WAITING, 4),
+            sample(3, ThreadState::RUNNING, 150_000),
+        ];
+        let profile = decoded(
+            &table(&records),
+            &Symbolizer::new(sample_map()).showing_tracer_frames(),
+        );
+        let types: Vec<(&str, &str)> = profile
+            .sample_type
+            .iter()
+            .map(|kind| (string(&profile, kind.r#type), string(&profile, kind.unit)))
+            .collect();
+        assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+        assert_eq!(string(&profile, profile.default_sample_type), "samples");
+        let mut described: Vec<(Vec<i64>, Vec<String>)> = profile
+            .sample
+            .iter()
+            .map(|sample| {
+                let labels = sample
+                    .label
+                    .iter()
+                    .skip(3)
+                    .map(|label| {
+                        format!(
+                            "{}={}",
+                            string(&profile, label.key),
+                            string(&profile, label.str)
+                        )
+                    })
+                    .collect();
+                (sample.value.clone(), labels)
+            })
+            .collect();
+        described.sort();
+        assert_eq!(
+            described,
+            [
+                (vec![1, 15_000_000], vec!["state=running".to_owned()]),
+                (
+                    vec![2, 700],
+                    vec![
+                        "state=waiting".to_owned(),
+                        "wait_reason=UserRequest".to_owned()
+                    ]
                 ),
             ]
         );

@@ -94,7 +94,7 @@ mod tests {
             record(2, SourceFacts::Timer, &[LEAF, ROOT]),
             record(3, SourceFacts::OnDemand { tag: 1 }, &[0x42, ROOT]),
         ] {
-            table.add(&record.header, || record.frames.iter().copied());
+            table.add(&record);
         }
         let document = document(
             &table,
