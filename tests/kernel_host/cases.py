@@ -7,7 +7,7 @@ wrong result, a BugCheck for what would stop a Windows machine.
 """
 
 from host import SERVICE_KEY, STATUS_IMAGE_ALREADY_LOADED
-from ntoskrnl import APC, DISPATCH, NON_PAGED_POOL_NX, PASSIVE, STATUS_SUCCESS
+from ntoskrnl import APC, DISPATCH, NON_PAGED_POOL_NX, PASSIVE, STATUS_SUCCESS, THREAD_RUNNING
 
 CASES = []
 
@@ -618,9 +618,15 @@ class Sampling:
         self.asked = []
         self.trace_bytes = 0
 
-    def tick(self, now_ms, threads):
+    def tick(self, now_ms, threads, facts=False):
+        """One tick over `threads`, listed as Toolhelp does (ids only) or,
+        with `facts`, as SystemProcessInformation does (state, wait reason,
+        switches, CPU time); returns the ids whose sample was repeated."""
         w = self.w
-        listing = [[thread.process.id, thread.id] for thread in threads]
+        if facts:
+            listing = [[thread.process.id, thread.id, thread.state, thread.wait_reason, thread.context_switches, thread.cpu_100ns] for thread in threads]
+        else:
+            listing = [[thread.process.id, thread.id] for thread in threads]
         plan = w.bridge.ask(op="sample_tick", now_ms=now_ms, threads=listing)
         replies = []
         for request in plan["inputs"]:
@@ -629,6 +635,7 @@ class Sampling:
             replies.append(reply.hex())
         w.bridge.ask(op="sample_answered", now_ms=now_ms, replies=replies)
         self.asked.append(plan["thread_ids"])
+        return plan["repeated"]
 
     def read(self):
         w = self.w
@@ -693,6 +700,53 @@ def sampling_follows_threads_within_its_bounds(w):
         f"30 ticks: {counts['requested']} requests (at most 4 a tick), {counts['captured']} captured, {counts['awaited']} awaited "
         f"(the stuck thread's, asked for again only after the 30 ms hold; the leaving thread's last APC delivered in its exit path), "
         f"{counts['skipped_pending']} skipped while pending, {counts['skipped_over_bound']} left by the bound; the driver's counters agree"
+    )
+
+
+@case
+def sampling_leaves_threads_that_did_not_run_alone(w):
+    """Twenty ticks over six threads listed with their states: four wait
+    throughout, two run (switched to and charged CPU time every tick). Each
+    waiting thread takes one APC, its first capture (the model counts the
+    switch-in for it, as KiSwapContextResume does); after that its samples
+    repeat that stack and no APC wakes it. One of them is woken at tick 10
+    and asked for again at the next tick, then left alone once more."""
+    handle, client = thread_stacks(w)
+    process = w.process()
+    threads = [w.user_thread(process) for _ in range(6)]
+    waiting, running = threads[:4], threads[4:]
+    for thread in running:
+        thread.state = THREAD_RUNNING
+    sampling = Sampling(w, handle, client, hz=100, threads_per_tick=8, timeout_ms=30, pids=[process.id])
+    woken = waiting[0]
+    for tick in range(20):
+        for thread in running:
+            thread.context_switches += 1
+            thread.cpu_100ns += 100_000
+        if tick == 10:
+            woken.context_switches += 1
+        repeated = sampling.tick(10 * tick, threads, facts=True)
+        for thread in threads:
+            w.kernel.deliver_apcs(thread)
+        w.kernel.advance(10)
+        sampling.read()
+        if tick == 0:
+            check(repeated == [], f"tick 0 repeated {repeated}: nothing was captured yet")
+    asked = sampling.asked
+    for thread in waiting:
+        ticks = [tick for tick, ids in enumerate(asked) if thread.id in ids]
+        expected = [0, 10] if thread is woken else [0]
+        check(ticks == expected, f"waiting thread {thread.id} asked for at ticks {ticks}, not {expected}")
+    for thread in running:
+        check(all(thread.id in ids for ids in asked), f"running thread {thread.id} not asked for at every tick")
+    counts = sampling.counts()
+    driver = thread_captures(w, handle, client)
+    check(counts["queued"] == driver["queued"] == 4 + 1 + 2 * 20, f"{counts}, driver {driver}")
+    check(counts["repeated"] == 20 * 6 - counts["requested"] and counts["without_state"] == 0, f"{counts}")
+    finished_with_apcs_delivered(w, handle, client)
+    return (
+        f"{counts['queued']} APCs over 20 ticks of 6 threads: the 2 running ones every tick, each waiting one once "
+        f"(the woken one once more); {counts['repeated']} samples repeated a stack without an APC; the driver's counters agree"
     )
 
 

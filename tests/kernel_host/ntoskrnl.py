@@ -34,6 +34,11 @@ POOL_FLAG_UNINITIALIZED = 0x2
 MAXIMUM_EXPANSION_SIZE = 0xF000 - 0x800
 KERNEL_FRAMES_BASE = 0xFFFFF80040000000
 KI_DELIVER_APC = KERNEL_FRAMES_BASE + 0x4D10
+# KTHREAD_STATE and KWAIT_REASON values (ReactOS sdk/include/ndk/ketypes.h;
+# wdm.h): what SystemProcessInformation lists a thread as.
+THREAD_RUNNING = 2
+THREAD_WAITING = 5
+WAIT_USER_REQUEST = 6
 # The KAPC as wdm.h lays it out on x64: Type, SpareByte0, Size, SpareByte1,
 # SpareLong0, Thread, ApcListEntry, then (Reserved[3] in wdm.h, named in
 # ReactOS's ndk) KernelRoutine, RundownRoutine, NormalRoutine, then
@@ -84,6 +89,13 @@ class Thread:
         # What the thread was doing in the kernel when an APC reaches it
         # (return addresses, innermost first): waiting in KeWaitForSingleObject.
         self.kernel_frames = [KERNEL_FRAMES_BASE + 0x9A00 + thread_id, KERNEL_FRAMES_BASE + 0x7700, KERNEL_FRAMES_BASE + 0x2100]
+        # What SystemProcessInformation lists for it (KTHREAD_STATE,
+        # KWAIT_REASON, ContextSwitches, kernel+user time in 100 ns): waiting
+        # in a user-mode wait until a case makes it run.
+        self.state = THREAD_WAITING
+        self.wait_reason = WAIT_USER_REQUEST
+        self.context_switches = 1
+        self.cpu_100ns = 0
         # Addresses of the KAPCs queued to it, oldest first.
         self.apcs = []
         # (kernel routine, arguments) of APCs KiDeliverApc has taken off its
@@ -273,6 +285,12 @@ class Kernel:
         with pointers to copies of the KAPC's normal routine, normal context
         and system arguments. A critical region (KernelApcDisable) does not
         hold a special APC back."""
+        if thread.apcs and not thread.guarded_region and thread.state == THREAD_WAITING:
+            # A waiting thread is unwaited for the APC (KiInsertQueueApc ->
+            # KiUnwaitThread, STATUS_KERNEL_APC) and switched to:
+            # KiSwapContextResume counts the switch-in
+            # (ke/amd64/thrdini.c); it waits again after (ke/wait.c).
+            thread.context_switches += 1
         while thread.apcs and not thread.guarded_region:
             apc = thread.apcs.pop(0)
             kernel_routine, arguments = self.dequeue_for_delivery(apc)

@@ -182,6 +182,7 @@ def main():
     parser.add_argument("--model-driver", required=True, help="model-driver.sys, whose cases pin the modelled kernel (model_cases.py)")
     parser.add_argument("--abi-bridge", required=True)
     parser.add_argument("--measure", choices=sorted(MEASUREMENTS), help="take this measurement (measure.py) instead of running the cases")
+    parser.add_argument("--case", choices=sorted(body.__name__ for body in CASES if not getattr(body, "test_build", False)), help="run only this case (while working on it; CI runs them all)")
     options = parser.parse_args()
     started_at = time.monotonic()
     machine = Machine(options.image)
@@ -190,6 +191,9 @@ def main():
     totals = Totals()
     if options.measure:
         return 0 if run_one(f"measure {options.measure}", MEASUREMENTS[options.measure], machine, symbols, bridge, totals) else 1
+    if options.case:
+        body = next(body for body in CASES if body.__name__ == options.case)
+        return 0 if run_one(options.case, body, machine, symbols, bridge, totals) else 1
     # Every Machine is made before any runs code (see
     # Machine.free_the_null_region).
     test_build = None

@@ -42,9 +42,11 @@ commands:
   bench drain  only the Wine drain: 5 interleaved pairs of runs, the stack table
                off then on; ends with one line: each one's median events drained
                per second and range, the per-pair ratio, events per MiB of ring
-  bench sample only the sampling load on the second kernel host: 100 threads at
+  bench sample only the sampling loads on the second kernel host: 100 threads at
                100 Hz through kstack sample's sampler, records and ring bytes a
-               second (about a minute of emulation)
+               second; then 95 waiting and 5 running, listed with and without
+               thread states, APCs and interrupted waits a second side by side
+               (about six minutes of emulation)
   kernel-host  build, then run only the second kernel host: kstack.sys under
                speakeasy with a modelled ntoskrnl (tests/kernel_host/)
   package-dir  print the package folder
@@ -213,8 +215,9 @@ fn test(workspace: &Path) -> Result<()> {
 /// The sampling load on the second kernel host, on a fresh package.
 fn sample_bench(workspace: &Path) -> Result<()> {
     let built = package::build(workspace)?;
-    process::step("the sampling load on the second kernel host (tests/kernel_host/measure.py)");
-    kernel_host::measure(workspace, &built.dir, "sampling")
+    process::step("the sampling loads on the second kernel host (tests/kernel_host/measure.py)");
+    kernel_host::measure(workspace, &built.dir, "sampling")?;
+    kernel_host::measure(workspace, &built.dir, "sampling_states")
 }
 
 #[cfg(target_os = "linux")]
