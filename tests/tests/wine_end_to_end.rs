@@ -125,7 +125,7 @@ fn cases() -> [(&'static str, Case); 22] {
             capture_now_frames_are_in_kstack,
         ),
         (
-            "threads and sample: refused under Wine (no APC delivery), said in words, the source unavailable, nothing changed",
+            "threads and sample: refused under Wine (no APC delivery), said in words, the source unavailable, nothing changed; threads listed without states",
             threads_are_refused_under_wine,
         ),
         (
@@ -539,7 +539,39 @@ fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
     })?;
     ensure(after["thread_captures"]["requested"] == 0, || {
         format!("thread captures counted: {}", after["thread_captures"])
-    })
+    })?;
+    threads_are_listed_without_states(wine)
+}
+
+/// `kstack threads --list` under Wine: every thread listed by
+/// `SystemProcessInformation` (no Toolhelp note), which Wine implements
+/// without thread states, so each is shown with its CPU time and an unknown
+/// state.
+fn threads_are_listed_without_states(wine: &WineHost) -> WineResult<()> {
+    let output = wine.client(&["threads", "--list", "--json"])?;
+    let stderr = said(&output.stderr);
+    ensure(output.status.success() && !stderr.contains("Toolhelp"), || {
+        format!(
+            "threads --list: exit {:?}, stderr: {stderr}",
+            output.status.code()
+        )
+    })?;
+    let threads = json_lines(&String::from_utf8_lossy(&output.stdout))?;
+    ensure(!threads.is_empty(), || "no thread listed".to_owned())?;
+    ensure(
+        threads.iter().all(|thread| {
+            thread["state"].is_null() && thread["cpu_time_100ns"].is_u64()
+        }),
+        || format!("a thread with a state, or without a CPU time: {threads:?}"),
+    )?;
+    let process_id = threads[0]["process_id"].to_string();
+    let text = wine.client(&["threads", "--list", "--pid", &process_id])?;
+    let shown = String::from_utf8_lossy(&text.stdout);
+    ensure(
+        text.status.success()
+            && shown.contains(&format!("(process {process_id}): state unknown")),
+        || format!("threads --list --pid {process_id}: {shown}"),
+    )
 }
 
 /// What the client said, as one line: its text is fitted to 100 columns

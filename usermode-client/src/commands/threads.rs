@@ -17,7 +17,10 @@ use kstack_abi::{
     thread_capture::THREAD_CAPTURE_TIMEOUT_MS_RANGE,
 };
 use kstack_client::{
-    capture::trace::{JSON_SCHEMA_VERSION, TraceRecord},
+    capture::{
+        stack_table,
+        trace::{JSON_SCHEMA_VERSION, TraceRecord},
+    },
     clock::system_time_now,
     device::{
         session::{self, Follow},
@@ -26,7 +29,7 @@ use kstack_client::{
     error::ClientError,
     naming::symbolizer::Symbolizer,
     output::width::{Stream, fit, width},
-    thread_list::{self, ThreadFacts, ThreadState},
+    thread_list::{self, ProcessThread, ThreadFacts, ThreadState},
 };
 use serde_json::{Value, json};
 
@@ -41,7 +44,7 @@ pub struct ThreadsArgs {
     #[arg(
         long = "tid",
         value_name = "TID",
-        required_unless_present = "pids",
+        required_unless_present_any = ["pids", "list"],
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     tids: Vec<u32>,
@@ -52,6 +55,11 @@ pub struct ThreadsArgs {
     /// How long to wait for the captures, in milliseconds (1 to 60000).
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = timeout_ms())]
     timeout_ms: u32,
+    /// List the threads of each --pid (of every process without one) with
+    /// what they were doing: state, wait reason, context switches and CPU
+    /// time. Captures no stack and needs no driver.
+    #[arg(long, conflicts_with_all = ["tids", "timeout_ms", "call_trace"])]
+    list: bool,
     #[command(flatten)]
     format: RecordFormat,
 }
@@ -89,6 +97,9 @@ enum Answer {
 const READ_INTERVAL: Duration = Duration::from_millis(10);
 
 pub fn run(args: &ThreadsArgs) -> Result<(), ClientError> {
+    if args.list {
+        return list(&args.pids, args.format.json.json);
+    }
     let mut device = open_device()?;
     let mut symbolizer = args.format.live_symbolizer(&mut device)?;
     let targets = targets(&args.tids, &args.pids)?;
@@ -125,6 +136,80 @@ pub fn run(args: &ThreadsArgs) -> Result<(), ClientError> {
             summary_text(&answers, args.timeout_ms)
         );
         Ok(())
+    })
+}
+
+/// `--list`: each listed thread on a line (text) or an object (JSON), and
+/// how they were listed on stderr when Toolhelp stood in.
+fn list(pids: &[u32], json: bool) -> Result<(), ClientError> {
+    let listing = if pids.is_empty() {
+        thread_list::all_threads()
+    } else {
+        thread_list::threads_of(pids)
+    }
+    .map_err(ClientError::ThreadList)?;
+    if let Some(note) = listing.source.fallback_note() {
+        kstack_client::eprintln_fitted!("{note}");
+    }
+    let mut out = io::stdout().lock();
+    for thread in &listing.threads {
+        // A closed pipe ends the output, not in an error.
+        let written = if json {
+            writeln!(out, "{}", listed_json(thread))
+        } else {
+            writeln!(out, "{}", listed_text(thread))
+        };
+        if written.is_err() {
+            break;
+        }
+    }
+    kstack_client::eprintln_fitted!(
+        "kstack threads: {} listed",
+        stack_table::counted(listing.threads.len() as u64, "thread")
+    );
+    Ok(())
+}
+
+/// `thread 104 (process 100): waiting (UserRequest), 12 switches, CPU
+/// 1.5 ms`; without a state (Wine), the CPU time only.
+fn listed_text(thread: &ProcessThread) -> String {
+    let facts = match thread.facts {
+        None => "no facts (listed by Toolhelp)".to_owned(),
+        Some(facts) if facts.state.is_none() => format!(
+            "state unknown (the system lists none), CPU {}",
+            stack_table::cpu_time_text(facts.cpu_time())
+        ),
+        Some(facts) => format!(
+            "{}, {} switches, CPU {}",
+            facts.state_text(),
+            facts.context_switches,
+            stack_table::cpu_time_text(facts.cpu_time())
+        ),
+    };
+    format!(
+        "thread {} (process {}): {facts}",
+        thread.thread_id, thread.process_id
+    )
+}
+
+/// One listed thread as JSON: `schema`, `thread_id`, `process_id`,
+/// `state`, `wait_reason` (null unless waiting), `context_switches` (null
+/// without a state), `cpu_time_100ns` (null without facts).
+fn listed_json(thread: &ProcessThread) -> Value {
+    let facts = thread.facts;
+    let state = facts.and_then(|facts| facts.state);
+    json!({
+        "schema": JSON_SCHEMA_VERSION,
+        "thread_id": thread.thread_id,
+        "process_id": thread.process_id,
+        "state": state.map(ThreadState::name),
+        "wait_reason": facts
+            .filter(ThreadFacts::waiting)
+            .map(|facts| facts.wait_reason.name()),
+        "context_switches": facts
+            .filter(|_| state.is_some())
+            .map(|facts| facts.context_switches),
+        "cpu_time_100ns": facts.map(|facts| facts.cpu_time()),
     })
 }
 
@@ -406,6 +491,49 @@ mod tests {
             kernel_time: 0,
             user_time: 0,
         }
+    }
+
+    #[test]
+    fn list_shows_each_threads_facts_as_far_as_known() {
+        let thread = |facts| ProcessThread {
+            process_id: 100,
+            thread_id: 104,
+            facts,
+        };
+        let as_wine = ThreadFacts {
+            state: None,
+            context_switches: 0,
+            kernel_time: 10_000,
+            ..waiting()
+        };
+        assert_eq!(
+            listed_text(&thread(Some(waiting()))),
+            "thread 104 (process 100): waiting (UserRequest), 10 switches, CPU 0.0 ms"
+        );
+        assert_eq!(
+            listed_text(&thread(Some(as_wine))),
+            "thread 104 (process 100): state unknown (the system lists none), CPU 1.0 ms"
+        );
+        assert_eq!(
+            listed_text(&thread(None)),
+            "thread 104 (process 100): no facts (listed by Toolhelp)"
+        );
+        assert_eq!(
+            listed_json(&thread(Some(waiting()))),
+            json!({"schema": 5, "thread_id": 104, "process_id": 100, "state": "waiting",
+                   "wait_reason": "UserRequest", "context_switches": 10, "cpu_time_100ns": 0})
+        );
+        assert_eq!(
+            listed_json(&thread(Some(as_wine))),
+            json!({"schema": 5, "thread_id": 104, "process_id": 100, "state": null,
+                   "wait_reason": null, "context_switches": null, "cpu_time_100ns": 10_000})
+        );
+        assert!(Command::try_parse_from(["t", "--list"]).is_ok());
+        assert!(Command::try_parse_from(["t", "--list", "--tid", "5"]).is_err());
+        assert!(
+            Command::try_parse_from(["t"]).is_err(),
+            "--tid, --pid or --list"
+        );
     }
 
     #[test]
