@@ -550,26 +550,28 @@ fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
 fn threads_are_listed_without_states(wine: &WineHost) -> WineResult<()> {
     let output = wine.client(&["threads", "--list", "--json"])?;
     let stderr = said(&output.stderr);
-    ensure(output.status.success() && !stderr.contains("Toolhelp"), || {
-        format!(
-            "threads --list: exit {:?}, stderr: {stderr}",
-            output.status.code()
-        )
-    })?;
+    ensure(
+        output.status.success() && !stderr.contains("Toolhelp"),
+        || {
+            format!(
+                "threads --list: exit {:?}, stderr: {stderr}",
+                output.status.code()
+            )
+        },
+    )?;
     let threads = json_lines(&String::from_utf8_lossy(&output.stdout))?;
     ensure(!threads.is_empty(), || "no thread listed".to_owned())?;
     ensure(
-        threads.iter().all(|thread| {
-            thread["state"].is_null() && thread["cpu_time_100ns"].is_u64()
-        }),
+        threads
+            .iter()
+            .all(|thread| thread["state"].is_null() && thread["cpu_time_100ns"].is_u64()),
         || format!("a thread with a state, or without a CPU time: {threads:?}"),
     )?;
     let process_id = threads[0]["process_id"].to_string();
     let text = wine.client(&["threads", "--list", "--pid", &process_id])?;
     let shown = String::from_utf8_lossy(&text.stdout);
     ensure(
-        text.status.success()
-            && shown.contains(&format!("(process {process_id}): state unknown")),
+        text.status.success() && shown.contains(&format!("(process {process_id}): state unknown")),
         || format!("threads --list --pid {process_id}: {shown}"),
     )
 }

@@ -103,6 +103,24 @@ fn run(args: &[String]) -> String {
     stdout_of(&args)
 }
 
+/// `kstack export --format FORMAT --input INPUT -o OUT --force` with
+/// `filter`.
+fn export(input: &str, format: &str, out: &Path, filter: &[&str]) {
+    run(&with(
+        &[
+            "export",
+            "--format",
+            format,
+            "--input",
+            input,
+            "-o",
+            out.to_str().unwrap(),
+            "--force",
+        ],
+        filter,
+    ));
+}
+
 #[test]
 fn on_and_off_cpu_partition_the_samples_in_every_output() {
     let dir = scratch_dir("sample-states");
@@ -146,36 +164,12 @@ fn on_and_off_cpu_partition_the_samples_in_every_output() {
                 |(count, _)| count.replace(',', "").parse().unwrap(),
             );
         let trace_path = dir.join("trace.json");
-        run(&with(
-            &[
-                "export",
-                "--format",
-                "chrome-trace",
-                "--input",
-                input,
-                "-o",
-                trace_path.to_str().unwrap(),
-                "--force",
-            ],
-            filter,
-        ));
+        export(input, "chrome-trace", &trace_path, filter);
         let trace: Value =
             serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
         let exported = trace["otherData"]["records"].as_u64().unwrap();
         let profile = dir.join("profile.pb.gz");
-        run(&with(
-            &[
-                "export",
-                "--format",
-                "pprof",
-                "--input",
-                input,
-                "-o",
-                profile.to_str().unwrap(),
-                "--force",
-            ],
-            filter,
-        ));
+        export(input, "pprof", &profile, filter);
         let (profiled, _) = pprof_total(&profile, &[]);
         assert_eq!(
             (top, folded, drawn, exported, profiled),
@@ -240,18 +234,7 @@ fn go_tool_pprof_reads_both_sample_types_and_the_state_labels() {
     let capture = dir.join("sample.kstack");
     write_sample_capture(&capture);
     let profile = dir.join("profile.pb.gz");
-    run(&with(
-        &[
-            "export",
-            "--format",
-            "pprof",
-            "--input",
-            capture.to_str().unwrap(),
-            "-o",
-            profile.to_str().unwrap(),
-        ],
-        &[],
-    ));
+    export(capture.to_str().unwrap(), "pprof", &profile, &[]);
     assert_eq!(pprof_total(&profile, &[]).0, 10, "samples by default");
     assert_eq!(pprof_total(&profile, &["-tagfocus=state=waiting"]).0, 5);
     assert_eq!(pprof_total(&profile, &["-tagfocus=state=running"]).0, 3);

@@ -907,6 +907,33 @@ pub(crate) mod tests {
         Ok((view.modules, records))
     }
 
+    /// A thread-stack record of thread `thread_id` of process 100, asked for
+    /// with tag 7.
+    pub fn thread_stack(sequence: u64, thread_id: u32, frames: &[u64]) -> TraceRecord {
+        let facts = SourceFacts::ThreadStack {
+            target_process_id: 100,
+            target_thread_id: thread_id,
+            tag: 7,
+            delay: 3,
+            late: false,
+        };
+        record(sequence, facts, frames)
+    }
+
+    /// `record` as a sample whose thread was in `state`, charged
+    /// `cpu_time` since its previous sample.
+    pub fn sampled(record: TraceRecord, state: Option<ThreadState>, cpu_time: u64) -> TraceRecord {
+        TraceRecord {
+            sample: Some(SampleFacts {
+                state,
+                wait_reason: WaitReason(6),
+                cpu_time,
+                repeated: false,
+            }),
+            ..record
+        }
+    }
+
     /// A sample's records: thread 20's stack captured with facts, a timer
     /// record, thread 20 repeated twice, thread 21 captured without facts
     /// (a Toolhelp listing), thread 20 captured anew.
@@ -916,16 +943,6 @@ pub(crate) mod tests {
             wait_reason: WaitReason(6),
             cpu_time,
             repeated,
-        };
-        let thread_stack = |sequence, thread_id, frames: &[u64]| {
-            let facts = SourceFacts::ThreadStack {
-                target_process_id: 100,
-                target_thread_id: thread_id,
-                tag: 7,
-                delay: 3,
-                late: false,
-            };
-            record(sequence, facts, frames)
         };
         let captured = TraceRecord {
             sample: Some(facts(false, 0)),

@@ -89,25 +89,10 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture::file::tests::record, sampling::SampleFacts, thread_list::WaitReason};
+    use crate::capture::file::tests::{record, sampled, thread_stack};
 
     fn sample(state: Option<ThreadState>) -> TraceRecord {
-        let facts = SourceFacts::ThreadStack {
-            target_process_id: 4,
-            target_thread_id: 8,
-            tag: 1,
-            delay: 0,
-            late: false,
-        };
-        TraceRecord {
-            sample: Some(SampleFacts {
-                state,
-                wait_reason: WaitReason(6),
-                cpu_time: 0,
-                repeated: false,
-            }),
-            ..record(1, facts, &[1])
-        }
+        sampled(thread_stack(1, 8, &[1]), state, 0)
     }
 
     #[test]

@@ -429,13 +429,15 @@ mod tests {
 
     use super::*;
     use crate::{
-        capture::{file::tests::record, trace::TraceRecord},
+        capture::{
+            file::tests::{record, sampled, thread_stack},
+            trace::TraceRecord,
+        },
         naming::{
             modules::tests::sample_map,
             symbolizer::tests::{DISPATCH, with_dispatch},
         },
-        sampling::SampleFacts,
-        thread_list::{ThreadState, WaitReason},
+        thread_list::ThreadState,
     };
 
     const NT_FRAME: u64 = 0xFFFF_F800_0000_0020;
@@ -536,18 +538,7 @@ mod tests {
             .sample
             .iter()
             .map(|sample| {
-                let labels = sample
-                    .label
-                    .iter()
-                    .map(|label| {
-                        format!(
-                            "{}={}",
-                            string(&profile, label.key),
-                            string(&profile, label.str)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(",");
+                let labels = labels(&profile, sample).join(",");
                 let names = sample
                     .location_id
                     .iter()
@@ -578,23 +569,29 @@ mod tests {
         );
     }
 
+    /// A sample's labels, `key=value` each.
+    fn labels(profile: &proto::Profile, sample: &proto::Sample) -> Vec<String> {
+        sample
+            .label
+            .iter()
+            .map(|label| {
+                format!(
+                    "{}={}",
+                    string(profile, label.key),
+                    string(profile, label.str)
+                )
+            })
+            .collect()
+    }
+
     #[test]
     fn samples_carry_their_cpu_time_and_their_threads_state() {
-        let facts = SourceFacts::ThreadStack {
-            target_process_id: 4,
-            target_thread_id: 8,
-            tag: 1,
-            delay: 0,
-            late: false,
-        };
-        let sample = |sequence, state, cpu_time| TraceRecord {
-            sample: Some(SampleFacts {
-                state: Some(state),
-                wait_reason: WaitReason(6),
+        let sample = |sequence, state, cpu_time| {
+            sampled(
+                thread_stack(sequence, 8, &[NT_FRAME]),
+                Some(state),
                 cpu_time,
-                repeated: false,
-            }),
-            ..record(sequence, facts, &[NT_FRAME])
+            )
         };
         let records = [
             sample(1, ThreadState::WAITING, 3),
@@ -615,21 +612,7 @@ mod tests {
         let mut described: Vec<(Vec<i64>, Vec<String>)> = profile
             .sample
             .iter()
-            .map(|sample| {
-                let labels = sample
-                    .label
-                    .iter()
-                    .skip(3)
-                    .map(|label| {
-                        format!(
-                            "{}={}",
-                            string(&profile, label.key),
-                            string(&profile, label.str)
-                        )
-                    })
-                    .collect();
-                (sample.value.clone(), labels)
-            })
+            .map(|sample| (sample.value.clone(), labels(&profile, sample)[3..].to_vec()))
             .collect();
         described.sort();
         assert_eq!(
