@@ -499,9 +499,12 @@ fn threads_are_refused_under_wine(context: &Context) -> WineResult<()> {
     let wine = &context.wine;
     let before = status(wine)?;
     let sample_file = wine.client_dir().join("refused.kstack");
+    // The driver's reason comes first, before any process is looked for.
     for args in [
         &["threads", "--tid", "8"][..],
+        &["threads", "--pid", "99999"],
         &["sample", "--all", "--duration", "1", "-o", "refused.kstack"],
+        &["sample", "--pid", "99999", "-o", "refused.kstack"],
     ] {
         let output = wine.client(args)?;
         let stderr = said(&output.stderr);

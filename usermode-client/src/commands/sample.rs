@@ -36,19 +36,26 @@ use super::{
     output::{ForceArg, discard},
     save::{append_batch, finish_capture, start_capture},
     symbols::SymbolsArg,
-    threads::{self, fresh_tag, with_thread_stacks},
+    threads::{self, fresh_tag, require_apc, with_thread_stacks},
     top,
     top_live::{self, Screen},
 };
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("processes").required(true))]
 pub struct SampleArgs {
     /// Sample every thread of this process (repeat for more processes).
-    #[arg(long = "pid", value_name = "PID", required_unless_present = "all")]
+    #[arg(
+        long = "pid",
+        value_name = "PID",
+        group = "processes",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(0..)
+    )]
     pids: Vec<u32>,
     /// Sample every process but the idle and system processes (the driver
     /// queues no APC to system threads) and kstack's own.
-    #[arg(long, conflicts_with = "pids")]
+    #[arg(long, group = "processes")]
     all: bool,
     /// Ticks per second (1 to 1000).
     #[arg(
@@ -109,6 +116,7 @@ const NOT_SAMPLED: [u32; 2] = [0, 4];
 
 pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
     let mut device = open_device()?;
+    require_apc(&mut device)?;
     let selection = selection(args)?;
     let settings = SampleSettings {
         hz: args.hz,
@@ -903,5 +911,18 @@ mod tests {
         ] {
             assert!(Command::try_parse_from(args).is_err(), "{args:?}");
         }
+        let missing = Command::try_parse_from(["sample", "-o", "x"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            missing.contains("--pid") && missing.contains("--all"),
+            "{missing}"
+        );
+        let negative = Command::try_parse_from(["sample", "--pid", "-5", "-o", "x"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(negative.contains("-5 is not in 0..="), "{negative}");
     }
 }

@@ -13,7 +13,7 @@ use std::{
 
 use clap::Args;
 use kstack_abi::{
-    CaptureConfig, HostRoutine, Source, SourceFacts, ThreadRequestOutcome,
+    CaptureConfig, HostRoutine, Source, SourceFacts, StatusResponse, ThreadRequestOutcome,
     thread_capture::THREAD_CAPTURE_TIMEOUT_MS_RANGE,
 };
 use kstack_client::{
@@ -39,18 +39,26 @@ use super::{
 };
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("targets").required(true).multiple(true))]
 pub struct ThreadsArgs {
     /// Capture this thread's stack (repeat for more threads).
     #[arg(
         long = "tid",
         value_name = "TID",
-        required_unless_present_any = ["pids", "list"],
+        group = "targets",
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     tids: Vec<u32>,
     /// Capture the stack of every thread of this process, as listed when
     /// the command starts (repeat for more processes).
-    #[arg(long = "pid", value_name = "PID")]
+    #[arg(
+        long = "pid",
+        value_name = "PID",
+        group = "targets",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(0..)
+    )]
     pids: Vec<u32>,
     /// How long to wait for the captures, in milliseconds (1 to 60000).
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = timeout_ms())]
@@ -58,7 +66,7 @@ pub struct ThreadsArgs {
     /// List the threads of each --pid (of every process without one) with
     /// what they were doing: state, wait reason, context switches and CPU
     /// time. Captures no stack and needs no driver.
-    #[arg(long, conflicts_with_all = ["tids", "timeout_ms", "call_trace"])]
+    #[arg(long, group = "targets", conflicts_with_all = ["tids", "timeout_ms", "call_trace"])]
     list: bool,
     #[command(flatten)]
     format: RecordFormat,
@@ -101,6 +109,7 @@ pub fn run(args: &ThreadsArgs) -> Result<(), ClientError> {
         return list(&args.pids, args.format.json.json);
     }
     let mut device = open_device()?;
+    require_apc(&mut device)?;
     let mut symbolizer = args.format.live_symbolizer(&mut device)?;
     let targets = targets(&args.tids, &args.pids)?;
     let stop = stop_flag();
@@ -251,6 +260,18 @@ pub fn fresh_tag() -> u64 {
     system_time_now().rotate_left(16) ^ u64::from(std::process::id())
 }
 
+/// The driver's status, or the reason it cannot queue APCs: the first
+/// thing a thread-stack command checks (`docs/client.md`: before the
+/// threads are listed, before anything changes).
+pub fn require_apc(device: &mut impl Transport) -> Result<StatusResponse, ClientError> {
+    let status = session::status(device)?;
+    if status.apc == HostRoutine::Available {
+        Ok(status)
+    } else {
+        Err(ClientError::NoApc { apc: status.apc })
+    }
+}
+
 /// Runs `capture` with the threadstack source enabled. A driver that
 /// cannot queue APCs is reported before anything changes. When the source
 /// is off, it is turned on for `capture` (saying so on stderr, as
@@ -261,11 +282,7 @@ pub fn with_thread_stacks<D: Transport, T>(
     command: &str,
     capture: impl FnOnce(&mut D) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
-    let status = session::status(device)?;
-    if status.apc != HostRoutine::Available {
-        return Err(ClientError::NoApc { apc: status.apc });
-    }
-    let previous = status.config;
+    let previous = require_apc(device)?.config;
     if previous.sources.contains(Source::ThreadStack) {
         return capture(device);
     }
@@ -530,10 +547,18 @@ mod tests {
         );
         assert!(Command::try_parse_from(["t", "--list"]).is_ok());
         assert!(Command::try_parse_from(["t", "--list", "--tid", "5"]).is_err());
+        let missing = Command::try_parse_from(["t"]).err().unwrap().to_string();
         assert!(
-            Command::try_parse_from(["t"]).is_err(),
-            "--tid, --pid or --list"
+            ["--tid", "--pid", "--list"]
+                .iter()
+                .all(|option| missing.contains(option)),
+            "{missing}"
         );
+        let negative = Command::try_parse_from(["t", "--pid", "-5"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(negative.contains("-5 is not in 0..="), "{negative}");
     }
 
     #[test]
