@@ -707,10 +707,11 @@ def sampling_follows_threads_within_its_bounds(w):
 def sampling_leaves_threads_that_did_not_run_alone(w):
     """Twenty ticks over six threads listed with their states: four wait
     throughout, two run (switched to and charged CPU time every tick). Each
-    waiting thread takes one APC, its first capture (the model counts the
-    switch-in for it, as KiSwapContextResume does); after that its samples
-    repeat that stack and no APC wakes it. One of them is woken at tick 10
-    and asked for again at the next tick, then left alone once more."""
+    waiting thread takes two APCs, at ticks 0 and 1 (the model counts the
+    switch-in for each, as KiSwapContextResume does): the same stack twice,
+    each taken in its wait; after that its samples repeat that stack and no
+    APC wakes it. One of them is woken before tick 10's listing and asked
+    for again at ticks 10 and 11, then left alone once more."""
     handle, client = thread_stacks(w)
     process = w.process()
     threads = [w.user_thread(process) for _ in range(6)]
@@ -735,18 +736,18 @@ def sampling_leaves_threads_that_did_not_run_alone(w):
     asked = sampling.asked
     for thread in waiting:
         ticks = [tick for tick, ids in enumerate(asked) if thread.id in ids]
-        expected = [0, 10] if thread is woken else [0]
+        expected = [0, 1, 10, 11] if thread is woken else [0, 1]
         check(ticks == expected, f"waiting thread {thread.id} asked for at ticks {ticks}, not {expected}")
     for thread in running:
         check(all(thread.id in ids for ids in asked), f"running thread {thread.id} not asked for at every tick")
     counts = sampling.counts()
     driver = thread_captures(w, handle, client)
-    check(counts["queued"] == driver["queued"] == 4 + 1 + 2 * 20, f"{counts}, driver {driver}")
+    check(counts["queued"] == driver["queued"] == 4 * 2 + 2 + 2 * 20, f"{counts}, driver {driver}")
     check(counts["repeated"] == 20 * 6 - counts["requested"] and counts["without_state"] == 0, f"{counts}")
     finished_with_apcs_delivered(w, handle, client)
     return (
-        f"{counts['queued']} APCs over 20 ticks of 6 threads: the 2 running ones every tick, each waiting one once "
-        f"(the woken one once more); {counts['repeated']} samples repeated a stack without an APC; the driver's counters agree"
+        f"{counts['queued']} APCs over 20 ticks of 6 threads: the 2 running ones every tick, each waiting one twice "
+        f"(the woken one twice more); {counts['repeated']} samples repeated a stack without an APC; the driver's counters agree"
     )
 
 

@@ -44,6 +44,7 @@ fn listing(switches: u32, facts: bool) -> Vec<ProcessThread> {
                 context_switches: switches,
                 kernel_time: 10,
                 user_time: 20,
+                create_time: 0,
             }),
         })
         .collect()

@@ -21,14 +21,15 @@
 //!   listed anew each tick, so threads that start are sampled from their
 //!   first tick and threads that end stop being asked for.
 //! - A thread that has not run since its stack was captured is not
-//!   interrupted: its sample repeats that stack ([`TickPlan::repeated`]). It
-//!   has not run when the listing after the capture shows it waiting, in
-//!   the same wait reason as at the request, switched to exactly once
-//!   more (the APC's own switch-in), and this listing shows it waiting
-//!   with that switch count and CPU time still. Why that is exact, and its
-//!   one blind spot, are in docs/thread-stacks.md ("Threads that have not
-//!   run"). Without facts (a Toolhelp listing, Wine) every thread is asked
-//!   for.
+//!   interrupted: its sample repeats that stack ([`TickPlan::repeated`]).
+//!   Two captures in a row must show the same stack, each taken in the
+//!   thread's wait (at the listing after it: waiting, in the same wait
+//!   reason as at the request, switched to exactly once more, the APC's
+//!   own switch-in, no CPU time); then while the thread stays waiting
+//!   with that switch count and CPU time, its samples repeat that stack.
+//!   The reasons, and what the listing cannot see, are in
+//!   docs/thread-stacks.md ("Threads that have not run"). Without facts (a
+//!   Toolhelp listing, Wine) every thread is asked for.
 //!
 //! The identities [`SampleCounts`] keeps, checked by its tests:
 //! `listed = eligible + skipped_pending`;
@@ -188,6 +189,7 @@ impl SampleFacts {
             context_switches: 0,
             kernel_time: 0,
             user_time: 0,
+            create_time: 0,
         }
         .state_text()
     }
@@ -218,51 +220,83 @@ pub enum RecordOwner {
     Other,
 }
 
+/// A capture read, until the next listing settles whether it was taken in
+/// the thread's wait.
+#[derive(Clone, Copy, Debug)]
+struct Delivered {
+    /// The thread's facts at the request.
+    asked: ThreadFacts,
+    /// The stack captured.
+    stack_id: u64,
+    /// The driver flagged it late: the APC waited past the timeout.
+    late: bool,
+}
+
 /// What the sampler remembers of one listed thread.
 #[derive(Clone, Debug, Default)]
 struct History {
+    /// Which thread this is: its creation time (ids are reused).
+    create_time: u64,
     /// Its last thread-stack record read (of any request): what a
     /// repeated sample copies, as a capture file's reader does.
     last_record: Option<TraceRecord>,
     /// CPU time at the listing of its last sample written.
     sampled_cpu: Option<u64>,
-    /// The facts at the request whose record was read last, until the
-    /// next listing settles whether the thread ran since.
-    delivered: Option<ThreadFacts>,
-    /// The facts at the listing after its last capture, when they show it
-    /// ran only for the capture's APC: while they hold, its stack is the
-    /// one captured.
+    /// This sample's capture read last, until the next listing.
+    delivered: Option<Delivered>,
+    /// The stack of its last capture that settled as taken in its wait.
+    in_wait: Option<u64>,
+    /// The facts at the listing after its second capture in a row taken
+    /// in one wait with one stack: while they hold, that is its stack.
     unchanged_since: Option<ThreadFacts>,
 }
 
 impl History {
-    /// Settles, at a listing after a capture was read, whether the thread
-    /// ran since: from waiting at the request to waiting now, in the same
-    /// wait, switched to once (the APC's delivery: ReactOS
-    /// `KiSwapContextResume` counts each switch-in, and the wait loop
-    /// re-waits after a kernel APC, `ke/wait.c`).
+    /// Settles, at the first listing after a capture was read, whether the
+    /// capture was taken in the thread's wait: waiting at the request and
+    /// now, in the same wait reason, switched to exactly once in between
+    /// (the APC's delivery: ReactOS `KiSwapContextResume` counts each
+    /// switch-in, and the wait loop re-waits after a kernel APC,
+    /// `ke/wait.c`), no CPU time charged, the APC not held back past the
+    /// timeout. Two such captures in a row with the same stack start the
+    /// repeats: a wait that ended before the APC came (the APC then
+    /// interrupts the running thread) or an APC held back by the wait
+    /// (`APC_LEVEL`, a guarded region) both also show one switch-in, but
+    /// not the same stack twice (an APC interrupt's stack is not a
+    /// delivery in a wait).
     fn settle(&mut self, now: &ThreadFacts) {
-        if let Some(asked) = self.delivered.take() {
-            self.unchanged_since = (asked.waiting()
-                && now.waiting()
-                && now.wait_reason == asked.wait_reason
-                && now.context_switches == asked.context_switches.wrapping_add(1))
-            .then_some(*now);
-        }
+        let Some(Delivered {
+            asked,
+            stack_id,
+            late,
+        }) = self.delivered.take()
+        else {
+            return;
+        };
+        let in_wait = !late
+            && asked.waiting()
+            && now.waiting()
+            && now.wait_reason == asked.wait_reason
+            && now.context_switches == asked.context_switches.wrapping_add(1)
+            && now.cpu_time() == asked.cpu_time();
+        self.unchanged_since = (in_wait && self.in_wait == Some(stack_id)).then_some(*now);
+        self.in_wait = in_wait.then_some(stack_id);
     }
 
     /// Whether the thread has not run since [`Self::unchanged_since`]:
-    /// waiting, never switched to, no CPU time charged. Forgets the
-    /// baseline once it ran.
+    /// waiting, never switched to, no CPU time charged. Once it ran, its
+    /// next two captures must agree again.
     fn still(&mut self, now: &ThreadFacts) -> bool {
-        let still = self.unchanged_since.is_some_and(|since| {
-            now.waiting()
-                && now.wait_reason == since.wait_reason
-                && now.context_switches == since.context_switches
-                && now.cpu_time() == since.cpu_time()
-        });
+        let Some(since) = self.unchanged_since else {
+            return false;
+        };
+        let still = now.waiting()
+            && now.wait_reason == since.wait_reason
+            && now.context_switches == since.context_switches
+            && now.cpu_time() == since.cpu_time();
         if !still {
             self.unchanged_since = None;
+            self.in_wait = None;
         }
         still
     }
@@ -363,6 +397,14 @@ impl Sampler {
         for (&thread_id, &(_, facts)) in &candidates {
             let history = self.history.entry(thread_id).or_default();
             if let Some(facts) = &facts {
+                if history.create_time != facts.create_time {
+                    // Another thread with a reused id: nothing of the old one
+                    // applies.
+                    *history = History {
+                        create_time: facts.create_time,
+                        ..History::default()
+                    };
+                }
                 history.settle(facts);
             }
             if held_back.contains(&thread_id) {
@@ -507,16 +549,26 @@ impl Sampler {
         } else {
             None
         };
-        if let Some(history) = self.history.get_mut(&target_thread_id) {
-            if let Some((_, Some(asked))) = asked {
-                history.delivered = Some(asked);
-                record.sample = Some(SampleFacts {
-                    state: asked.state,
-                    wait_reason: asked.wait_reason,
-                    cpu_time: history.sample_cpu(asked.cpu_time()),
-                    repeated: false,
+        let history = self.history.get_mut(&target_thread_id);
+        if let Some((_, Some(asked))) = asked {
+            // A thread no longer listed (it ended) keeps its facts; its CPU
+            // time since the previous sample is then not known.
+            let cpu_time = history.map_or(0, |history| {
+                history.delivered = Some(Delivered {
+                    asked,
+                    stack_id: record.header.stack_id,
+                    late,
                 });
-            }
+                history.sample_cpu(asked.cpu_time())
+            });
+            record.sample = Some(SampleFacts {
+                state: asked.state,
+                wait_reason: asked.wait_reason,
+                cpu_time,
+                repeated: false,
+            });
+        }
+        if let Some(history) = self.history.get_mut(&target_thread_id) {
             history.last_record = Some(record.clone());
         }
         let Some(_) = asked else {
@@ -899,19 +951,29 @@ mod tests {
 
         /// Against a model of threads that wait, run, are preempted, spin
         /// without switching, exit, and are switched to by the sampler's
-        /// own APC: a repeated sample's stack is always the thread's stack
-        /// at that listing (the last one captured, as the capture file
-        /// gives it back); a thread that only slept is not interrupted
-        /// again once its capture was read; and each thread's samples carry
-        /// all of its CPU time between its first and last sample.
+        /// own APC, with the two cases that also show one switch-in: a wait
+        /// that ends between the listing and the APC (the APC then
+        /// interrupts the running thread, which waits again elsewhere), and
+        /// a wait that holds the APC back (a guarded region: it runs when
+        /// the wait ends). A repeated sample's stack is always what an APC
+        /// queued at that listing would capture (the thread's stack; for a
+        /// thread whose waits hold APCs back, where it takes them); a
+        /// thread that only sleeps is not interrupted again once two of
+        /// its captures were read; and each thread's samples carry all of
+        /// its CPU time between its first and last sample.
         ///
         /// Not modelled: a wait satisfied in the very switch-in that runs
         /// the APC (docs/thread-stacks.md names that blind spot).
         #[test]
         fn a_thread_is_interrupted_only_when_it_ran(
-            kinds in prop::collection::vec(0..3_u8, 1..8),
+            kinds in prop::collection::vec(0..4_u8, 1..8),
             steps in prop::collection::vec(
-                (prop::collection::vec(0..8_u8, 8), 0..6_usize, 0..40_u64),
+                (
+                    prop::collection::vec(0..8_u8, 8),
+                    prop::collection::vec(prop::bool::weighted(0.2), 8),
+                    0..6_usize,
+                    0..40_u64,
+                ),
                 1..40,
             ),
         ) {
@@ -923,17 +985,31 @@ mod tests {
                 .map(|(index, &kind)| ModelThread::new(index, kind))
                 .collect();
             let mut delivered: VecDeque<(u64, u32, u64)> = VecDeque::new();
-            let mut last_stack: BTreeMap<u32, u64> = BTreeMap::new();
+            // Per thread: captures read since the last listing, and the
+            // listings in a row that followed a read with no request
+            // outstanding (each settles one capture).
+            let mut read_since_listing: BTreeMap<u32, usize> = BTreeMap::new();
+            let mut clean_settles: BTreeMap<u32, usize> = BTreeMap::new();
             let mut outstanding: BTreeMap<u32, usize> = BTreeMap::new();
             let mut sampled_cpu: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
             let mut fresh = 1000;
             let mut now = start;
-            for (actions, reads, advance) in &steps {
+            for (actions, races, reads, advance) in &steps {
                 for (thread, &action) in threads.iter_mut().zip(actions) {
-                    thread.act(action, &mut fresh);
+                    delivered.extend(thread.act(action, &mut fresh));
                 }
                 threads.retain(|thread| thread.alive);
                 now += sampler.until_next_tick(now);
+                for thread in &threads {
+                    let busy = outstanding.get(&thread.id).copied().unwrap_or(0) > 0;
+                    let read = read_since_listing.remove(&thread.id).unwrap_or(0) > 0;
+                    let settles = clean_settles.entry(thread.id).or_default();
+                    if busy {
+                        *settles = 0;
+                    } else if read {
+                        *settles += 1;
+                    }
+                }
                 let listed: Vec<ProcessThread> = threads.iter().map(ModelThread::listed).collect();
                 let plan = sampler.plan(now, TIME, &listed);
                 for repeat in &plan.repeated {
@@ -941,22 +1017,27 @@ mod tests {
                         panic!("a repeated sample of another source: {repeat:?}");
                     };
                     let thread = threads.iter().find(|thread| thread.id == target_thread_id).unwrap();
-                    prop_assert_eq!(&repeat.frames[..], &[thread.stack], "repeated a stale stack");
+                    prop_assert_eq!(&repeat.frames[..], &[thread.observed()], "repeated a stale stack");
                     prop_assert_eq!(repeat.header.timestamp, TIME);
                     let facts = repeat.sample.unwrap();
                     prop_assert!(facts.repeated);
                     note_cpu(&mut sampled_cpu, thread.id, thread.cpu, facts.cpu_time);
                 }
                 for &thread_id in &plan.thread_ids {
-                    let thread = threads.iter_mut().find(|thread| thread.id == thread_id).unwrap();
+                    let index = threads.iter().position(|thread| thread.id == thread_id).unwrap();
+                    let thread = &mut threads[index];
                     prop_assert!(
                         !(thread.kind == SLEEPER
-                            && last_stack.contains_key(&thread_id)
-                            && outstanding.get(&thread_id).copied().unwrap_or(0) == 0),
-                        "a sleeping thread whose stack was read was interrupted again"
+                            && clean_settles.get(&thread_id).copied().unwrap_or(0) >= 2),
+                        "a sleeping thread whose stack was read twice was interrupted again"
                     );
                     thread.cpu_at_request.insert(plan.tag, thread.cpu);
-                    delivered.push_back((plan.tag, thread_id, thread.deliver()));
+                    if races[index] {
+                        thread.wake_before_the_apc(&mut fresh);
+                    }
+                    if let Some(stack) = thread.deliver(plan.tag, &mut fresh) {
+                        delivered.push_back((plan.tag, thread_id, stack));
+                    }
                     *outstanding.entry(thread_id).or_default() += 1;
                 }
                 sampler.answered(&plan, &vec![ThreadRequestOutcome::Queued; plan.thread_ids.len()], now);
@@ -972,7 +1053,7 @@ mod tests {
                             note_cpu(&mut sampled_cpu, thread_id, cpu, facts.cpu_time);
                         }
                     }
-                    last_stack.insert(thread_id, stack);
+                    *read_since_listing.entry(thread_id).or_default() += 1;
                 }
                 now += ms(*advance);
                 let counts = *sampler.counts();
@@ -987,6 +1068,10 @@ mod tests {
     const SLEEPER: u8 = 0;
     const WORKER: u8 = 1;
     const SPINNER: u8 = 2;
+    /// Waits in a guarded region: an APC waits until the wait ends, then
+    /// runs where the thread goes on (`post_wait`), and the thread waits
+    /// again.
+    const GUARDED: u8 = 3;
 
     /// A thread as the kernel keeps it: what the listing shows, and the
     /// stack it would show now.
@@ -999,6 +1084,12 @@ mod tests {
         switches: u32,
         cpu: u64,
         stack: u64,
+        /// A guarded waiter's stack where it takes APCs, after its wait.
+        post_wait: u64,
+        /// A guarded waiter's requests whose APCs wait for its wait to end.
+        held_back: Vec<u64>,
+        /// Its wait ended after the listing; the APC finds it running.
+        woke_before_the_apc: bool,
         alive: bool,
         /// Its CPU time at each request's listing, by the request's tag.
         cpu_at_request: BTreeMap<u64, u64>,
@@ -1006,6 +1097,7 @@ mod tests {
 
     impl ModelThread {
         fn new(index: usize, kind: u8) -> Self {
+            let index = u64::try_from(index).unwrap();
             Self {
                 id: u32::try_from(index).unwrap() + 1,
                 kind,
@@ -1017,18 +1109,31 @@ mod tests {
                 wait_reason: WaitReason(6),
                 switches: 1,
                 cpu: 0,
-                stack: u64::try_from(index).unwrap(),
+                stack: index,
+                post_wait: 500 + index,
+                held_back: Vec::new(),
+                woke_before_the_apc: false,
                 alive: true,
                 cpu_at_request: BTreeMap::new(),
             }
         }
 
-        /// One step of its own life. A worker's switch-in may be charged
-        /// no CPU time (time is charged per clock tick).
-        fn act(&mut self, action: u8, fresh: &mut u64) {
+        /// What an APC queued now would capture.
+        fn observed(&self) -> u64 {
+            if self.kind == GUARDED {
+                self.post_wait
+            } else {
+                self.stack
+            }
+        }
+
+        /// One step of its own life; the captures of APCs it held back and
+        /// now runs. A worker's switch-in may be charged no CPU time (time
+        /// is charged per clock tick).
+        fn act(&mut self, action: u8, fresh: &mut u64) -> Vec<(u64, u32, u64)> {
             *fresh += 1;
             match (self.kind, action) {
-                (_, 7) if self.kind != SLEEPER => self.alive = false,
+                (_, 7) if self.kind != SLEEPER && self.held_back.is_empty() => self.alive = false,
                 (WORKER, 1..=3) => {
                     self.switches += 1;
                     self.cpu += u64::from(action - 1);
@@ -1051,8 +1156,58 @@ mod tests {
                     self.cpu += 1;
                     self.stack = *fresh;
                 }
+                (GUARDED, 1..=3) => {
+                    // Its wait ends: switched to, it takes the APCs held
+                    // back after it, then waits again where it was.
+                    self.switches += 1;
+                    let id = self.id;
+                    let post_wait = self.post_wait;
+                    return self
+                        .held_back
+                        .drain(..)
+                        .map(|tag| (tag, id, post_wait))
+                        .collect();
+                }
                 _ => {}
             }
+            Vec::new()
+        }
+
+        /// A waiting worker's wait ends after the listing, before the APC
+        /// comes: it runs (switched to), somewhere new.
+        fn wake_before_the_apc(&mut self, fresh: &mut u64) {
+            if self.kind == WORKER && self.state == ThreadState::WAITING {
+                *fresh += 1;
+                self.switches += 1;
+                self.stack = *fresh;
+                self.state = ThreadState::RUNNING;
+                self.woke_before_the_apc = true;
+            }
+        }
+
+        /// The sampler's APC: a waiting thread is switched to for it and
+        /// waits again where it was; a ready one runs it when switched to,
+        /// and runs on; a running one is interrupted (and, if its wait had
+        /// just ended, then blocks again elsewhere, in the same wait
+        /// reason); a guarded waiter holds it back. Returns the stack
+        /// captured now, if any.
+        fn deliver(&mut self, tag: u64, fresh: &mut u64) -> Option<u64> {
+            if self.kind == GUARDED {
+                self.held_back.push(tag);
+                return None;
+            }
+            let captured = self.stack;
+            if self.state == ThreadState::READY {
+                self.switches += 1;
+                self.state = ThreadState::RUNNING;
+            } else if self.state == ThreadState::WAITING {
+                self.switches += 1;
+            } else if std::mem::take(&mut self.woke_before_the_apc) {
+                *fresh += 1;
+                self.stack = *fresh;
+                self.state = ThreadState::WAITING;
+            }
+            Some(captured)
         }
 
         fn listed(&self) -> ProcessThread {
@@ -1065,22 +1220,9 @@ mod tests {
                     context_switches: self.switches,
                     kernel_time: self.cpu,
                     user_time: 0,
+                    create_time: 0,
                 }),
             }
-        }
-
-        /// The sampler's APC: a waiting thread is switched to for it and
-        /// waits again where it was; a ready one runs it when switched to,
-        /// and runs on; a running one is interrupted. Returns the stack
-        /// captured.
-        fn deliver(&mut self) -> u64 {
-            if self.state == ThreadState::READY {
-                self.switches += 1;
-                self.state = ThreadState::RUNNING;
-            } else if self.state == ThreadState::WAITING {
-                self.switches += 1;
-            }
-            self.stack
         }
     }
 

@@ -13,7 +13,8 @@
 //!   (u32) at 4, `UniqueProcessId` at 80, and its `NumberOfThreads`
 //!   thread entries from 256 (`sizeof(SYSTEM_PROCESS_INFORMATION)`);
 //! - a thread entry (`SYSTEM_THREAD_INFORMATION`, 80 bytes): `KernelTime`
-//!   at 0, `UserTime` at 8 (100 ns units), `ClientId` at 40 (process, then
+//!   at 0, `UserTime` at 8 (100 ns units), `CreateTime` at 16, `ClientId`
+//!   at 40 (process, then
 //!   thread at 48), `ContextSwitches` (u32) at 64, `ThreadState` (u32) at
 //!   68, `WaitReason` (u32) at 72.
 //!
@@ -158,6 +159,9 @@ pub struct ThreadFacts {
     pub kernel_time: u64,
     /// Time it ran in user mode, 100 ns units.
     pub user_time: u64,
+    /// When it was created (system time): with its id, which thread this
+    /// is (ids are reused).
+    pub create_time: u64,
 }
 
 impl ThreadFacts {
@@ -414,6 +418,7 @@ pub const THREAD_ENTRY_SIZE: usize = 80;
 /// `SYSTEM_THREAD_INFORMATION.KernelTime`, then `UserTime` at 8.
 const KERNEL_TIME: usize = 0;
 const USER_TIME: usize = 8;
+const CREATE_TIME: usize = 16;
 /// `SYSTEM_THREAD_INFORMATION.ClientId.UniqueThread`.
 pub const THREAD_ID: usize = 48;
 /// `SYSTEM_THREAD_INFORMATION.ContextSwitches` (winternl.h: `Reserved3`).
@@ -467,6 +472,7 @@ pub fn parse_process_information(bytes: &[u8]) -> Result<Vec<ProcessThread>, Mal
                         context_switches: u32_at(entry, CONTEXT_SWITCHES),
                         kernel_time: u64_at(entry, KERNEL_TIME),
                         user_time: u64_at(entry, USER_TIME),
+                        create_time: u64_at(entry, CREATE_TIME),
                     }),
                 }),
         );
@@ -585,6 +591,7 @@ pub(crate) mod tests {
                 let thread = &mut entry[PROCESS_ENTRY_SIZE + slot * THREAD_ENTRY_SIZE..];
                 thread[..8].copy_from_slice(&facts.kernel_time.to_le_bytes());
                 thread[8..16].copy_from_slice(&facts.user_time.to_le_bytes());
+                thread[16..24].copy_from_slice(&facts.create_time.to_le_bytes());
                 thread[40..48].copy_from_slice(&u64::from(*process_id).to_le_bytes());
                 thread[THREAD_ID..THREAD_ID + 8]
                     .copy_from_slice(&u64::from(*thread_id).to_le_bytes());
@@ -607,6 +614,7 @@ pub(crate) mod tests {
             context_switches: switches,
             kernel_time: cpu,
             user_time: 2 * cpu,
+            create_time: u64::from(switches) + 77,
         }
     }
 

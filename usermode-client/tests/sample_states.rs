@@ -88,9 +88,6 @@ fn write_sample_capture(path: &Path) {
     writer.finish().unwrap();
 }
 
-/// The filters, and the records each counts.
-const FILTERS: [(&[&str], u64); 3] = [(&[], 10), (&["--on-cpu"], 3), (&["--off-cpu"], 6)];
-
 fn with(base: &[&str], filter: &[&str]) -> Vec<String> {
     base.iter()
         .chain(filter)
@@ -121,76 +118,103 @@ fn export(input: &str, format: &str, out: &Path, filter: &[&str]) {
     ));
 }
 
+/// How many records `filter` counts over the capture `input`, the same in
+/// every output: `top --json`, `folded`, `flamegraph`, and each export
+/// format (Chrome trace events, speedscope, pprof as `go tool pprof` reads
+/// it). Also the off-CPU graph's blue background.
+fn counted_everywhere(input: &str, dir: &Path, filter: &[&str]) -> u64 {
+    let top: u64 = run(&with(
+        &["top", "--json", "--limit", "0", "--input", input],
+        filter,
+    ))
+    .lines()
+    .map(|line| {
+        serde_json::from_str::<Value>(line).unwrap()["count"]
+            .as_u64()
+            .unwrap()
+    })
+    .sum();
+    let folded: u64 = run(&with(&["folded", "--input", input], filter))
+        .lines()
+        .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    let svg_path = dir.join("graph.svg");
+    run(&with(
+        &[
+            "flamegraph",
+            "--input",
+            input,
+            "-o",
+            svg_path.to_str().unwrap(),
+            "--force",
+        ],
+        filter,
+    ));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let drawn: u64 = svg
+        .split_once("<title>all (")
+        .and_then(|(_, rest)| rest.split_once(" records"))
+        .map_or_else(
+            || panic!("no root frame in the SVG"),
+            |(count, _)| count.replace(',', "").parse().unwrap(),
+        );
+    assert_eq!(
+        svg.contains("#e0e0ff"),
+        filter == ["--off-cpu"] || (filter.first() == Some(&"--state") && filter[1] != "running"),
+        "{filter:?}: off-CPU graphs, and only they, are drawn on blue"
+    );
+    let read_json = |path: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let trace_path = dir.join("trace.json");
+    export(input, "chrome-trace", &trace_path, filter);
+    let traced = read_json(&trace_path)["traceEvents"]
+        .as_array()
+        .unwrap()
+        .len() as u64;
+    let speedscope_path = dir.join("profile.speedscope.json");
+    export(input, "speedscope", &speedscope_path, filter);
+    let speedscope: u64 = read_json(&speedscope_path)["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|profile| profile["weights"].as_array().unwrap().clone())
+        .map(|weight| weight.as_u64().unwrap())
+        .sum();
+    let profile = dir.join("profile.pb.gz");
+    export(input, "pprof", &profile, filter);
+    let (profiled, _) = pprof_total(&profile, &[]);
+    assert_eq!(
+        [folded, drawn, traced, speedscope, profiled],
+        [top; 5],
+        "{filter:?}: top, then folded, flamegraph, chrome trace, speedscope, pprof"
+    );
+    top
+}
+
 #[test]
 fn on_and_off_cpu_partition_the_samples_in_every_output() {
     let dir = scratch_dir("sample-states");
     let capture = dir.join("sample.kstack");
     write_sample_capture(&capture);
     let input = capture.to_str().unwrap();
-    for (filter, expected) in FILTERS {
-        let top: u64 = run(&with(
-            &["top", "--json", "--limit", "0", "--input", input],
-            filter,
-        ))
-        .lines()
-        .map(|line| {
-            serde_json::from_str::<Value>(line).unwrap()["count"]
-                .as_u64()
-                .unwrap()
-        })
-        .sum();
-        let folded: u64 = run(&with(&["folded", "--input", input], filter))
-            .lines()
-            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-            .sum();
-        let svg_path = dir.join("graph.svg");
-        run(&with(
-            &[
-                "flamegraph",
-                "--input",
-                input,
-                "-o",
-                svg_path.to_str().unwrap(),
-                "--force",
-            ],
-            filter,
-        ));
-        let svg = std::fs::read_to_string(&svg_path).unwrap();
-        let drawn: u64 = svg
-            .split_once("<title>all (")
-            .and_then(|(_, rest)| rest.split_once(" records"))
-            .map_or_else(
-                || panic!("no root frame in the SVG"),
-                |(count, _)| count.replace(',', "").parse().unwrap(),
-            );
-        let trace_path = dir.join("trace.json");
-        export(input, "chrome-trace", &trace_path, filter);
-        let trace: Value =
-            serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
-        let exported = trace["otherData"]["records"].as_u64().unwrap();
-        let profile = dir.join("profile.pb.gz");
-        export(input, "pprof", &profile, filter);
-        let (profiled, _) = pprof_total(&profile, &[]);
-        assert_eq!(
-            (top, folded, drawn, exported, profiled),
-            (expected, expected, expected, expected, expected),
-            "{filter:?}: top, folded, flamegraph, chrome trace, pprof"
-        );
-        if filter == ["--off-cpu"] {
-            assert!(
-                svg.contains("#e0e0ff"),
-                "the off-CPU graph is drawn on blue"
-            );
-        }
-    }
-    // The on- and off-CPU samples and the record without a state make the whole.
-    assert_eq!(FILTERS[1].1 + FILTERS[2].1 + 1, FILTERS[0].1);
+    let count = |filter: &[&str]| counted_everywhere(input, &dir, filter);
+    let all = count(&[]);
+    let (on, off) = (count(&["--on-cpu"]), count(&["--off-cpu"]));
+    let by_state = ["running", "waiting", "ready"].map(|state| count(&["--state", state]));
     let output = kstack(&["top", "--off-cpu", "--input", input]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = said(&output.stderr);
+    let without_state: u64 = stderr
+        .split_once(" records without a thread state")
+        .and_then(|(before, _)| before.rsplit_once(' '))
+        .map_or_else(|| panic!("{stderr}"), |(_, count)| count.parse().unwrap());
+    // The partition: on-CPU, off-CPU, and records without a state.
+    assert_eq!(on + off + without_state, all, "{stderr}");
+    assert_eq!((on, off), (by_state[0], by_state[1] + by_state[2]));
+    // The capture's own figures.
+    assert_eq!((all, on, off, without_state), (10, 3, 6, 1));
     assert!(
-        stderr.contains(
-            "--off-cpu: 6 of 10 records counted; 3 samples in other states and 1 records without"
-        ),
+        stderr.contains("--off-cpu: 6 of 10 records counted; 3 samples in other states"),
         "{stderr}"
     );
     let top = run(&with(&["top", "--input", input], &[]));
@@ -199,6 +223,15 @@ fn on_and_off_cpu_partition_the_samples_in_every_output() {
         top.contains("on-CPU 2 (100.0%), off-CPU 0 (0.0%), CPU time 1.5 ms"),
         "{top}"
     );
+}
+
+/// What a command wrote to stderr, as one line (the text is fitted to the
+/// terminal's width, so a phrase may be wrapped anywhere).
+fn said(output: &[u8]) -> String {
+    String::from_utf8_lossy(output)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// What `go tool pprof -top` shows of the profile with `options`: the

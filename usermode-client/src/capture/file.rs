@@ -936,7 +936,8 @@ pub(crate) mod tests {
 
     /// A sample's records: thread 20's stack captured with facts, a timer
     /// record, thread 20 repeated twice, thread 21 captured without facts
-    /// (a Toolhelp listing), thread 20 captured anew.
+    /// (a Toolhelp listing), thread 20 captured anew and repeated (a copy
+    /// of that second capture, not the first).
     fn sampled_records() -> Vec<TraceRecord> {
         let facts = |repeated, cpu_time| SampleFacts {
             state: Some(ThreadState::WAITING),
@@ -947,6 +948,13 @@ pub(crate) mod tests {
         let captured = TraceRecord {
             sample: Some(facts(false, 0)),
             ..thread_stack(1, 20, &[0xFFFF_F801_2340_0010, 0x7FF6_0000_1000])
+        };
+        let recaptured = TraceRecord {
+            sample: Some(SampleFacts {
+                state: None,
+                ..facts(false, 25)
+            }),
+            ..thread_stack(4, 20, &[0x44])
         };
         let repeat = |timestamp, cpu_time| {
             let mut repeated = captured.clone();
@@ -960,12 +968,17 @@ pub(crate) mod tests {
             repeat(134_081_280_000_500_000, 0),
             repeat(134_081_280_000_600_000, 10),
             thread_stack(3, 21, &[0x43]),
+            recaptured.clone(),
             TraceRecord {
+                header: RecordHeader {
+                    timestamp: 134_081_280_000_900_000,
+                    ..recaptured.header
+                },
                 sample: Some(SampleFacts {
                     state: None,
-                    ..facts(false, 25)
+                    ..facts(true, 0)
                 }),
-                ..thread_stack(4, 20, &[0x44])
+                ..recaptured
             },
         ]
     }
@@ -976,9 +989,9 @@ pub(crate) mod tests {
         let bytes = saved(&sample_map(), &records);
         assert_eq!(decoded(&bytes).unwrap().1, records);
         let view = CaptureView::parse(&bytes).unwrap();
-        // Eight entries: 4 trace records, 2 sample entries after their
-        // record, 2 repeated samples.
-        assert_eq!(view.record_count, 8);
+        // Nine entries: 4 trace records, 2 sample entries after their
+        // record, 3 repeated samples.
+        assert_eq!(view.record_count, 9);
     }
 
     #[test]

@@ -77,8 +77,8 @@ pub fn encode(entry: &SampleEntry) -> [u8; SAMPLE_ENTRY_SIZE] {
 ///
 /// # Errors
 /// What is wrong with it, in words: a size other than 32, bytes missing,
-/// unknown flags, a reserved field not zero, or a state given where none is
-/// known.
+/// unknown flags, a reserved field not zero, a state given where none is
+/// known, or a time on an entry that follows its record.
 pub fn decode(bytes: &[u8]) -> Result<SampleEntry, &'static str> {
     let bytes: &[u8; SAMPLE_ENTRY_SIZE] = bytes
         .get(..SAMPLE_ENTRY_SIZE)
@@ -96,6 +96,9 @@ pub fn decode(bytes: &[u8]) -> Result<SampleEntry, &'static str> {
     let known = flags & STATE_KNOWN != 0;
     if !known && bytes[4] != 0 {
         return Err("a sample entry with a state where none is known");
+    }
+    if flags & REPEATED == 0 && u64_at(24) != 0 {
+        return Err("a sample entry after a record with a time of its own");
     }
     Ok(SampleEntry {
         thread_id: u32_at(8),
@@ -126,7 +129,7 @@ mod tests {
             let entry = SampleEntry {
                 thread_id,
                 process_id,
-                timestamp,
+                timestamp: if repeated { timestamp } else { 0 },
                 facts: SampleFacts {
                     state: state.map(ThreadState),
                     wait_reason: WaitReason(wait_reason),
@@ -155,7 +158,7 @@ mod tests {
         };
         let good = encode(&entry);
         assert!(decode(&good[..31]).is_err());
-        for (at, byte) in [(0, 40), (3, 4), (4, 5), (6, 1)] {
+        for (at, byte) in [(0, 40), (3, 4), (4, 5), (6, 1), (24, 1)] {
             let mut bad = good;
             bad[at] = byte;
             assert!(decode(&bad).is_err(), "byte {at} = {byte}");

@@ -50,7 +50,7 @@ pub struct StateArgs {
     off_cpu: bool,
     /// Count only samples whose thread was in this state: initialized,
     /// ready, running, standby, terminated, waiting, transition,
-    /// deferred-ready.
+    /// deferred-ready, gate-wait, waiting-for-process-in-swap.
     #[arg(long, value_name = "STATE", value_parser = parse_state)]
     state: Option<ThreadState>,
 }
@@ -72,7 +72,7 @@ fn parse_state(text: &str) -> Result<ThreadState, String> {
     ThreadState::from_name(text).ok_or_else(|| {
         format!(
             "{text:?} is not a thread state: initialized, ready, running, standby, terminated, \
-             waiting, transition, deferred-ready"
+             waiting, transition, deferred-ready, gate-wait, waiting-for-process-in-swap"
         )
     })
 }

@@ -565,18 +565,21 @@ mod tests {
             context_switches: switches,
             kernel_time: 7,
             user_time: 0,
+            create_time: 0,
         });
         listing
     }
 
     #[test]
-    fn a_sleeping_thread_is_interrupted_once_then_its_stack_repeated() {
+    fn a_sleeping_thread_is_interrupted_twice_then_its_stack_repeated() {
         let mut driver = FakeDriver::new(vec![]);
         driver.delivers = true;
         let mut sampler = sampler(8, 40);
         let mut follower = Follower::default();
+        // Switched to once more after each of the first two ticks: the
+        // APCs' own switch-ins.
         let mut listings = [sleeping(5), sleeping(6)].into_iter();
-        let last = sleeping(6);
+        let last = sleeping(7);
         let mut written: Vec<TraceRecord> = Vec::new();
         let ended = sample(
             &mut driver,
@@ -586,7 +589,6 @@ mod tests {
                 deadline: Some(Instant::now() + Duration::from_millis(100)),
                 timeout: Duration::from_millis(40),
             },
-            // Switched to once more after the first tick: the APC's own.
             &mut || Ok(listings.next().unwrap_or_else(|| last.clone())),
             &AtomicBool::new(false),
             None,
@@ -596,18 +598,25 @@ mod tests {
             },
         );
         assert_eq!(ended.unwrap().ending, Ending::Duration);
-        assert_eq!(driver.requests.len(), 1, "one APC, at the first tick");
+        assert_eq!(
+            driver.requests.len(),
+            2,
+            "two APCs, at the first two ticks: the same stack twice"
+        );
         let counts = *sampler.counts();
         assert!(counts.ticks >= 5, "{counts:?}");
-        assert_eq!((counts.captured, counts.repeated), (1, counts.ticks - 1));
-        let captured = &written[0];
-        assert_eq!(captured.sample.map(|facts| facts.repeated), Some(false));
+        assert_eq!((counts.captured, counts.repeated), (2, counts.ticks - 2));
         assert_eq!(written.len() as u64, counts.ticks);
-        for repeated in &written[1..] {
-            assert_eq!(repeated.sample.map(|facts| facts.repeated), Some(true));
+        let captured = &written[1];
+        for (index, sample) in written.iter().enumerate() {
+            let facts = sample.sample.unwrap();
+            assert_eq!(facts.repeated, index >= 2, "sample {index}");
+        }
+        for repeated in &written[2..] {
             assert_eq!(
                 (repeated.header.sequence, &repeated.frames),
-                (captured.header.sequence, &captured.frames)
+                (captured.header.sequence, &captured.frames),
+                "a copy of the last capture"
             );
         }
     }

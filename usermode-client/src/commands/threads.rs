@@ -507,6 +507,7 @@ mod tests {
             context_switches: 10,
             kernel_time: 0,
             user_time: 0,
+            create_time: 0,
         }
     }
 

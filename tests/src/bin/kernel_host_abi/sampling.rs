@@ -125,6 +125,8 @@ fn tick(session: &mut Session, request: &Request) -> Reply {
                     context_switches: number(switches, "switches")?,
                     kernel_time: number(cpu, "cpu_100ns")?,
                     user_time: 0,
+                    // The model never reuses a thread id.
+                    create_time: 0,
                 }),
             }),
             _ => Err(format!(
