@@ -127,19 +127,26 @@ fn main() {
     group.throughput(Throughput::Elements(u64::from(THREADS)));
     let period = Duration::from_millis(10);
 
-    // Every thread captured once, then listed switched to once more (the
-    // APC's own switch-in) and never again: every later tick repeats all.
+    // Every thread captured twice with one stack, each time listed switched
+    // to once more after (the APC's own switch-in), then never again: every
+    // later tick repeats all.
     let start = Instant::now();
     let mut repeating = sampler(start);
     let mut writer = CaptureWriter::new(std::io::sink(), &ModuleMap::default()).expect("a sink");
     tick(&mut repeating, &mut writer, start, &listing(1, true));
-    let still = listing(2, true);
-    let mut now = start + period;
+    tick(
+        &mut repeating,
+        &mut writer,
+        start + period,
+        &listing(2, true),
+    );
+    let still = listing(3, true);
+    let mut now = start + 2 * period;
     tick(&mut repeating, &mut writer, now, &still);
     assert_eq!(
         repeating.counts().repeated,
         u64::from(THREADS),
-        "the second tick repeats every thread"
+        "the third tick repeats every thread"
     );
     group.bench_function("all_repeated", |b| {
         b.iter(|| {
