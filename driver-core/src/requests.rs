@@ -120,13 +120,7 @@ impl DriverCore<'_> {
         let sources = Source::ALL.map(|source| SourceStatus {
             registration: self.registration(source).status,
             available: self.registration(source).available(),
-            captured: self.ring.captured(source),
-            skipped_irql: self.ring.uncaptured(source, Uncaptured::SkippedIrql),
-            skipped_stack: self.ring.uncaptured(source, Uncaptured::SkippedStack),
-            filtered: self.ring.uncaptured(source, Uncaptured::Filtered),
-            not_kept: self.ring.uncaptured(source, Uncaptured::NotKept),
-            sampled_out: self.ring.uncaptured(source, Uncaptured::SampledOut),
-            user_parts: self.ring.user_parts(source),
+            ..self.ring.source_counts(source)
         });
         StatusResponse {
             driver_version: KSTACK_VERSION,
