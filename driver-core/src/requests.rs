@@ -120,13 +120,7 @@ impl DriverCore<'_> {
         let sources = Source::ALL.map(|source| SourceStatus {
             registration: self.registration(source).status,
             available: self.registration(source).available(),
-            captured: self.ring.captured(source),
-            skipped_irql: self.ring.uncaptured(source, Uncaptured::SkippedIrql),
-            skipped_stack: self.ring.uncaptured(source, Uncaptured::SkippedStack),
-            filtered: self.ring.uncaptured(source, Uncaptured::Filtered),
-            not_kept: self.ring.uncaptured(source, Uncaptured::NotKept),
-            sampled_out: self.ring.uncaptured(source, Uncaptured::SampledOut),
-            user_parts: self.ring.user_parts(source),
+            ..self.ring.source_counts(source)
         });
         StatusResponse {
             driver_version: KSTACK_VERSION,
@@ -1040,6 +1034,23 @@ mod tests {
         ]
     }
 
+    /// The status the request proptests check after every step
+    /// (`counters_add_up_after_every_step`,
+    /// `every_record_a_reader_receives_has_its_stack`): the status request's
+    /// reply, decoded as a client decodes it. Under Miri, the core's status
+    /// that request encodes: encoding and decoding its 1,648 bytes take about
+    /// 55,000 of the interpreter's basic blocks, more than a step and the
+    /// gathering of the counters together. Miri still checks both, in
+    /// `status_round_trips_and_has_the_documented_size` (kstack-abi) and this
+    /// module's other status tests.
+    fn counted_status(core: &DriverCore<'_>) -> StatusResponse {
+        if cfg!(miri) {
+            core.status(0)
+        } else {
+            status(core)
+        }
+    }
+
     proptest! {
         /// Events of every source at either IRQL from two processes,
         /// capture-now, configure, reads and clears in any order: after
@@ -1112,7 +1123,7 @@ mod tests {
                         let _ = request(&core, Ioctl::Clear.code(), &[], &mut [], &timer);
                     }
                 }
-                let now = status(&core);
+                let now = counted_status(&core);
                 let captured: u64 = now.sources.iter().map(|source| source.captured).sum();
                 prop_assert_eq!(captured, now.sequences_spent);
                 prop_assert_eq!(
@@ -1416,7 +1427,7 @@ mod tests {
                         let _ = core.record_module(&platform, &facts);
                     }
                 }
-                let now = status(&core);
+                let now = counted_status(&core);
                 let table = now.stack_table;
                 let captured: u64 = now.sources.iter().map(|source| source.captured).sum();
                 prop_assert_eq!(

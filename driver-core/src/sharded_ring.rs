@@ -64,7 +64,7 @@
 //! A [`Shard`] is 128-byte aligned (its ring's producer and consumer sides
 //! are), so shards side by side in memory share no cache line.
 
-use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source, UserPart};
+use kstack_abi::{MAX_RECORD_SIZE, MAX_SHARDS, Source, SourceStatus, UserPart};
 
 use crate::{
     ring::{Consumer, Drained, Full, RecordRing, WORD_SIZE, Word},
@@ -459,6 +459,43 @@ impl<'a> ShardedRing<'a> {
                 })
                 .sum()
         })
+    }
+
+    /// `source`'s counters over all shards, as the status reports them
+    /// (registration and availability are the caller's, left as in
+    /// [`SourceStatus::ZERO`]): what [`ShardedRing::captured`],
+    /// [`ShardedRing::uncaptured`] and [`ShardedRing::user_parts`] return,
+    /// in one pass over the shards that loads each counter once, so the
+    /// `captured` it reports is the sum of the `entered` counters its user
+    /// parts were read from. The status used to call those three, a pass
+    /// over the shards per counter and per user part: about 39,000 of
+    /// Miri's basic blocks a status against about 14,000 for this, where
+    /// the request proptests take a status after every step.
+    ///
+    /// Max IRQL: any.
+    #[must_use]
+    pub fn source_counts(&self, source: Source) -> SourceStatus {
+        let index = source.index();
+        let mut counts = SourceStatus::ZERO;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        for shard in self.shards {
+            for (sum, entered) in counts.user_parts.iter_mut().zip(&shard.entered[index]) {
+                let entered = load(entered);
+                counts.captured += entered;
+                *sum += entered;
+            }
+            if source == Source::OnDemand {
+                for (sum, answered) in counts.user_parts.iter_mut().zip(&shard.answered_only) {
+                    *sum += load(answered);
+                }
+            }
+            counts.skipped_irql += load(&shard.skipped_irql[index]);
+            counts.skipped_stack += load(&shard.skipped_stack[index]);
+            counts.filtered += load(&shard.filtered[index]);
+            counts.not_kept += load(&shard.not_kept[index]);
+            counts.sampled_out += load(&shard.sampled_out[index]);
+        }
+        counts
     }
 
     /// Records copied out by reads.
@@ -943,6 +980,71 @@ pub(crate) mod tests {
         assert_eq!(ring.uncaptured(Source::OnDemand, Uncaptured::NotKept), 1);
         assert_eq!(ring.uncaptured(Source::Timer, Uncaptured::Filtered), 0);
         assert_eq!(ring.captured(Source::Process), 0);
+    }
+
+    #[test]
+    fn source_counts_are_the_counters_summed_over_shards() {
+        let ring = leaked_ring(64, 3);
+        let mut events = 0_u32;
+        for (processor, source, part) in [
+            (0, Source::Timer, UserPart::Off),
+            (1, Source::Timer, UserPart::Captured),
+            (2, Source::Timer, UserPart::Captured),
+            (1, Source::OnDemand, UserPart::Captured),
+            (2, Source::Process, UserPart::Reentered),
+        ] {
+            let _ =
+                ring.shard_for(processor)
+                    .publish(Counted::Trace(source, part), 8, record(1, 0));
+        }
+        for processor in 0..3 {
+            ring.shard_for(processor)
+                .count_answered_only(UserPart::Captured);
+        }
+        ring.shard_for(2).count_answered_only(UserPart::Off);
+        for source in Source::ALL {
+            for why in [
+                Uncaptured::SkippedIrql,
+                Uncaptured::SkippedStack,
+                Uncaptured::Filtered,
+                Uncaptured::NotKept,
+                Uncaptured::SampledOut,
+            ] {
+                // A different number of each, spread over the shards.
+                events += 1;
+                for count in 0..events {
+                    ring.shard_for(count % 3).count(source, why);
+                }
+            }
+        }
+        for source in Source::ALL {
+            let counts = ring.source_counts(source);
+            assert_eq!(
+                counts,
+                SourceStatus {
+                    captured: ring.captured(source),
+                    skipped_irql: ring.uncaptured(source, Uncaptured::SkippedIrql),
+                    skipped_stack: ring.uncaptured(source, Uncaptured::SkippedStack),
+                    filtered: ring.uncaptured(source, Uncaptured::Filtered),
+                    not_kept: ring.uncaptured(source, Uncaptured::NotKept),
+                    sampled_out: ring.uncaptured(source, Uncaptured::SampledOut),
+                    user_parts: ring.user_parts(source),
+                    ..SourceStatus::ZERO
+                },
+                "{source:?}"
+            );
+        }
+        let on_demand = ring.source_counts(Source::OnDemand);
+        assert_eq!(
+            (on_demand.captured, on_demand.user_part(UserPart::Captured)),
+            (1, 4),
+            "answered-only user parts count for the on-demand source, not its captured"
+        );
+        assert_eq!(ring.source_counts(Source::Timer).captured, 3);
+        assert_eq!(
+            ring.source_counts(Source::Thread).user_parts,
+            [0; UserPart::COUNT]
+        );
     }
 
     #[test]
