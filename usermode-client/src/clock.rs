@@ -37,6 +37,14 @@ pub fn system_time_unix_nanos(filetime: u64) -> Option<u64> {
         .checked_mul(100)
 }
 
+/// A CPU time in 100 ns units, in milliseconds: `12.5 ms`.
+#[must_use]
+pub fn cpu_time_text(time: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "milliseconds to a tenth")]
+    let milliseconds = time as f64 / 10_000.0;
+    format!("{milliseconds:.1} ms")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,16 +6,19 @@
 //! The rooms, each depending only on those listed before it:
 //! - [`clock`]: the records' clock (Windows system time) as text and
 //!   Unix time;
-//! - `system_information` and `toolhelp` (Windows): the system's replies
-//!   to `NtQuerySystemInformation`, and Toolhelp snapshots;
+//! - [`system_information`] (Windows): the system's replies to
+//!   `NtQuerySystemInformation`, in a buffer grown until they fit;
+//! - [`toolhelp`] (Windows): Toolhelp snapshots of the running processes;
 //! - [`thread_list`]: the machine's threads and what each is doing (state,
 //!   wait reason, switches, CPU times);
-//! - [`sampling`]: which threads each tick of `kstack sample` asks for,
-//!   and the count of every one it did not or that did not answer;
 //! - [`naming`]: kernel and user-mode module lists, PDB symbols, and the
 //!   symbolizer that names every frame;
-//! - [`capture`]: trace records with their stacks put back together, saved
-//!   capture files, and records grouped by stack;
+//! - [`capture`]: trace records with their stacks put back together (and a
+//!   sample's thread facts), saved capture files, and records grouped by
+//!   stack;
+//! - [`sampling`]: which threads each tick of `kstack sample` asks for,
+//!   which samples repeat a stack, and the count of every one it did not
+//!   ask for or that did not answer;
 //! - [`error`]: everything that can go wrong, each with its exit code;
 //! - [`device`]: the transport to the driver, the Windows device handle,
 //!   and the conversations (status, read, configure, capture threads)

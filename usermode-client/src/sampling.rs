@@ -46,8 +46,8 @@ use std::{
 use kstack_abi::{SourceFacts, ThreadRequestOutcome, thread_capture::THREAD_CAPTURE_SLOTS};
 
 use crate::{
-    capture::trace::TraceRecord,
-    thread_list::{ProcessThread, ThreadFacts, ThreadState, WaitReason},
+    capture::trace::{SampleFacts, TraceRecord},
+    thread_list::{ProcessThread, ThreadFacts},
 };
 
 /// The ticks per second a sample may ask for.
@@ -159,39 +159,6 @@ impl SampleCounts {
     #[must_use]
     pub const fn refused(&self) -> u64 {
         self.no_such_thread + self.no_slot + self.not_queued + self.system_thread + self.own
-    }
-}
-
-/// What a sample says of its thread beside its stack: the thread's facts
-/// at the tick's listing, and whether its stack was captured or repeated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SampleFacts {
-    /// The scheduler's state when listed (`None`: the system did not say).
-    pub state: Option<ThreadState>,
-    /// What it waited for (meaningful when waiting).
-    pub wait_reason: WaitReason,
-    /// Kernel and user time since the thread's previous sample, 100 ns
-    /// units (0 for its first).
-    pub cpu_time: u64,
-    /// Written without an APC: the thread had not run since its stack was
-    /// last captured, and the sample repeats that stack.
-    pub repeated: bool,
-}
-
-impl SampleFacts {
-    /// The state, and for a waiting thread what it waited for:
-    /// `running`, `waiting (UserRequest)`, `state unknown`.
-    #[must_use]
-    pub fn state_text(&self) -> String {
-        ThreadFacts {
-            state: self.state,
-            wait_reason: self.wait_reason,
-            context_switches: 0,
-            kernel_time: 0,
-            user_time: 0,
-            create_time: 0,
-        }
-        .state_text()
     }
 }
 
@@ -623,6 +590,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::thread_list::{ThreadState, WaitReason};
 
     const SESSION: u32 = 0x5A;
     const PROCESS: u32 = 100;

@@ -359,7 +359,7 @@ mod platform {
     };
 
     use super::{
-        CONTEXT_SWITCHES, Listing, ListingSource, PROCESS_ENTRY_SIZE, PROCESS_ID,
+        CONTEXT_SWITCHES, Listing, ListingSource, PROCESS_ENTRY_SIZE, PROCESS_ID, ProcessThread,
         THREAD_ENTRY_SIZE, THREAD_ID, THREAD_STATE, ThreadListError, parse_process_information,
     };
     use crate::{system_information, toolhelp};
@@ -392,8 +392,17 @@ mod platform {
             },
             Err(status) => Some(status),
         };
+        let threads = toolhelp::list_threads()
+            .map_err(|code| ThreadListError::Snapshot { code })?
+            .into_iter()
+            .map(|(process_id, thread_id)| ProcessThread {
+                process_id,
+                thread_id,
+                facts: None,
+            })
+            .collect();
         Ok(Listing {
-            threads: toolhelp::list_threads().map_err(|code| ThreadListError::Snapshot { code })?,
+            threads,
             source: ListingSource::Toolhelp { status },
         })
     }

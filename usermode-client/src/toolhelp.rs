@@ -10,8 +10,6 @@ use windows_sys::Win32::{
     },
 };
 
-use crate::thread_list::ProcessThread;
-
 /// A snapshot handle, closed when dropped.
 pub(crate) struct Snapshot(pub(crate) HANDLE);
 
@@ -37,9 +35,9 @@ impl Drop for Snapshot {
     }
 }
 
-/// Every thread of the system, ids only (a thread snapshot ignores its
-/// process argument and holds them all), or the Win32 error.
-pub(crate) fn list_threads() -> Result<Vec<ProcessThread>, u32> {
+/// Every thread of the system as (process id, thread id) (a thread snapshot
+/// ignores its process argument and holds them all), or the Win32 error.
+pub(crate) fn list_threads() -> Result<Vec<(u32, u32)>, u32> {
     let snapshot = Snapshot::take(TH32CS_SNAPTHREAD, 0)?;
     let mut entry = THREADENTRY32 {
         dwSize: u32::try_from(size_of::<THREADENTRY32>()).unwrap_or(u32::MAX),
@@ -49,11 +47,7 @@ pub(crate) fn list_threads() -> Result<Vec<ProcessThread>, u32> {
     // SAFETY: `entry` is a THREADENTRY32 with dwSize set.
     let mut more = unsafe { Thread32First(snapshot.0, &raw mut entry) } != 0;
     while more {
-        threads.push(ProcessThread {
-            process_id: entry.th32OwnerProcessID,
-            thread_id: entry.th32ThreadID,
-            facts: None,
-        });
+        threads.push((entry.th32OwnerProcessID, entry.th32ThreadID));
         // SAFETY: as above.
         more = unsafe { Thread32Next(snapshot.0, &raw mut entry) } != 0;
     }

@@ -15,9 +15,11 @@ use std::{path::Path, process::Command};
 use common::{kstack, scratch_dir, stdout_of};
 use kstack_abi::SourceFacts;
 use kstack_client::{
-    capture::{file::CaptureWriter, trace::TraceRecord},
+    capture::{
+        file::CaptureWriter,
+        trace::{SampleFacts, TraceRecord},
+    },
     naming::modules::ModuleMap,
-    sampling::SampleFacts,
     thread_list::{ThreadState, WaitReason},
 };
 use serde_json::Value;

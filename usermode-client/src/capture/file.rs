@@ -843,7 +843,7 @@ pub(crate) mod tests {
     use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 
     use crate::{
-        sampling::SampleFacts,
+        capture::trace::SampleFacts,
         thread_list::{ThreadState, WaitReason},
     };
 

@@ -22,7 +22,7 @@
 use kstack_abi::module_record::FILE_ENTRY_KIND;
 
 use crate::{
-    sampling::SampleFacts,
+    capture::trace::SampleFacts,
     thread_list::{ThreadState, WaitReason},
 };
 

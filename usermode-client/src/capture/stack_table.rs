@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::{
     capture::trace::TraceRecord,
-    clock::system_time_text,
+    clock::{cpu_time_text, system_time_text},
     naming::symbolizer::{Symbolizer, source_text},
     thread_list::{ThreadState, WaitReason},
 };
@@ -400,14 +400,6 @@ impl StackTable {
         lines.sort_unstable();
         lines
     }
-}
-
-/// A CPU time in 100 ns units, in milliseconds: `12.5 ms`.
-#[must_use]
-pub fn cpu_time_text(time: u64) -> String {
-    #[expect(clippy::cast_precision_loss, reason = "milliseconds to a tenth")]
-    let milliseconds = time as f64 / 10_000.0;
-    format!("{milliseconds:.1} ms")
 }
 
 /// How much of the table `kstack top` shows.

@@ -10,15 +10,46 @@ use kstack_abi::{
 use serde_json::{Value, json};
 
 use crate::{
-    capture::stack_table::cpu_time_text,
-    clock::system_time_text,
+    clock::{cpu_time_text, system_time_text},
     naming::symbolizer::{Symbolizer, source_text},
-    sampling::SampleFacts,
-    thread_list::ThreadState,
+    thread_list::{ThreadFacts, ThreadState, WaitReason},
 };
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
 pub const JSON_SCHEMA_VERSION: u32 = 5;
+
+/// What a sample says of its thread beside its stack: the thread's facts
+/// at the tick's listing, and whether its stack was captured or repeated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleFacts {
+    /// The scheduler's state when listed (`None`: the system did not say).
+    pub state: Option<ThreadState>,
+    /// What it waited for (meaningful when waiting).
+    pub wait_reason: WaitReason,
+    /// Kernel and user time since the thread's previous sample, 100 ns
+    /// units (0 for its first).
+    pub cpu_time: u64,
+    /// Written without an APC: the thread had not run since its stack was
+    /// last captured, and the sample repeats that stack.
+    pub repeated: bool,
+}
+
+impl SampleFacts {
+    /// The state, and for a waiting thread what it waited for:
+    /// `running`, `waiting (UserRequest)`, `state unknown`.
+    #[must_use]
+    pub fn state_text(&self) -> String {
+        ThreadFacts {
+            state: self.state,
+            wait_reason: self.wait_reason,
+            context_switches: 0,
+            kernel_time: 0,
+            user_time: 0,
+            create_time: 0,
+        }
+        .state_text()
+    }
+}
 
 /// One trace record: the protocol's header, and its frames owned.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use kstack_client::{
         stack_table,
         trace::{JSON_SCHEMA_VERSION, TraceRecord},
     },
-    clock::system_time_now,
+    clock::{cpu_time_text, system_time_now},
     device::{
         session::{self, Follow},
         transport::Transport,
@@ -186,13 +186,13 @@ fn listed_text(thread: &ProcessThread) -> String {
         None => "no facts (listed by Toolhelp)".to_owned(),
         Some(facts) if facts.state.is_none() => format!(
             "state unknown (the system lists none), CPU {}",
-            stack_table::cpu_time_text(facts.cpu_time())
+            cpu_time_text(facts.cpu_time())
         ),
         Some(facts) => format!(
             "{}, {} switches, CPU {}",
             facts.state_text(),
             facts.context_switches,
-            stack_table::cpu_time_text(facts.cpu_time())
+            cpu_time_text(facts.cpu_time())
         ),
     };
     format!(
