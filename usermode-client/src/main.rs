@@ -150,7 +150,6 @@ mod tests {
                     .split(" #")
                     .next()
                     .and_then(|command| command.split(" |").next())
-                    .and_then(|command| command.split(" >").next())
                     .and_then(|command| command.split(')').next())
                     .unwrap_or_default();
                 let words = command
