@@ -181,13 +181,20 @@ impl ThreadFacts {
     /// `running`, `waiting (UserRequest)`, `state unknown`.
     #[must_use]
     pub fn state_text(&self) -> String {
-        match self.state {
-            None => "state unknown".to_owned(),
-            Some(state) if self.waiting() => {
-                format!("{} ({})", state.name(), self.wait_reason.name())
-            }
-            Some(state) => state.name(),
+        state_text(self.state, self.wait_reason)
+    }
+}
+
+/// `state`, and for a waiting thread what it waited for: `running`,
+/// `waiting (UserRequest)`, `state unknown`.
+#[must_use]
+pub fn state_text(state: Option<ThreadState>, wait_reason: WaitReason) -> String {
+    match state {
+        None => "state unknown".to_owned(),
+        Some(ThreadState::WAITING) => {
+            format!("{} ({})", ThreadState::WAITING.name(), wait_reason.name())
         }
+        Some(state) => state.name(),
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::{
     clock::{cpu_time_text, system_time_text},
     naming::symbolizer::{Symbolizer, source_text},
-    thread_list::{ThreadFacts, ThreadState, WaitReason},
+    thread_list::{ThreadState, WaitReason, state_text},
 };
 
 /// Version of the JSON line schema (docs/client.md, "JSON output").
@@ -39,15 +39,7 @@ impl SampleFacts {
     /// `running`, `waiting (UserRequest)`, `state unknown`.
     #[must_use]
     pub fn state_text(&self) -> String {
-        ThreadFacts {
-            state: self.state,
-            wait_reason: self.wait_reason,
-            context_switches: 0,
-            kernel_time: 0,
-            user_time: 0,
-            create_time: 0,
-        }
-        .state_text()
+        state_text(self.state, self.wait_reason)
     }
 }
 
