@@ -50,7 +50,7 @@ pub struct SampleArgs {
         value_name = "PID",
         group = "processes",
         allow_negative_numbers = true,
-        value_parser = clap::value_parser!(u32).range(0..)
+        value_parser = threads::process_id()
     )]
     pids: Vec<u32>,
     /// Sample every process but the idle and system processes (the driver

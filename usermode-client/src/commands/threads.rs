@@ -57,7 +57,7 @@ pub struct ThreadsArgs {
         value_name = "PID",
         group = "targets",
         allow_negative_numbers = true,
-        value_parser = clap::value_parser!(u32).range(0..)
+        value_parser = process_id()
     )]
     pids: Vec<u32>,
     /// How long to wait for the captures, in milliseconds (1 to 60000).
@@ -70,6 +70,11 @@ pub struct ThreadsArgs {
     list: bool,
     #[command(flatten)]
     format: RecordFormat,
+}
+
+/// `--pid`: any 32-bit process id; a negative one gets the range error.
+pub fn process_id() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(0..)
 }
 
 /// `--timeout-ms`: a capture-threads request's timeout, as the driver
