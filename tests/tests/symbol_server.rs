@@ -25,10 +25,7 @@ use std::{
 
 use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, UserPart, stack_id};
 use kstack_client::{
-    capture::{
-        file::{CaptureView, CaptureWriter},
-        trace::TraceRecord,
-    },
+    capture::{reader::read_whole, trace::TraceRecord, writer::CaptureWriter},
     naming::{
         identity::{self, ImageIdentity},
         modules::{Module, ModuleMap},
@@ -146,11 +143,9 @@ fn capture_of(size: u32, identity: Option<&ImageIdentity>, entry_rva: u32) -> Ve
         frames: frames.into(),
         sample: None,
     };
-    let mut out = Vec::new();
-    let mut writer = CaptureWriter::new(&mut out, &modules).unwrap();
+    let mut writer = CaptureWriter::new(Vec::new(), &modules).unwrap();
     writer.append(&record).unwrap();
-    writer.finish().unwrap();
-    out
+    writer.finish().unwrap().out
 }
 
 /// Frame 0 of `capture` named through `symbol_path`.
@@ -161,11 +156,11 @@ fn frame_0(capture: &[u8], symbol_path: &str) -> String {
 /// Frame 0 of `capture` named through `symbol_path`, and where in the
 /// source it is.
 fn frame_0_and_source(capture: &[u8], symbol_path: &str) -> (String, Vec<SourceFrame>) {
-    let view = CaptureView::parse(capture).unwrap();
-    let symbolizer = Symbolizer::new(view.modules.clone())
+    let read = read_whole(capture).unwrap();
+    let symbolizer = Symbolizer::new(read.modules)
         .showing_tracer_frames()
         .with_functions(Box::new(PdbFiles::new(symbol_path)));
-    let record = view.records().next().unwrap().unwrap();
+    let record = &read.records[0];
     let source = symbolizer.source(None, record.frames[0]);
     (record.locations(&symbolizer).remove(0), source)
 }

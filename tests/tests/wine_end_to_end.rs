@@ -734,19 +734,16 @@ fn function_of(location: &str) -> &str {
 /// `kstack.sys+0x...`.
 fn linux_names_as_windows(context: &Context, capture: &Path, expected: &str) -> WineResult<()> {
     use kstack_client::{
-        capture::file::CaptureView,
+        capture::reader::read_whole,
         naming::{pdb_files::PdbFiles, symbolizer::Symbolizer},
     };
-    let bytes = std::fs::read(capture).map_err(|error| format!("reading the capture: {error}"))?;
-    let view = CaptureView::parse(&bytes).map_err(|error| error.to_string())?;
-    let record = view
-        .records()
-        .next()
-        .ok_or("the capture holds no record")?
-        .map_err(|error| error.to_string())?;
+    let file =
+        std::fs::File::open(capture).map_err(|error| format!("reading the capture: {error}"))?;
+    let read = read_whole(file).map_err(|error| error.to_string())?;
+    let record = read.records.first().ok_or("the capture holds no record")?;
     let address = *record.frames.first().ok_or("a record without frames")?;
     let symbolizer_of = |symbol_path: &Path| {
-        Symbolizer::new(view.modules.clone())
+        Symbolizer::new(read.modules.clone())
             .showing_tracer_frames()
             .with_functions(Box::new(PdbFiles::new(&symbol_path.display().to_string())))
     };
@@ -759,7 +756,7 @@ fn linux_names_as_windows(context: &Context, capture: &Path, expected: &str) -> 
     ensure(named == expected, || {
         format!("the Linux client named frame 0 {named}, the Windows client under Wine {expected}")
     })?;
-    let (_, rva) = view
+    let (_, rva) = read
         .modules
         .find(address)
         .ok_or("frame 0 is in no module")?;
@@ -943,12 +940,15 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     wine.client_ok(&["clear"])?;
     // The Windows client wrote it; the Linux build of the same library
     // reads it.
-    let bytes = std::fs::read(&capture).map_err(|error| format!("reading the capture: {error}"))?;
-    let view = kstack_client::capture::file::CaptureView::parse(&bytes)
-        .map_err(|error| format!("parsing the capture on Linux: {error}"))?;
+    let file =
+        std::fs::File::open(&capture).map_err(|error| format!("reading the capture: {error}"))?;
+    let read = kstack_client::capture::reader::read_whole(file)
+        .map_err(|error| format!("reading the capture on Linux: {error}"))?;
+    ensure(read.health.is_whole(), || {
+        format!("the capture: {}", read.health)
+    })?;
     let mut table = kstack_client::capture::stack_table::StackTable::default();
-    for record in view.records() {
-        let record = record.map_err(|error| format!("a record of the capture: {error}"))?;
+    for record in read.records {
         ensure(record.source() == kstack_abi::Source::Timer, || {
             format!("a {:?} record in a timer capture", record.source())
         })?;
@@ -968,22 +968,22 @@ fn save_and_analyze(context: &Context) -> WineResult<()> {
     )?;
     let (start, _) = kstack_image_range(&context.package)?;
     ensure(
-        view.modules
+        read.modules
             .find(start)
             .is_some_and(|(module, _)| module.name == "kstack.sys"),
-        || format!("the saved module list lacks kstack.sys: {:?}", view.modules),
+        || format!("the saved module list lacks kstack.sys: {:?}", read.modules),
     )?;
     // It carries kstack.sys's identity (what a symbol server files kstack.pdb
     // under), read from the installed image: the package's.
     let expected = kstack_client::naming::identity::of_file(&context.package.join("kstack.sys"))?;
-    let saved = view
+    let saved = read
         .modules
         .find(start)
-        .and_then(|(module, _)| view.modules.identity(module));
+        .and_then(|(module, _)| read.modules.identity(module));
     ensure(saved == Some(&expected), || {
         format!("kstack.sys's saved identity {saved:?}, the package's {expected:?}")
     })?;
-    folded_agrees_with_linux(wine, &table, &view.modules)?;
+    folded_agrees_with_linux(wine, &table, &read.modules)?;
     let top = json_lines(&wine.client_ok(&["top", "--json", "--input", "e2e.kstack"])?)?;
     let counted: u64 = top.iter().filter_map(|stack| stack["count"].as_u64()).sum();
     ensure(

@@ -22,9 +22,10 @@ use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 use kstack_client::naming::{identity, pdb_files::PdbFiles};
 use kstack_client::{
     capture::{
-        file::{CaptureView, CaptureWriter},
+        reader::{CaptureReader, Item},
         stack_table::StackTable,
         trace::TraceRecord,
+        writer::CaptureWriter,
     },
     naming::{
         modules::{Module, ModuleMap},
@@ -101,17 +102,19 @@ fn capture_of(modules: &ModuleMap, frames: impl Fn(u64) -> Vec<u64>) -> Vec<u8> 
         };
         writer.append(&record).expect("writing to memory");
     }
-    writer.finish().expect("writing to memory")
+    writer.finish().expect("writing to memory").out
 }
 
 fn table(bytes: &[u8]) -> (StackTable, ModuleMap) {
-    let view = CaptureView::parse(bytes).expect("a valid capture");
+    let mut capture = CaptureReader::open(bytes).expect("a valid capture");
     let mut table = StackTable::default();
-    for record in view.records() {
-        let record = record.expect("a valid record");
-        table.add(&record);
+    while let Some(item) = capture.next_item() {
+        if let Item::Record(record) = item.expect("a valid record") {
+            table.add(&record);
+        }
     }
-    (table, view.modules)
+    assert!(capture.health().is_whole());
+    (table, capture.modules)
 }
 
 /// The package folder: `$KSTACK_PACKAGE_DIR`, else `target/kstack-package`.

@@ -21,7 +21,7 @@ use std::{
 use criterion::{Criterion, Throughput};
 use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, ThreadRequestOutcome, UserPart};
 use kstack_client::{
-    capture::{file::CaptureWriter, trace::TraceRecord},
+    capture::{trace::TraceRecord, writer::CaptureWriter},
     naming::modules::ModuleMap,
     sampling::{SampleSettings, Sampler, Selection},
     thread_list::{ProcessThread, ThreadFacts, ThreadState, WaitReason},

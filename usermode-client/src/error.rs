@@ -15,7 +15,7 @@ use kstack_abi::{
     },
 };
 
-use crate::{capture::file::CaptureError, thread_list::ThreadListError};
+use crate::{capture::format::CaptureError, thread_list::ThreadListError};
 
 /// Win32 `ERROR_FILE_NOT_FOUND` / `ERROR_PATH_NOT_FOUND`: no such device.
 const ERROR_FILE_NOT_FOUND: u32 = 2;
@@ -42,6 +42,9 @@ pub mod exit_code {
     pub const FILE: u8 = 8;
     /// There were no records to analyze.
     pub const NO_RECORDS: u8 = 9;
+    /// The command did its work, but a capture it read was cut short or
+    /// damaged: what it lost is said on stderr, everything else was used.
+    pub const INCOMPLETE_CAPTURE: u8 = 10;
 }
 
 /// A failure with its explanation.
@@ -458,6 +461,7 @@ mod tests {
             exit_code::MALFORMED_REPLY,
             exit_code::FILE,
             exit_code::NO_RECORDS,
+            exit_code::INCOMPLETE_CAPTURE,
         ];
         for (i, a) in codes.iter().enumerate() {
             assert!(!codes[i + 1..].contains(a));

@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand};
 use kstack_client::error::{self, ClientError};
 
 use commands::{
-    clear, config, export, flamegraph, folded, modules, output, read, sample, save, selftest,
-    status, threads, top, watch,
+    clear, config, export, flamegraph, folded, input, modules, output, read, sample, save,
+    selftest, status, threads, top, watch,
 };
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
@@ -73,6 +73,9 @@ fn main() -> ExitCode {
         }
     };
     match run(&cli.command) {
+        Ok(()) if input::INCOMPLETE_CAPTURE.load(std::sync::atomic::Ordering::Relaxed) => {
+            ExitCode::from(error::exit_code::INCOMPLETE_CAPTURE)
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             kstack_client::eprintln_fitted!("kstack: {error}");

@@ -627,7 +627,7 @@ mod tests {
 
     /// A record of `facts` whose one frame is `stack`.
     fn trace(facts: SourceFacts, stack: u64) -> TraceRecord {
-        let mut record = crate::capture::file::tests::record(1, facts, &[stack]);
+        let mut record = crate::capture::writer::tests::record(1, facts, &[stack]);
         record.header.process_id = PROCESS;
         record
     }

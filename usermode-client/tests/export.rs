@@ -17,7 +17,7 @@ use std::{
 };
 
 use common::{check_golden, kstack, scratch_dir, stdout_of, write_capture};
-use kstack_client::{capture::file::CaptureWriter, naming::modules::ModuleMap};
+use kstack_client::{capture::writer::CaptureWriter, naming::modules::ModuleMap};
 use serde_json::Value;
 
 /// The speedscope release whose schema the speedscope export is checked
@@ -534,8 +534,13 @@ fn export_bad_inputs_get_a_clear_error_and_lose_nothing() {
     let capture = dir.join("sample.kstack");
     write_capture(&capture);
     let bytes = std::fs::read(&capture).unwrap();
+    // Cut inside its one block of records: none can be read.
     let cut = dir.join("cut.kstack");
     std::fs::write(&cut, &bytes[..bytes.len() - 40]).unwrap();
+    let mut damaged = bytes.clone();
+    damaged[9] ^= 1;
+    let damaged_header = dir.join("damaged.kstack");
+    std::fs::write(&damaged_header, &damaged).unwrap();
     let existing = dir.join("existing.pb.gz");
     std::fs::write(&existing, "keep me").unwrap();
     let export_to = |input: &Path, extra: &[&str]| {
@@ -555,15 +560,18 @@ fn export_bad_inputs_get_a_clear_error_and_lose_nothing() {
             .concat(),
         )
     };
-    // A damaged capture is refused before anything is written, --force or
-    // not; an existing output is not replaced without --force.
-    for (input, extra, message) in [
-        (&cut, &["--force"][..], "the capture was not finished"),
-        (&capture, &[][..], "--force"),
+    // A capture whose header is damaged is refused before anything is
+    // written, and one cut before its first whole block of records has
+    // nothing to export, --force or not; an existing output is not
+    // replaced without --force.
+    for (input, extra, code, message) in [
+        (&damaged_header, &["--force"][..], 8, "are damaged"),
+        (&cut, &["--force"][..], 9, "it was cut short"),
+        (&capture, &[][..], 8, "--force"),
     ] {
         let output = export_to(input, extra);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(8), "{stderr}");
+        assert_eq!(output.status.code(), Some(code), "{stderr}");
         assert!(stderr.contains(message), "{stderr}");
         assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
     }
@@ -576,8 +584,35 @@ fn export_bad_inputs_get_a_clear_error_and_lose_nothing() {
         .collect();
     assert_eq!(
         names,
-        BTreeSet::from(["cut.kstack", "existing.pb.gz", "sample.kstack"].map(str::to_owned))
+        BTreeSet::from(
+            [
+                "cut.kstack",
+                "damaged.kstack",
+                "existing.pb.gz",
+                "sample.kstack"
+            ]
+            .map(str::to_owned)
+        )
     );
+    // Cut in its end marker only: every record is exported, and the exit
+    // code (10) and a warning say the capture was incomplete.
+    let end_cut = dir.join("end-cut.kstack");
+    std::fs::write(&end_cut, &bytes[..bytes.len() - 10]).unwrap();
+    let output = export_to(&end_cut, &["--force"]);
+    // Unwrapped, as a terminal's width may wrap it anywhere.
+    let stderr = String::from_utf8_lossy(&output.stderr)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(output.status.code(), Some(10), "{stderr}");
+    assert!(
+        stderr.contains("is incomplete: it was cut short"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("kstack export: "), "{stderr}");
+    let whole = std::fs::read(&existing).unwrap();
+    assert!(export_to(&capture, &["--force"]).status.success());
+    assert_eq!(std::fs::read(&existing).unwrap(), whole, "the same profile");
     // A capture of no records is nothing to export (exit code 9).
     let empty = dir.join("empty.kstack");
     let file = std::fs::File::create(&empty).unwrap();

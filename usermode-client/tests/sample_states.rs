@@ -16,8 +16,8 @@ use common::{kstack, scratch_dir, stdout_of};
 use kstack_abi::SourceFacts;
 use kstack_client::{
     capture::{
-        file::CaptureWriter,
         trace::{SampleFacts, TraceRecord},
+        writer::CaptureWriter,
     },
     naming::modules::ModuleMap,
     thread_list::{ThreadState, WaitReason},

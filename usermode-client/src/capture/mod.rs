@@ -4,8 +4,13 @@
 //! records grouped by stack that `top`, folded stacks and flamegraphs
 //! are drawn from.
 
-pub mod file;
+pub mod block;
+pub mod entry_walk;
+pub mod format;
+pub mod legacy;
+pub mod reader;
 pub mod sample_entry;
 pub mod stack_table;
 pub mod state_filter;
 pub mod trace;
+pub mod writer;

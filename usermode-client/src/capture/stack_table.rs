@@ -10,7 +10,7 @@ use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
 use crate::{
-    capture::trace::TraceRecord,
+    capture::trace::{LOST_STACK, TraceRecord},
     clock::{cpu_time_text, system_time_text},
     naming::symbolizer::{Symbolizer, source_text},
     thread_list::{ThreadState, WaitReason},
@@ -118,6 +118,9 @@ pub struct StackSummary {
     pub first_process_id: u32,
     /// The latest record.
     pub last: Sighting,
+    /// Whether its frames were lost with damaged bytes of a capture (see
+    /// [`TraceRecord::stack_lost`]): it is shown as [`LOST_STACK`].
+    pub lost: bool,
 }
 
 impl StackSummary {
@@ -195,6 +198,9 @@ impl StackSummary {
     /// [`StackSummary::user_locations`] names them.
     #[must_use]
     pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
+        if self.lost {
+            return vec![LOST_STACK.to_owned()];
+        }
         let mut locations = symbolizer.locations(self.shown_kernel_frames(symbolizer));
         locations.extend(self.user_locations(symbolizer));
         locations
@@ -205,6 +211,13 @@ impl StackSummary {
     /// file:line`, see `source_text`), and whether it is a user-mode frame.
     #[must_use]
     pub fn frame_texts(&self, symbolizer: &Symbolizer) -> Vec<FrameText> {
+        if self.lost {
+            return vec![FrameText {
+                line: LOST_STACK.to_owned(),
+                inlined: Vec::new(),
+                user: false,
+            }];
+        }
         let kernel = self.shown_kernel_frames(symbolizer).len();
         let user = (self.first_process_id, self.first.timestamp);
         self.locations(symbolizer)
@@ -229,6 +242,9 @@ impl StackSummary {
     /// (innermost first), each `module!function`.
     #[must_use]
     pub fn calls(&self, symbolizer: &Symbolizer) -> Vec<(u64, String)> {
+        if self.lost {
+            return vec![(0, LOST_STACK.to_owned())];
+        }
         let kernel = self.shown_kernel_frames(symbolizer).len();
         let user = (self.first_process_id, self.first.timestamp);
         let mut calls = Vec::new();
@@ -296,6 +312,7 @@ impl StackTable {
                 first: seen,
                 first_process_id: header.process_id,
                 last: seen,
+                lost: record.stack_lost(),
             });
         summary.per_source[header.facts.source().index()] += 1;
         let count = summary.per_origin.entry(Origin::of(record)).or_default();
@@ -546,7 +563,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::{
-        capture::{file::tests::record, trace::TraceRecord},
+        capture::{trace::TraceRecord, writer::tests::record},
         naming::{
             modules::{ModuleMap, tests::sample_map},
             symbolizer::tests::{DISPATCH, TableSource, with_dispatch},

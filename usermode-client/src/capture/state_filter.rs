@@ -89,7 +89,7 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::capture::file::tests::{record, sampled, thread_stack};
+    use crate::capture::writer::tests::{record, sampled, thread_stack};
 
     fn sample(state: Option<ThreadState>) -> TraceRecord {
         sampled(thread_stack(1, 8, &[1]), state, 0)

@@ -56,6 +56,19 @@ pub struct TraceRecord {
     pub sample: Option<SampleFacts>,
 }
 
+/// How a stack whose frames were lost is shown, in place of its frames.
+pub const LOST_STACK: &str = "[stack lost: stored only in damaged bytes of the capture]";
+
+impl TraceRecord {
+    /// Whether this record's stack was stored only in damaged bytes of its
+    /// capture (see `capture::reader`): it names its stack by id and has
+    /// no frames; it is shown as [`LOST_STACK`].
+    #[must_use]
+    pub fn stack_lost(&self) -> bool {
+        self.frames.is_empty() && self.header.flags.contains(RecordFlags::STACK_BY_ID)
+    }
+}
+
 impl From<&RecordView<'_>> for TraceRecord {
     fn from(view: &RecordView<'_>) -> Self {
         Self {
@@ -262,6 +275,10 @@ impl TraceRecord {
             let _ = writeln!(out, "  CallTrace: {}", self.locations(symbolizer).join("|"));
             return out;
         }
+        if self.stack_lost() {
+            let _ = writeln!(out, "  {LOST_STACK}");
+            return out;
+        }
         let hidden = symbolizer.hidden_tracer_frames(self.kernel_frames());
         let kernel = self.kernel_frames().len() - hidden;
         let user_32_bit = self.shows_user_frames_as_32_bit();
@@ -306,6 +323,9 @@ impl TraceRecord {
     /// [`Symbolizer::user_location`]).
     #[must_use]
     pub fn locations(&self, symbolizer: &Symbolizer) -> Vec<String> {
+        if self.stack_lost() {
+            return vec![LOST_STACK.to_owned()];
+        }
         let mut locations = symbolizer.locations(self.shown_kernel_frames(symbolizer));
         locations.extend(symbolizer.user_locations(&self.header, self.user_frames()));
         locations
@@ -335,6 +355,9 @@ impl TraceRecord {
         }
         if self.header.flags.contains(RecordFlags::WOW64) {
             flags.push("wow64");
+        }
+        if self.stack_lost() {
+            flags.push("stack_lost");
         }
         json!({
             "schema": JSON_SCHEMA_VERSION,

@@ -1,19 +1,24 @@
 //! Where analyzed records come from: a saved capture (any OS), or the
 //! driver (drained once, or followed for --duration seconds).
 
-use std::path::{Path, PathBuf};
+use std::{
+    fs::File,
+    io,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use clap::Args;
 use kstack_client::{
     capture::{
-        file::{CaptureError, CaptureView},
+        reader::{CaptureReader, Health, Item, ReadError},
         stack_table::StackTable,
         state_filter::{FilterCounts, StateFilter},
         trace::TraceRecord,
     },
     device::session,
     error::ClientError,
-    naming::symbolizer::Symbolizer,
+    naming::{modules::ModuleMap, process_modules::ProcessModules, symbolizer::Symbolizer},
     thread_list::ThreadState,
 };
 
@@ -95,26 +100,43 @@ impl AnalysisInput {
 }
 
 /// Reads the capture file at `path` and hands each of its records, in
-/// order, to `each` with the symbolizer for the file's module list and
-/// `symbols`; returns that symbolizer. A damaged record ends it with the
-/// file's error.
+/// order, to `each` with the symbolizer for the file's module lists and
+/// `symbols`, kept current with its module records; returns that
+/// symbolizer. What the file lost (damage, a cut) is said on stderr when
+/// it is read (see [`note_health`]).
 pub fn for_each_saved_record(
     path: &Path,
     symbols: &SymbolsArg,
     mut each: impl FnMut(&TraceRecord, &Symbolizer),
 ) -> Result<Symbolizer, ClientError> {
-    let bytes = read_file(path)?;
-    let mut capture = parse_capture(path, &bytes)?;
-    let symbolizer = symbols
+    let mut capture = open_capture(path)?;
+    let mut symbolizer = symbols
         .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)
         .with_processes(std::mem::take(&mut capture.processes));
-    for record in capture.records() {
-        each(
-            &record.map_err(|error| capture_error(path, error))?,
-            &symbolizer,
-        );
+    while let Some(item) = capture.next_item() {
+        match item.map_err(|error| read_error(path, error))? {
+            Item::Record(record) => each(&record, &symbolizer),
+            Item::Module(change) => symbolizer.note_modules(std::slice::from_ref(&change)),
+            Item::LoadedImages(images) => {
+                for (module, identity) in images {
+                    symbolizer.note_loaded_identity(&module, identity);
+                }
+            }
+        }
     }
+    note_health(path, capture.health());
     Ok(symbolizer)
+}
+
+/// The module lists of the capture file at `path`: the kernel's, and each
+/// process's with every module record and loaded image's identity noted.
+pub fn saved_module_lists(path: &Path) -> Result<(ModuleMap, ProcessModules), ClientError> {
+    let mut capture = open_capture(path)?;
+    while let Some(record) = capture.next_record() {
+        record.map_err(|error| read_error(path, error))?;
+    }
+    note_health(path, capture.health());
+    Ok((capture.modules, capture.processes))
 }
 
 /// Hands each record of a capture file or from the driver that the state
@@ -181,17 +203,43 @@ pub fn trace_records(
     Ok((records, symbolizer))
 }
 
-pub fn read_file(path: &Path) -> Result<Vec<u8>, ClientError> {
-    std::fs::read(path).map_err(|error| ClientError::file(path, "reading", &error))
+/// Opens the capture file at `path` and reads its module lists.
+fn open_capture(path: &Path) -> Result<CaptureReader<File>, ClientError> {
+    if path.is_dir() {
+        return Err(ClientError::file(
+            path,
+            "reading",
+            &io::Error::other("it is a folder; give a capture file written by kstack save"),
+        ));
+    }
+    let file = File::open(path).map_err(|error| ClientError::file(path, "reading", &error))?;
+    CaptureReader::open(file).map_err(|error| read_error(path, error))
 }
 
-pub fn parse_capture<'a>(path: &Path, bytes: &'a [u8]) -> Result<CaptureView<'a>, ClientError> {
-    CaptureView::parse(bytes).map_err(|error| capture_error(path, error))
+fn read_error(path: &Path, error: ReadError) -> ClientError {
+    match error {
+        ReadError::Io(error) => ClientError::file(path, "reading", &error),
+        ReadError::Capture(error) => ClientError::Capture {
+            path: path.display().to_string(),
+            error,
+        },
+    }
 }
 
-fn capture_error(path: &Path, error: CaptureError) -> ClientError {
-    ClientError::Capture {
-        path: path.display().to_string(),
-        error,
+/// Whether a capture read was not whole: the process then ends with
+/// `exit_code::INCOMPLETE_CAPTURE` (its output is complete for what could
+/// be read).
+pub static INCOMPLETE_CAPTURE: AtomicBool = AtomicBool::new(false);
+
+/// Says on stderr what the capture at `path` lost, if anything, and notes
+/// it in [`INCOMPLETE_CAPTURE`].
+fn note_health(path: &Path, health: &Health) {
+    if !health.is_whole() {
+        INCOMPLETE_CAPTURE.store(true, Ordering::Relaxed);
+        kstack_client::eprintln_fitted!(
+            "kstack: warning: {} is incomplete: {}; everything else in it was read",
+            path.display(),
+            health
+        );
     }
 }

@@ -22,7 +22,7 @@ use kstack_client::{
 use serde_json::json;
 
 use super::{
-    input::{parse_capture, read_file},
+    input::saved_module_lists,
     live::{live_modules, open_device},
     output::JsonArg,
 };
@@ -48,17 +48,16 @@ pub fn run(args: &ModulesArgs) -> Result<(), ClientError> {
     let out = &mut listing;
     let _ = match (&args.input, args.processes) {
         (Some(path), processes) => {
-            let bytes = read_file(path)?;
-            let capture = parse_capture(path, &bytes)?;
+            let (modules, process_modules) = saved_module_lists(path)?;
             if processes {
-                if holds_nothing(&capture.processes) {
+                if holds_nothing(&process_modules) {
                     return Err(ClientError::NoProcessModules {
                         path: path.display().to_string(),
                     });
                 }
-                write_processes(out, &capture.processes, args.json.json)
+                write_processes(out, &process_modules, args.json.json)
             } else {
-                write_modules(out, &capture.modules, None, args.json.json)
+                write_modules(out, &modules, None, args.json.json)
             }
         }
         (None, true) => {

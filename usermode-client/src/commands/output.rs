@@ -174,10 +174,7 @@ pub fn check_output(path: &Path, force: bool, input: Option<&Path>) -> Result<()
 }
 
 /// Creates `path`, refusing to replace it without `force`.
-pub fn create_output(
-    path: &Path,
-    force: bool,
-) -> Result<io::BufWriter<std::fs::File>, ClientError> {
+pub fn create_output(path: &Path, force: bool) -> Result<std::fs::File, ClientError> {
     check_output(path, force, None)?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true);
@@ -195,7 +192,7 @@ pub fn create_output(
             ClientError::file(path, "creating", &error)
         }
     })?;
-    Ok(io::BufWriter::new(file))
+    Ok(file)
 }
 
 /// Removes a half-written output, so nothing that looks finished is wrong.

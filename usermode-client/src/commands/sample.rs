@@ -34,7 +34,7 @@ use kstack_client::{
 use super::{
     live::{follow_summary_text, open_device, stop_flag},
     output::{ForceArg, discard},
-    save::{append_batch, finish_capture, start_capture},
+    save::{SyncArgs, append_batch, finish_capture, start_capture},
     symbols::SymbolsArg,
     threads::{self, fresh_tag, require_apc, with_thread_stacks},
     top,
@@ -89,6 +89,8 @@ pub struct SampleArgs {
     file: PathBuf,
     #[command(flatten)]
     force: ForceArg,
+    #[command(flatten)]
+    sync: SyncArgs,
     /// Show `kstack top --live`'s view of the records as they are written
     /// (q or Ctrl-C ends the sample).
     #[arg(long)]
@@ -124,7 +126,7 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
         timeout_ms: args.timeout_ms,
     };
     let path = args.file.as_path();
-    let (mut writer, ..) = start_capture(&mut device, path, args.force.force)?;
+    let (mut writer, ..) = start_capture(&mut device, path, args.force.force, &args.sync)?;
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
     let symbolizer = if args.live {
         Some(
@@ -172,13 +174,13 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
     })
     .inspect_err(|_| discard(path))?;
     let saved = writer.trace_records();
-    let (finished, end) = finish_capture(writer, path, sampled, saved, "sample")?;
+    let ((finished, end), syncs) = finish_capture(writer, path, sampled, saved, "sample")?;
     eprint_fitted(&summary_text(
         &finished,
         &settings,
         &end,
         &read,
-        &path.display().to_string(),
+        &format!("{}, {}", path.display(), args.sync.text(syncs)),
     ));
     Ok(())
 }

@@ -410,7 +410,7 @@ pub(crate) mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture::file::tests::record, device::test_support::sample_status};
+    use crate::{capture::writer::tests::record, device::test_support::sample_status};
 
     pub const LEAF: u64 = 0xFFFF_F801_2340_0010;
     pub const ROOT: u64 = 0xFFFF_F800_0000_0020;

@@ -216,6 +216,12 @@ impl Symbolizer {
         }
     }
 
+    /// Notes the identity of an image a module record loaded (a saved
+    /// capture's): its PDB is then found by it.
+    pub fn note_loaded_identity(&mut self, module: &Module, identity: ImageIdentity) {
+        self.processes.set_loaded_identity(module, identity);
+    }
+
     /// A user frame of `record`'s process named `module!function+0xoffset`
     /// or `module+0xoffset` after that process's modules at the record's
     /// time, else as [`Self::name`] names any frame; `None` when nothing

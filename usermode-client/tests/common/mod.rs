@@ -12,7 +12,7 @@ use kstack_abi::{
     stack_id,
 };
 use kstack_client::{
-    capture::{file::CaptureWriter, trace::TraceRecord},
+    capture::{trace::TraceRecord, writer::CaptureWriter},
     naming::{
         identity::{DebugIdentity, ImageIdentity},
         modules::{Module, ModuleMap},

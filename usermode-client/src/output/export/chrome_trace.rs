@@ -65,7 +65,7 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture::file::tests::record, naming::modules::tests::sample_map};
+    use crate::{capture::writer::tests::record, naming::modules::tests::sample_map};
 
     #[test]
     fn records_become_instant_events_in_time_order() {

@@ -14,7 +14,10 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 
 use crate::{
-    capture::stack_table::{StackSummary, StackTable},
+    capture::{
+        stack_table::{StackSummary, StackTable},
+        trace::LOST_STACK,
+    },
     clock::system_time_unix_nanos,
     naming::{
         modules::Module,
@@ -164,18 +167,22 @@ fn profile(table: &StackTable, symbolizer: &Symbolizer) -> proto::Profile {
     let mut samples = Vec::new();
     for stack in table.ranked() {
         let kernel = stack.shown_kernel_frames(symbolizer).len();
-        let location_id: Vec<u64> = stack
-            .shown_frames(symbolizer)
-            .iter()
-            .enumerate()
-            .map(|(index, &address)| {
-                if index < kernel {
-                    builder.location_id(address)
-                } else {
-                    builder.user_location_id(stack, address)
-                }
-            })
-            .collect();
+        let location_id: Vec<u64> = if stack.lost {
+            vec![builder.lost_location_id()]
+        } else {
+            stack
+                .shown_frames(symbolizer)
+                .iter()
+                .enumerate()
+                .map(|(index, &address)| {
+                    if index < kernel {
+                        builder.location_id(address)
+                    } else {
+                        builder.user_location_id(stack, address)
+                    }
+                })
+                .collect()
+        };
         // Records of the stack per source, process, thread and state: one
         // sample each, so pprof can focus on any of them (-tagfocus).
         for (origin, count) in &stack.per_origin {
@@ -255,6 +262,8 @@ struct Builder<'a> {
     location_ids: HashMap<u64, u64>,
     /// User frames named after a process's module, by address and name.
     user_location_ids: HashMap<(u64, String), u64>,
+    /// The location of stacks lost with damaged bytes, once made.
+    lost_location_id: Option<u64>,
 }
 
 impl<'a> Builder<'a> {
@@ -269,6 +278,7 @@ impl<'a> Builder<'a> {
             locations: Vec::new(),
             location_ids: HashMap::new(),
             user_location_ids: HashMap::new(),
+            lost_location_id: None,
         }
     }
 
@@ -338,6 +348,18 @@ impl<'a> Builder<'a> {
     }
 
     /// The location of a frame address.
+    /// The one location of a stack whose frames were lost: no address,
+    /// named [`LOST_STACK`].
+    fn lost_location_id(&mut self) -> u64 {
+        if let Some(id) = self.lost_location_id {
+            return id;
+        }
+        let lines = self.lines(None, LOST_STACK);
+        let id = self.add_location(0, 0, lines);
+        self.lost_location_id = Some(id);
+        id
+    }
+
     fn location_id(&mut self, address: u64) -> u64 {
         if let Some(&id) = self.location_ids.get(&address) {
             return id;
@@ -430,8 +452,8 @@ mod tests {
     use super::*;
     use crate::{
         capture::{
-            file::tests::{record, sampled, thread_stack},
             trace::TraceRecord,
+            writer::tests::{record, sampled, thread_stack},
         },
         naming::{
             modules::tests::sample_map,

@@ -81,7 +81,7 @@ mod tests {
     use kstack_abi::SourceFacts;
 
     use super::*;
-    use crate::{capture::file::tests::record, naming::modules::tests::sample_map};
+    use crate::{capture::writer::tests::record, naming::modules::tests::sample_map};
 
     const LEAF: u64 = 0xFFFF_F801_2340_0010;
     const ROOT: u64 = 0xFFFF_F800_0000_0020;
