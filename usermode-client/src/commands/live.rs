@@ -153,17 +153,27 @@ pub fn open_device() -> Result<device::Device, ClientError> {
     device::Device::open()
 }
 
-#[cfg(not(windows))]
+#[cfg(all(not(windows), not(feature = "test-support")))]
 pub fn open_device() -> Result<NoDevice, ClientError> {
     Err(ClientError::NeedsWindows)
 }
 
+/// The client's own tests build it with `test-support`: then a test can
+/// stand a driver that never runs dry in for the device (see
+/// `EndlessDriver`); without one, as without the feature.
+#[cfg(all(not(windows), feature = "test-support"))]
+pub fn open_device()
+-> Result<kstack_client::device::test_support::EndlessDriver, ClientError> {
+    kstack_client::device::test_support::EndlessDriver::from_environment()
+        .ok_or(ClientError::NeedsWindows)
+}
+
 /// Stands in for the device where there is none, so commands type-check
 /// and say plainly that they need Windows.
-#[cfg(not(windows))]
+#[cfg(all(not(windows), not(feature = "test-support")))]
 pub enum NoDevice {}
 
-#[cfg(not(windows))]
+#[cfg(all(not(windows), not(feature = "test-support")))]
 impl Transport for NoDevice {
     fn control(
         &mut self,

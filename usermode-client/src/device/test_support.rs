@@ -151,3 +151,83 @@ pub fn sample_status() -> StatusResponse {
         },
     }
 }
+
+/// A driver whose ring never runs dry, for tests that kill the client in
+/// the middle of a capture: each read returns [`EndlessDriver::BATCH`]
+/// timer records numbered on from 1, over eight stacks, after writing the
+/// last sequence number it hands out to its log (a line per read, written
+/// through at once), so a test knows what was drained when it killed.
+/// The Linux test build of `kstack` opens it in place of the device when
+/// [`EndlessDriver::ENVIRONMENT_VARIABLE`] names the log.
+pub struct EndlessDriver {
+    next: u64,
+    log: std::fs::File,
+}
+
+impl EndlessDriver {
+    /// Records per read.
+    pub const BATCH: u64 = 50;
+    /// The variable naming the log; the driver exists only when it is set.
+    pub const ENVIRONMENT_VARIABLE: &str = "KSTACK_TEST_ENDLESS_DRIVER_LOG";
+
+    /// The driver the environment asks for, if any.
+    ///
+    /// # Panics
+    /// When the log cannot be created.
+    #[must_use]
+    pub fn from_environment() -> Option<Self> {
+        let path = std::env::var_os(Self::ENVIRONMENT_VARIABLE)?;
+        Some(Self {
+            next: 1,
+            log: std::fs::File::create(path).expect("the endless driver's log"),
+        })
+    }
+
+    /// The stack of the record `sequence`.
+    #[must_use]
+    pub fn stack(sequence: u64) -> [u64; 3] {
+        let stack = sequence % 8;
+        [
+            0xFFFF_F800_0000_1000 + stack,
+            0xFFFF_F800_0000_2000,
+            0xFFFF_F800_0000_3000,
+        ]
+    }
+}
+
+impl crate::device::transport::Transport for EndlessDriver {
+    fn control(
+        &mut self,
+        code: u32,
+        _input: &[u8],
+        output: &mut [u8],
+    ) -> crate::device::transport::Reply {
+        use std::io::Write as _;
+        let bytes = if code == kstack_abi::Ioctl::Status.code() {
+            let mut bytes = vec![0; kstack_abi::messages::STATUS_RESPONSE_SIZE];
+            sample_status().encode(&mut bytes);
+            bytes
+        } else if code == kstack_abi::Ioctl::Read.code() {
+            let first = self.next;
+            self.next += Self::BATCH;
+            let records: Vec<u8> = (first..self.next)
+                .flat_map(|sequence| {
+                    let stack = Self::stack(sequence);
+                    record_bytes(sequence, SourceFacts::Timer, RecordFlags::NONE, &stack, &stack)
+                })
+                .collect();
+            writeln!(self.log, "{}", self.next - 1).expect("the endless driver's log");
+            read_reply(&records, u32::try_from(Self::BATCH).unwrap_or(0), false, 0)
+        } else {
+            return crate::device::transport::Reply {
+                status: kstack_abi::ntstatus::STATUS_INVALID_DEVICE_REQUEST,
+                information: 0,
+            };
+        };
+        output[..bytes.len()].copy_from_slice(&bytes);
+        crate::device::transport::Reply {
+            status: kstack_abi::ntstatus::STATUS_SUCCESS,
+            information: bytes.len(),
+        }
+    }
+}
