@@ -26,8 +26,8 @@ fn last_handed(log: &Path) -> u64 {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .filter_map(|line| line.parse().ok())
-        .last()
+        .rev()
+        .find_map(|line| line.parse().ok())
         .unwrap_or(0)
 }
 
