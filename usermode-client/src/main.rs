@@ -10,7 +10,7 @@ use kstack_client::error::{self, ClientError};
 
 use commands::{
     clear, config, export, flamegraph, folded, input, modules, output, read, sample, save,
-    selftest, status, threads, top, watch,
+    selftest, status, threads, top, verify, watch,
 };
 
 /// Capture and inspect kernel stack traces recorded by kstack.sys.
@@ -57,6 +57,10 @@ enum Command {
     /// Pyroscope, Grafana), a speedscope file, or Chrome trace events
     /// (the Perfetto UI, Chrome's tracing page).
     Export(export::ExportArgs),
+    /// Check a saved capture through to its end: what it holds, whether
+    /// it was finished, and what damage or a cut cost (exit code 10 when
+    /// it is not whole).
+    Verify(verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +104,7 @@ fn run(command: &Command) -> Result<(), ClientError> {
         Command::Flamegraph(args) => flamegraph::run(args),
         Command::Modules(args) => modules::run(args),
         Command::Export(args) => export::run(args),
+        Command::Verify(args) => verify::run(args),
     }
 }
 

@@ -357,3 +357,43 @@ fn process_module_maps_of_a_capture_without_them_are_an_error() {
         assert_eq!(live.status.code(), Some(3), "live listing off Windows");
     }
 }
+
+/// `kstack verify` reads a capture through: whole (exit 0), damaged or
+/// cut (exit 10, what it cost), or not a capture (exit 8).
+#[test]
+fn verify_reports_a_captures_health() {
+    let dir = scratch_dir("verify");
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let path = capture.to_str().unwrap();
+    let whole = kstack(&["verify", path]);
+    let text = String::from_utf8_lossy(&whole.stdout);
+    assert_eq!(whole.status.code(), Some(0), "{text}");
+    assert!(text.contains("health: whole"), "{text}");
+    assert!(text.contains("capture format 7"), "{text}");
+    let bytes = std::fs::read(&capture).unwrap();
+    let mut damaged = bytes.clone();
+    damaged[bytes.len() / 2] ^= 0x40;
+    let damaged_path = dir.join("damaged.kstack");
+    std::fs::write(&damaged_path, &damaged).unwrap();
+    let cut_path = dir.join("cut.kstack");
+    std::fs::write(&cut_path, &bytes[..bytes.len() - 3]).unwrap();
+    for (file, whole, damaged_runs) in [
+        (&capture, true, 0),
+        (&damaged_path, false, 1),
+        (&cut_path, false, 0),
+    ] {
+        let output = kstack(&["verify", "--json", file.to_str().unwrap()]);
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(if whole { 0 } else { 10 }),
+            "{report}"
+        );
+        assert_eq!(report["whole"], whole, "{report}");
+        assert_eq!(report["damaged_runs"], damaged_runs, "{report}");
+        assert_eq!(report["end_count"].is_null(), file == &cut_path, "{report}");
+    }
+    let missing = kstack(&["verify", dir.join("missing").to_str().unwrap()]);
+    assert_eq!(missing.status.code(), Some(8));
+}

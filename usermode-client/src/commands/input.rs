@@ -204,7 +204,7 @@ pub fn trace_records(
 }
 
 /// Opens the capture file at `path` and reads its module lists.
-fn open_capture(path: &Path) -> Result<CaptureReader<File>, ClientError> {
+pub fn open_capture(path: &Path) -> Result<CaptureReader<File>, ClientError> {
     if path.is_dir() {
         return Err(ClientError::file(
             path,
@@ -216,7 +216,7 @@ fn open_capture(path: &Path) -> Result<CaptureReader<File>, ClientError> {
     CaptureReader::open(file).map_err(|error| read_error(path, error))
 }
 
-fn read_error(path: &Path, error: ReadError) -> ClientError {
+pub fn read_error(path: &Path, error: ReadError) -> ClientError {
     match error {
         ReadError::Io(error) => ClientError::file(path, "reading", &error),
         ReadError::Capture(error) => ClientError::Capture {

@@ -162,8 +162,7 @@ pub fn open_device() -> Result<NoDevice, ClientError> {
 /// stand a driver that never runs dry in for the device (see
 /// `EndlessDriver`); without one, as without the feature.
 #[cfg(all(not(windows), feature = "test-support"))]
-pub fn open_device()
--> Result<kstack_client::device::test_support::EndlessDriver, ClientError> {
+pub fn open_device() -> Result<kstack_client::device::test_support::EndlessDriver, ClientError> {
     kstack_client::device::test_support::EndlessDriver::from_environment()
         .ok_or(ClientError::NeedsWindows)
 }

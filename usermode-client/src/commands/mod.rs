@@ -22,4 +22,5 @@ pub mod symbols;
 pub mod threads;
 pub mod top;
 pub mod top_live;
+pub mod verify;
 pub mod watch;

@@ -213,7 +213,13 @@ impl crate::device::transport::Transport for EndlessDriver {
             let records: Vec<u8> = (first..self.next)
                 .flat_map(|sequence| {
                     let stack = Self::stack(sequence);
-                    record_bytes(sequence, SourceFacts::Timer, RecordFlags::NONE, &stack, &stack)
+                    record_bytes(
+                        sequence,
+                        SourceFacts::Timer,
+                        RecordFlags::NONE,
+                        &stack,
+                        &stack,
+                    )
                 })
                 .collect();
             writeln!(self.log, "{}", self.next - 1).expect("the endless driver's log");
