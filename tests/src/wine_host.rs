@@ -290,6 +290,21 @@ impl WineHost {
         self.program("kstack.exe", args)
     }
 
+    /// Starts the real client with `args` in the background, its output
+    /// discarded: for a test that signals it mid-run. The child is the
+    /// client's process (Wine's loader becomes the program).
+    ///
+    /// # Errors
+    /// When Wine cannot be started.
+    pub fn spawn_client(&self, args: &[&str]) -> WineResult<std::process::Child> {
+        self.program_command("kstack.exe", args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|error| format!("starting kstack {}: {error}", args.join(" ")))
+    }
+
     /// Runs the real client with `args` and one more environment variable.
     ///
     /// # Errors

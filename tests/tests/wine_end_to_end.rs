@@ -106,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 /// Every case, in the order they run.
-fn cases() -> [(&'static str, Case); 22] {
+fn cases() -> [(&'static str, Case); 23] {
     [
         (
             "lifecycle: create, start, stop (device gone), delete, start again",
@@ -183,6 +183,10 @@ fn cases() -> [(&'static str, Case); 22] {
         (
             "tiny ring: every sequence number is received or counted as dropped",
             overflow_loses_nothing_silently,
+        ),
+        (
+            "save killed after draining: its file holds every sequence number spent, cut short, not damaged",
+            killed_save_loses_nothing_drained,
         ),
         (
             "reads in time order under load: two processes capturing and draining, the timer sampling; counters add up",
@@ -1703,6 +1707,73 @@ fn overflow_loses_nothing_silently(context: &Context) -> WineResult<()> {
         )
     })?;
     counters_add_up(&status)
+}
+
+/// `kstack save` killed (SIGKILL) after the timer stopped and it drained
+/// the ring: nothing was in hand, so its file (read on Linux: cut short,
+/// never damaged) holds every sequence number the driver spent, each
+/// shard's from 1 with no gap, and a read after finds nothing. A buffered
+/// writer would lose its last unwritten records here. (Killed at random
+/// points mid-batch: `usermode-client/tests/killed_save.rs`, on Linux.)
+fn killed_save_loses_nothing_drained(context: &Context) -> WineResult<()> {
+    let wine = &context.wine;
+    allow_elevated_walks(wine)?;
+    wine.client_ok(&["config", "--enable", "timer", "--timer-period", "2"])?;
+    let capture = wine.client_dir().join("killed.kstack");
+    let _ = std::fs::remove_file(&capture);
+    let mut save = wine.spawn_client(&["save", "killed.kstack", "--duration", "60"])?;
+    thread::sleep(Duration::from_secs(2));
+    wine.client_ok(&["config", "--disable", "timer"])?;
+    // Reads every 50 ms while the ring is empty: it is drained by now.
+    thread::sleep(Duration::from_secs(1));
+    save.kill()
+        .map_err(|error| format!("killing kstack save: {error}"))?;
+    let _ = save.wait();
+    let file = std::fs::File::open(&capture)
+        .map_err(|error| format!("the killed save left no file: {error}"))?;
+    let saved = kstack_client::capture::reader::read_whole(file)
+        .map_err(|error| format!("reading the killed save's file: {error}"))?;
+    let health = &saved.health;
+    ensure(
+        health.end_count.is_none() && health.damaged_runs == 0 && health.tail.is_none(),
+        || format!("the killed save's file: {health}"),
+    )?;
+    // Module records number in their shard's sequence too.
+    let mut received: BTreeMap<u16, BTreeSet<u64>> = BTreeMap::new();
+    let headers = saved
+        .records
+        .iter()
+        .map(|record| (record.header.shard, record.header.sequence))
+        .chain(
+            saved
+                .processes
+                .changes()
+                .iter()
+                .map(|change| (change.header.shard, change.header.sequence)),
+        );
+    for (shard, sequence) in headers {
+        received.entry(shard).or_default().insert(sequence);
+    }
+    for (shard, sequences) in &received {
+        ensure(sequences.iter().copied().eq(1..=sequences.len() as u64), || {
+            format!("shard {shard}'s sequences in the file are not 1 to {}", sequences.len())
+        })?;
+    }
+    let after = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    let status = status(wine)?;
+    let spent = number_at(&status, "/sequences_spent")?;
+    let modules = number_at(&status, "/module_records")?;
+    ensure(
+        after.is_empty() && saved.records.len() as u64 + modules == spent && spent > 100,
+        || {
+            format!(
+                "{spent} sequence numbers spent ({modules} by module records), {} in the killed \
+                 save's file, {} read after",
+                saved.records.len(),
+                after.len()
+            )
+        },
+    )
 }
 
 /// The status identities of `kstack_abi::StatusResponse`, for a driver

@@ -1,4 +1,4 @@
-//! Reading captures of formats 1 to 6 (see `capture::file` for their
+//! Reading captures of formats 1 to 6 (see `capture::format` for their
 //! layout): one run of entries between the module lists and the trailer,
 //! with no checksum. They are read whole, and any damage or cut is an
 //! error, as before format 7.
