@@ -1755,9 +1755,15 @@ fn killed_save_loses_nothing_drained(context: &Context) -> WineResult<()> {
         received.entry(shard).or_default().insert(sequence);
     }
     for (shard, sequences) in &received {
-        ensure(sequences.iter().copied().eq(1..=sequences.len() as u64), || {
-            format!("shard {shard}'s sequences in the file are not 1 to {}", sequences.len())
-        })?;
+        ensure(
+            sequences.iter().copied().eq(1..=sequences.len() as u64),
+            || {
+                format!(
+                    "shard {shard}'s sequences in the file are not 1 to {}",
+                    sequences.len()
+                )
+            },
+        )?;
     }
     let after = json_lines(&wine.client_ok(&["read", "--json"])?)?;
     let status = status(wine)?;
