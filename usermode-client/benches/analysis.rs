@@ -18,13 +18,12 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput};
-use kstack_abi::{RecordFlags, RecordHeader, SourceFacts, stack_id};
 use kstack_client::naming::{identity, pdb_files::PdbFiles};
 use kstack_client::{
     capture::{
         reader::{CaptureReader, Item},
         stack_table::StackTable,
-        trace::TraceRecord,
+        synthetic::{self, FRAMES, KERNEL_BASE, MODULES},
         writer::CaptureWriter,
     },
     naming::{
@@ -36,72 +35,16 @@ use kstack_client::{
 /// Records in the benchmarked capture: about 65 MiB, a minute of a busy
 /// timer source on a many-core machine.
 const RECORDS: u64 = 200_000;
-/// Distinct stacks among them.
-const UNIQUE_STACKS: u64 = 2_000;
-/// Frames per record (the default `frames_to_capture`).
-const FRAMES: u64 = 32;
-/// Modules in the saved module list (a typical Windows 11 kernel has ~200).
-const MODULES: u64 = 200;
-const MODULE_SIZE: u32 = 0x10_0000;
-const KERNEL_BASE: u64 = 0xFFFF_F800_0000_0000;
-
-fn modules() -> ModuleMap {
-    ModuleMap::new((0..MODULES).map(|index| Module {
-        base: KERNEL_BASE + index * u64::from(MODULE_SIZE) * 2,
-        size: MODULE_SIZE,
-        name: format!("driver{index}.sys"),
-    }))
-}
-
-/// Stack `stack`'s frames: spread over the modules, the same every time.
-fn frames(stack: u64) -> Vec<u64> {
-    (0..FRAMES)
-        .map(|depth| {
-            let mixed = (stack * 31 + depth * 7919) % MODULES;
-            KERNEL_BASE + mixed * u64::from(MODULE_SIZE) * 2 + (stack * 97 + depth * 13) % 0xF_FFFF
-        })
-        .collect()
-}
 
 fn capture() -> Vec<u8> {
-    capture_of(&modules(), frames)
+    capture_of(&synthetic::modules(), synthetic::frames)
 }
 
-/// A capture of [`RECORDS`] records over [`UNIQUE_STACKS`] stacks whose
-/// frames `frames` gives, with `modules` as its module list.
+/// A capture of [`RECORDS`] records over [`synthetic::UNIQUE_STACKS`]
+/// stacks whose frames `frames` gives, with `modules` as its module list.
 fn capture_of(modules: &ModuleMap, frames: impl Fn(u64) -> Vec<u64>) -> Vec<u8> {
-    let stacks: Vec<Vec<u64>> = (0..UNIQUE_STACKS).map(frames).collect();
     let mut writer = CaptureWriter::new(Vec::new(), modules).expect("writing to memory");
-    for sequence in 1..=RECORDS {
-        // Skewed like real samples: half the records share 20 hot stacks.
-        let stack = if sequence % 2 == 0 {
-            sequence % 20
-        } else {
-            (sequence / 2) % UNIQUE_STACKS
-        };
-        let stack_frames = &stacks[usize::try_from(stack).expect("small")];
-        let record = TraceRecord {
-            header: RecordHeader {
-                // Eight processors in turn, each numbering its shard's records.
-                sequence: sequence / 8 + 1,
-                timestamp: 134_083_512_000_000_000 + sequence * 10_000,
-                process_id: 4,
-                thread_id: 8,
-                processor: u16::try_from(sequence % 8).expect("small"),
-                shard: u16::try_from(sequence % 8).expect("small"),
-                irql: 2,
-                flags: RecordFlags::NONE,
-                user_frame_count: 0,
-                user_part: kstack_abi::UserPart::Off,
-                os_hash: 0,
-                stack_id: stack_id(stack_frames),
-                facts: SourceFacts::Timer,
-            },
-            frames: stack_frames.clone().into(),
-            sample: None,
-        };
-        writer.append(&record).expect("writing to memory");
-    }
+    synthetic::write_records(&mut writer, RECORDS, frames).expect("writing to memory");
     writer.finish().expect("writing to memory").out
 }
 

@@ -32,6 +32,10 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     ("patch", "applies the wdk-build Linux-host patch"),
     (
+        "time",
+        "GNU time: each command's peak memory in `cargo xtask bench size`",
+    ),
+    (
         "python3-venv",
         "Python's venv module: the second kernel host's venv (speakeasy-emulator, \
          target/kernel-host/venv)",

@@ -17,6 +17,8 @@ mod package;
 #[cfg(target_os = "linux")]
 mod process;
 #[cfg(target_os = "linux")]
+mod size_bench;
+#[cfg(target_os = "linux")]
 mod wdk_mingw;
 
 #[cfg(target_os = "linux")]
@@ -47,6 +49,9 @@ commands:
                second; then 95 waiting and 5 running, listed with and without
                thread states, APCs and interrupted waits a second side by side
                (about six minutes of emulation)
+  bench size   only the client's offline commands over captures of 1 and 10
+               million records: time and peak memory of top, folded, flamegraph,
+               export and verify, beside go tool pprof and inferno-flamegraph
   kernel-host  build, then run only the second kernel host: kstack.sys under
                speakeasy with a modelled ntoskrnl (tests/kernel_host/)
   package-dir  print the package folder
@@ -77,6 +82,7 @@ fn run(args: &[String]) -> Result<()> {
         return match which.as_str() {
             "drain" => wine_drain_bench(&workspace),
             "sample" => sample_bench(&workspace),
+            "size" => size_bench::run(&workspace),
             other => bail!("unknown bench `{other}`\n\n{USAGE}"),
         };
     }

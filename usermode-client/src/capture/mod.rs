@@ -12,5 +12,7 @@ pub mod reader;
 pub mod sample_entry;
 pub mod stack_table;
 pub mod state_filter;
+#[cfg(feature = "test-support")]
+pub mod synthetic;
 pub mod trace;
 pub mod writer;
