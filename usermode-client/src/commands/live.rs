@@ -27,13 +27,21 @@ use kstack_client::{
 
 #[derive(Args)]
 pub struct FollowArgs {
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Follow the driver for this many seconds (more than 0) instead of
+    /// draining it once.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
     pub duration: Option<f64>,
-    /// Milliseconds between reads when the ring is empty [default: 50];
-    /// with `top --live`, between refreshes of the view [default: 1000].
+    /// Milliseconds between reads when the ring is empty [default: 50].
     #[arg(long, value_name = "MS")]
     interval: Option<u64>,
+}
+
+/// A number of seconds more than 0: a `--duration`.
+pub fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 => Ok(seconds),
+        _ => Err(format!("{text:?} is not a positive number of seconds")),
+    }
 }
 
 impl FollowArgs {
@@ -48,7 +56,7 @@ impl FollowArgs {
     /// When --duration, counted from now, ends.
     pub fn deadline(&self) -> Option<Instant> {
         self.duration
-            .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds.max(0.0)))
+            .map(|seconds| Instant::now() + Duration::from_secs_f64(seconds))
     }
 
     /// Between refreshes of `top --live`.

@@ -53,7 +53,7 @@ impl OutputArgs {
     fn file(&self) -> Option<&Path> {
         self.output
             .as_deref()
-            .filter(|path| path.as_os_str() != STANDARD_OUTPUT)
+            .filter(|path| !is_standard_output(path))
     }
 
     /// Checks, before any work, that the output may be written: see
@@ -130,8 +130,10 @@ pub fn print_records(records: &[TraceRecord], symbolizer: &Symbolizer, format: &
     }
 }
 
-/// `-o -`: standard output.
-const STANDARD_OUTPUT: &str = "-";
+/// Whether `path` is `-`: standard output.
+pub fn is_standard_output(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
 
 /// Whether `path` may be written: never when it is `input` (the capture
 /// being read) or exists and is not a regular file (a device, a pipe, a
@@ -145,6 +147,11 @@ pub fn check_output(path: &Path, force: bool, input: Option<&Path>) -> Result<()
         path: path.display().to_string(),
         reason,
     };
+    if is_device_name(path) {
+        return Err(unwritable(
+            "it names a device (NUL, CON, PRN, AUX, COM1-9, LPT1-9), never a file",
+        ));
+    }
     let Ok(metadata) = std::fs::metadata(path) else {
         // Nothing there (or nothing this process may look at): creating
         // it will say.
@@ -173,6 +180,38 @@ pub fn check_output(path: &Path, force: bool, input: Option<&Path>) -> Result<()
     }
 }
 
+/// Whether `path` names one of Windows' reserved devices (`NUL`, `CON`,
+/// `PRN`, `AUX`, `COM1`-`COM9`, `LPT1`-`LPT9`, in any case, with any
+/// extension, in any folder) or a device path (`\\.\...`): Windows opens
+/// the device, not a file, whatever exists. Refused on every host, so a
+/// name is refused the same on Linux as on the Windows that reads it.
+fn is_device_name(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    if text.starts_with(r"\\.\") || text.starts_with("//./") {
+        return true;
+    }
+    let name = text.rsplit(['/', '\\']).next().unwrap_or_default();
+    let stem = name.split('.').next().unwrap_or_default().trim_end();
+    let upper = stem.to_ascii_uppercase();
+    matches!(upper.as_str(), "NUL" | "CON" | "PRN" | "AUX")
+        || ((upper.starts_with("COM") || upper.starts_with("LPT"))
+            && upper.len() == 4
+            && matches!(upper.as_bytes()[3], b'1'..=b'9'))
+}
+
+/// The OS error under one of tempfile's, which adds the temporary file's
+/// name: errors name the file the user asked for, never ours.
+fn without_temporary_path(error: &io::Error) -> io::Error {
+    if let Some(code) = error.raw_os_error() {
+        return io::Error::from_raw_os_error(code);
+    }
+    error
+        .get_ref()
+        .and_then(|inner| inner.source())
+        .and_then(|source| source.downcast_ref::<io::Error>())
+        .map_or_else(|| io::Error::from(error.kind()), without_temporary_path)
+}
+
 /// Creates `path`, refusing to replace it without `force`.
 pub fn create_output(path: &Path, force: bool) -> Result<std::fs::File, ClientError> {
     check_output(path, force, None)?;
@@ -195,9 +234,12 @@ pub fn create_output(path: &Path, force: bool) -> Result<std::fs::File, ClientEr
     Ok(file)
 }
 
-/// Removes a half-written output, so nothing that looks finished is wrong.
+/// Removes a half-written output, so nothing that looks finished is wrong
+/// (standard output is left alone).
 pub fn discard(path: &Path) {
-    let _ = std::fs::remove_file(path);
+    if !is_standard_output(path) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Writes a whole output file with `write`, refusing to replace `path`
@@ -227,8 +269,9 @@ fn write_file(
     }
     let temp = builder
         .tempfile_in(dir)
-        .map_err(|error| ClientError::file(path, "creating", &error))?;
-    let writing = |error: &io::Error| ClientError::file(path, "writing", error);
+        .map_err(|error| ClientError::file(path, "creating", &without_temporary_path(&error)))?;
+    let writing =
+        |error: &io::Error| ClientError::file(path, "writing", &without_temporary_path(error));
     let mut out = io::BufWriter::new(temp);
     write(&mut out)
         .and_then(|()| out.flush())
@@ -253,6 +296,34 @@ fn write_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_never_name_the_temporary_file() {
+        let missing = Path::new("/nonexistent-kstack-folder/out.svg");
+        let error = write_file(missing, false, |_| Ok(())).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.starts_with("creating /nonexistent-kstack-folder/out.svg: "),
+            "{text}"
+        );
+        assert!(
+            !text.contains(".kstack-") && !text.contains(".tmp"),
+            "{text}"
+        );
+        let raw = tempfile::Builder::new()
+            .prefix(".kstack-")
+            .tempfile_in("/nonexistent-kstack-folder")
+            .unwrap_err();
+        assert!(
+            raw.to_string().contains("nonexistent"),
+            "tempfile names it: {raw}"
+        );
+        assert!(
+            !without_temporary_path(&raw)
+                .to_string()
+                .contains("nonexistent")
+        );
+    }
 
     fn refusal(result: Result<(), ClientError>) -> Option<&'static str> {
         match result {
@@ -288,6 +359,25 @@ mod tests {
             refusal(check_output(Path::new("/dev/null"), true, None))
                 .is_some_and(|reason| reason.contains("not a regular file"))
         );
+        // Windows' devices, whatever the folder, case or extension.
+        for device in [
+            "NUL",
+            "nul.txt",
+            "out/CON",
+            r"C:\x\Com1.kstack",
+            "LPT9",
+            r"\\.\PhysicalDrive0",
+        ] {
+            assert!(
+                refusal(check_output(Path::new(device), true, None))
+                    .is_some_and(|reason| reason.contains("names a device")),
+                "{device}"
+            );
+        }
+        for file in ["NULL", "COM10", "console.txt", "nul_report", "LPT0"] {
+            let path = dir.path().join(file);
+            assert_eq!(refusal(check_output(&path, false, None)), None, "{file}");
+        }
         // save and sample create their file through the same check.
         assert!(matches!(
             create_output(dir.path(), true),

@@ -32,9 +32,9 @@ use kstack_client::{
 };
 
 use super::{
-    live::{follow_summary_text, open_device, stop_flag},
-    output::{ForceArg, discard},
-    save::{SyncArgs, append_batch, finish_capture, start_capture},
+    live::{follow_summary_text, open_device, positive_seconds, stop_flag},
+    output::{ForceArg, discard, is_standard_output},
+    save::{SyncArgs, append_batch, finish_capture, shown, start_capture},
     symbols::SymbolsArg,
     threads::{self, fresh_tag, require_apc, with_thread_stacks},
     top,
@@ -84,7 +84,8 @@ pub struct SampleArgs {
     /// milliseconds (1 to 60000); a capture after it is kept, flagged late.
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = threads::timeout_ms())]
     timeout_ms: u32,
-    /// The capture file to write.
+    /// The capture file to write (`-`: standard output, which must not be
+    /// a terminal; not with --live).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     file: PathBuf,
     #[command(flatten)]
@@ -99,13 +100,6 @@ pub struct SampleArgs {
     symbols: SymbolsArg,
 }
 
-fn positive_seconds(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(seconds) if seconds.is_finite() && seconds > 0.0 => Ok(seconds),
-        _ => Err(format!("{text:?} is not a positive number of seconds")),
-    }
-}
-
 /// Between reads while a tick is not due.
 const READ_INTERVAL: Duration = Duration::from_millis(10);
 
@@ -117,6 +111,12 @@ const VIEW_REFRESH: Duration = Duration::from_secs(1);
 const NOT_SAMPLED: [u32; 2] = [0, 4];
 
 pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
+    if args.live && is_standard_output(&args.file) {
+        return Err(ClientError::Unwritable {
+            path: "standard output".to_owned(),
+            reason: "--live draws its view there: write the capture to a file",
+        });
+    }
     let mut device = open_device()?;
     require_apc(&mut device)?;
     let selection = selection(args)?;
@@ -180,7 +180,7 @@ pub fn run(args: &SampleArgs) -> Result<(), ClientError> {
         &settings,
         &end,
         &read,
-        &format!("{}, {}", path.display(), args.sync.text(syncs)),
+        &format!("{}, {}", shown(path), args.sync.text(syncs)),
     ));
     Ok(())
 }

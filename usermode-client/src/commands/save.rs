@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    io,
+    io::{self, IsTerminal as _, Write},
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -28,13 +28,23 @@ use kstack_client::{
 
 use super::{
     live::{FollowArgs, follow_summary_text, identified_live_modules, open_device, stop_flag},
-    output::{ForceArg, create_output, discard},
+    output::{ForceArg, create_output, discard, is_standard_output},
 };
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("capture").required(true).args(["file", "output"]))]
 pub struct SaveArgs {
-    /// The capture file to write.
-    file: PathBuf,
+    /// The capture file to write (`-`: standard output, which must not be
+    /// a terminal).
+    file: Option<PathBuf>,
+    /// The same, as `sample`, `folded`, `flamegraph` and `export` take it.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        conflicts_with = "file"
+    )]
+    output: Option<PathBuf>,
     #[command(flatten)]
     force: ForceArg,
     /// Follow for this long (or until Ctrl-C) instead of draining once.
@@ -82,7 +92,11 @@ fn sync_seconds(text: &str) -> Result<f64, String> {
 
 pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
     let mut device = open_device()?;
-    let path = args.file.as_path();
+    let path = args
+        .file
+        .as_deref()
+        .or(args.output.as_deref())
+        .expect("clap requires FILE or -o FILE");
     let (mut writer, modules, processes) =
         start_capture(&mut device, path, args.force.force, &args.sync)?;
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
@@ -101,11 +115,70 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         stack_table::counted(saved_modules, "module record"),
         stack_table::counted(modules.modules().len() as u64, "module"),
         processes.processes().count(),
-        path.display(),
+        shown(path),
         args.sync.text(syncs),
         follow_summary_text(&summary)
     );
     Ok(())
+}
+
+/// Where a capture goes: a file, or standard output (`-`).
+pub enum CaptureTarget {
+    /// A file created for it.
+    File(File),
+    /// Standard output (a pipe or a file the shell opened).
+    Stdout(io::Stdout),
+}
+
+impl Write for CaptureTarget {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::File(file) => file.write(bytes),
+            Self::Stdout(out) => out.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::File(file) => file.flush(),
+            Self::Stdout(out) => out.flush(),
+        }
+    }
+}
+
+impl CaptureOutput for CaptureTarget {
+    fn sync(&mut self) -> io::Result<()> {
+        match self {
+            Self::File(file) => file.sync(),
+            // What reads the pipe decides what is durable.
+            Self::Stdout(out) => out.flush(),
+        }
+    }
+}
+
+/// `path` as messages name it.
+pub fn shown(path: &Path) -> String {
+    if is_standard_output(path) {
+        "standard output".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// The capture's target: `path` created (replaced only with `force`), or
+/// standard output for `-` when it is not a terminal.
+fn open_target(path: &Path, force: bool) -> Result<CaptureTarget, ClientError> {
+    if !is_standard_output(path) {
+        return create_output(path, force).map(CaptureTarget::File);
+    }
+    let out = io::stdout();
+    if out.is_terminal() {
+        return Err(ClientError::Unwritable {
+            path: "standard output".to_owned(),
+            reason: "it is a terminal, and a capture is binary: redirect it to a file or a pipe",
+        });
+    }
+    Ok(CaptureTarget::Stdout(out))
 }
 
 /// A capture at `path` (replaced only with `force`), begun with the
@@ -117,11 +190,11 @@ pub fn start_capture(
     path: &Path,
     force: bool,
     sync: &SyncArgs,
-) -> Result<(CaptureWriter<File>, ModuleMap, ProcessModules), ClientError> {
+) -> Result<(CaptureWriter<CaptureTarget>, ModuleMap, ProcessModules), ClientError> {
     let modules = identified_live_modules(device)?;
     let mut processes = process_modules::list_running();
     processes.identify_images(|path| identity::of_file(Path::new(path)).ok());
-    let writer = CaptureWriter::with_processes(create_output(path, force)?, &modules, &processes)
+    let writer = CaptureWriter::with_processes(open_target(path, force)?, &modules, &processes)
         .map_err(|error| ClientError::file(path, "writing", &error))
         .inspect_err(|_| discard(path))?
         .syncing_every(sync.every());
@@ -159,7 +232,7 @@ pub fn append_batch<W: CaptureOutput>(
 /// error keeps the file too: it holds every batch written before the
 /// error, whole, and reads as cut short.
 pub fn finish_capture<T>(
-    writer: CaptureWriter<File>,
+    writer: CaptureWriter<CaptureTarget>,
     path: &Path,
     followed: Result<T, ClientError>,
     saved: u64,
@@ -168,7 +241,7 @@ pub fn finish_capture<T>(
     let kept = |what: &str| {
         kstack_client::eprintln_fitted!(
             "kstack {command}: {path} keeps the records {what}; it reads as cut short",
-            path = path.display()
+            path = shown(path)
         );
     };
     if let Err(error @ ClientError::File { .. }) = followed {
@@ -184,7 +257,7 @@ pub fn finish_capture<T>(
             kstack_client::eprintln_fitted!(
                 "kstack {command}: {} read before the error are saved in {}",
                 stack_table::counted(saved, "record"),
-                path.display()
+                shown(path)
             );
         })
         .map(|outcome| (outcome, finished.syncs))

@@ -22,6 +22,10 @@ use super::{
 pub const STACKS: usize = 20;
 
 #[derive(Args)]
+#[command(mut_arg("interval", |arg| arg.help(
+    "Milliseconds between reads when the ring is empty [default: 50]; with --live, between \
+     refreshes of the view [default: 1000]"
+)))]
 pub struct TopArgs {
     #[command(flatten)]
     input: AnalysisInput,

@@ -1,0 +1,129 @@
+//! Where `save` and `sample` write, by the rule every output follows
+//! (client.md, "Commands"): `FILE` or `-o FILE`, `-` for standard output,
+//! a device never, a `--duration` of more than 0. Over the test build's
+//! endless fake driver (Linux).
+
+#![cfg(unix)]
+
+#[allow(
+    dead_code,
+    reason = "only the binary, the scratch folder and the synthetic capture are used here"
+)]
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::{kstack, scratch_dir, write_capture};
+use kstack_client::{capture::reader::read_whole, device::test_support::EndlessDriver};
+
+/// `kstack args`, over the endless driver, in `dir`.
+fn over_driver(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kstack"))
+        .args(args)
+        .current_dir(dir)
+        .env(EndlessDriver::ENVIRONMENT_VARIABLE, dir.join("driver.log"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn said(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn save_writes_file_or_o_file_or_standard_output_and_never_a_device() {
+    let dir = scratch_dir("save-outputs");
+    // `-`: the capture on standard output, whole, the summary on stderr.
+    let piped = over_driver(&dir, &["save", "-", "--duration", "0.2"]);
+    assert!(piped.status.success(), "{}", said(&piped));
+    let read = read_whole(&piped.stdout[..]).unwrap();
+    assert!(read.health.is_whole(), "{}", read.health);
+    assert!(!read.records.is_empty());
+    assert!(
+        said(&piped).contains("written to standard output"),
+        "{}",
+        said(&piped)
+    );
+    assert!(!dir.join("-").exists(), "no file named -");
+    // FILE and -o FILE alike; not both.
+    for args in [&["save", "a.kstack"][..], &["save", "-o", "b.kstack"]] {
+        let output = over_driver(&dir, args);
+        assert!(output.status.success(), "{args:?}: {}", said(&output));
+        let file = dir.join(args.last().unwrap());
+        let read = read_whole(std::fs::File::open(file).unwrap()).unwrap();
+        assert_eq!(
+            read.records.len() as u64,
+            EndlessDriver::BATCH,
+            "drained once"
+        );
+    }
+    let both = over_driver(&dir, &["save", "c.kstack", "-o", "d.kstack"]);
+    assert_eq!(both.status.code(), Some(2), "{}", said(&both));
+    let neither = over_driver(&dir, &["save"]);
+    assert_eq!(neither.status.code(), Some(2), "{}", said(&neither));
+    // A device, under any case or extension: refused before anything is
+    // drained; no file made.
+    for device in ["NUL", "nul.kstack", "COM1"] {
+        let output = over_driver(&dir, &["save", device]);
+        assert_eq!(output.status.code(), Some(8), "{device}: {}", said(&output));
+        assert!(
+            said(&output).contains("names a device"),
+            "{}",
+            said(&output)
+        );
+        assert!(!dir.join(device).exists());
+    }
+    // --duration 0 is refused, as any duration that is not more than 0.
+    for duration in ["0", "-1", "nan"] {
+        let duration = format!("--duration={duration}");
+        let output = over_driver(&dir, &["save", "e.kstack", &duration]);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{duration}: {}",
+            said(&output)
+        );
+        assert!(said(&output).contains("is not a positive number of seconds"));
+    }
+    // sample's live view draws on standard output: not with `-o -`.
+    let live = over_driver(&dir, &["sample", "--pid", "4", "-o", "-", "--live"]);
+    assert_eq!(live.status.code(), Some(8), "{}", said(&live));
+    assert!(
+        said(&live).contains("--live draws its view there"),
+        "{}",
+        said(&live)
+    );
+}
+
+#[test]
+fn every_output_refuses_a_device() {
+    let dir = scratch_dir("device-outputs");
+    let capture = dir.join("sample.kstack");
+    write_capture(&capture);
+    let input = capture.to_str().unwrap();
+    for args in [
+        &["folded", "--input", input, "-o", "NUL"][..],
+        &["flamegraph", "--input", input, "-o", "con.svg"],
+        &[
+            "export",
+            "--format",
+            "pprof",
+            "--input",
+            input,
+            "-o",
+            "LPT1.pb.gz",
+        ],
+    ] {
+        let output = kstack(args);
+        assert_eq!(output.status.code(), Some(8), "{args:?}: {}", said(&output));
+        assert!(
+            said(&output).contains("names a device"),
+            "{}",
+            said(&output)
+        );
+    }
+}
