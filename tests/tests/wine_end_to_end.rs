@@ -1593,7 +1593,7 @@ fn timer_follows_the_paging_policy(context: &Context) -> WineResult<()> {
     expect_paging(wine, "written_since_boot", false)?;
     let text = said(wine.client_ok(&["status"])?.as_bytes());
     ensure(
-        text.contains("DisablePagingExecutive: 1, configured, NOT in effect")
+        text.contains("DisablePagingExecutive (as read at load): 1, configured, NOT in effect")
             && text.contains(kstack_abi::paging::ASSUME_IN_EFFECT_VALUE),
         || format!("status must explain the state and the override:\n{text}"),
     )?;

@@ -10,7 +10,7 @@ use kstack_abi::{RecordHeader, Source, SourceSet};
 use serde_json::{Value, json};
 
 use crate::{
-    capture::trace::{LOST_STACK, TraceRecord},
+    capture::trace::{LOST_STACK, TraceRecord, tracer_frames_note},
     clock::{cpu_time_text, system_time_text},
     naming::symbolizer::{Symbolizer, source_text},
     thread_list::{ThreadState, WaitReason},
@@ -467,6 +467,11 @@ pub fn top_text(table: &StackTable, symbolizer: &Symbolizer, limits: TopLimits) 
                 100.0 - on_share,
                 cpu_time_text(summary.cpu_time())
             );
+        }
+        if !summary.lost {
+            out.push_str(&tracer_frames_note(
+                symbolizer.hidden_tracer_frames(summary.kernel_frames()),
+            ));
         }
         let frames = summary.frame_texts(symbolizer);
         let mut in_user = false;

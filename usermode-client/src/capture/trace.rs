@@ -280,6 +280,7 @@ impl TraceRecord {
             return out;
         }
         let hidden = symbolizer.hidden_tracer_frames(self.kernel_frames());
+        out.push_str(&tracer_frames_note(hidden));
         let kernel = self.kernel_frames().len() - hidden;
         let user_32_bit = self.shows_user_frames_as_32_bit();
         for (index, &frame) in self.frames[hidden..].iter().enumerate() {
@@ -394,6 +395,20 @@ impl TraceRecord {
                 "repeated": facts.repeated,
             })),
         })
+    }
+}
+
+/// The line saying that `hidden` frames of kstack.sys's own were left out
+/// at the top of a stack (none when none were).
+#[must_use]
+pub fn tracer_frames_note(hidden: usize) -> String {
+    if hidden == 0 {
+        return String::new();
+    }
+    if hidden == 1 {
+        "  (1 kstack.sys frame hidden; --tracer-frames shows it)\n".to_owned()
+    } else {
+        format!("  ({hidden} kstack.sys frames hidden; --tracer-frames shows them)\n")
     }
 }
 
@@ -559,7 +574,10 @@ mod tests {
         let hidden = Symbolizer::new(modules);
         let text = sample().to_text(&hidden, false);
         assert!(
-            text.ends_with(": timer sample [truncated]\n   0  0xfffff80000001000\n"),
+            text.ends_with(
+                ": timer sample [truncated]\n  (1 kstack.sys frame hidden; --tracer-frames shows \
+                 it)\n   0  0xfffff80000001000\n"
+            ),
             "{text}"
         );
         let trace = sample().to_text(&hidden, true);

@@ -30,7 +30,7 @@ pub fn status(status: &StatusResponse) -> String {
     );
     let _ = writeln!(
         out,
-        "DisablePagingExecutive: {}",
+        "DisablePagingExecutive (as read at load): {}",
         paging_executive(status.paging_executive)
     );
     let _ = writeln!(
@@ -591,7 +591,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "DisablePagingExecutive: not set, not in effect. Executive code may be paged out"
+                "DisablePagingExecutive (as read at load): not set, not in effect. Executive code may be paged out"
             ),
             "{text}"
         );
