@@ -127,3 +127,112 @@ fn every_output_refuses_a_device() {
         );
     }
 }
+
+/// The sequence numbers of a part's records, which must read alone and
+/// whole.
+fn part_sequences(path: &std::path::Path) -> Vec<u64> {
+    let read = read_whole(std::fs::File::open(path).unwrap()).unwrap();
+    assert!(
+        read.health.is_whole(),
+        "{}: {}",
+        path.display(),
+        read.health
+    );
+    read.records.iter().map(|r| r.header.sequence).collect()
+}
+
+#[test]
+fn max_size_writes_whole_parts_and_rotate_keeps_the_newest() {
+    let dir = scratch_dir("save-parts");
+    let parts_in = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".kstack"))
+            .collect();
+        names.sort();
+        names
+    };
+    // All parts kept: together, every record once, in order.
+    let all = dir.join("all");
+    std::fs::create_dir_all(&all).unwrap();
+    let output = over_driver(
+        &all,
+        &[
+            "save",
+            "trace.kstack",
+            "--max-size",
+            "1M",
+            "--duration",
+            "2",
+            "--interval",
+            "1",
+        ],
+    );
+    assert!(output.status.success(), "{}", said(&output));
+    let names = parts_in(&all);
+    assert!(names.len() >= 3, "{names:?}: {}", said(&output));
+    assert_eq!(names[0], "trace-0001.kstack");
+    let sequences: Vec<u64> = names
+        .iter()
+        .flat_map(|name| part_sequences(&all.join(name)))
+        .collect();
+    assert!(
+        sequences.iter().copied().eq(1..=sequences.len() as u64),
+        "every record once, in order"
+    );
+    for name in &names[..names.len() - 1] {
+        let size = std::fs::metadata(all.join(name)).unwrap().len();
+        assert!(
+            (1 << 20..(1 << 20) + (1 << 18)).contains(&size),
+            "{name}: {size} bytes"
+        );
+    }
+    assert!(
+        said(&output).contains(&format!("{} parts, ", names.len())),
+        "{}",
+        said(&output)
+    );
+    // --rotate 2: the newest two parts, the rest deleted and said.
+    let rotated = dir.join("rotated");
+    std::fs::create_dir_all(&rotated).unwrap();
+    let output = over_driver(
+        &rotated,
+        &[
+            "save",
+            "-o",
+            "ring.kstack",
+            "--max-size",
+            "1M",
+            "--rotate",
+            "2",
+            "--duration",
+            "2",
+            "--interval",
+            "1",
+        ],
+    );
+    assert!(output.status.success(), "{}", said(&output));
+    let names = parts_in(&rotated);
+    assert_eq!(names.len(), 2, "{names:?}");
+    let (older, newer) = (
+        part_sequences(&rotated.join(&names[0])),
+        part_sequences(&rotated.join(&names[1])),
+    );
+    // The newest part may have ended as soon as it began.
+    assert!(
+        newer
+            .first()
+            .is_none_or(|&first| first == older.last().unwrap() + 1),
+        "the kept parts follow each other"
+    );
+    assert!(older[0] > 1, "the first parts were deleted");
+    assert!(
+        said(&output).contains("deleted by --rotate"),
+        "{}",
+        said(&output)
+    );
+    // Parts are files: not on standard output.
+    let piped = over_driver(&dir, &["save", "-", "--max-size", "1M"]);
+    assert_eq!(piped.status.code(), Some(8), "{}", said(&piped));
+}

@@ -104,6 +104,8 @@ pub struct CaptureWriter<W: CaptureOutput> {
     /// Whether blocks were written since the last sync.
     unsynced: bool,
     syncs: u64,
+    /// Bytes written to `out`.
+    bytes: u64,
 }
 
 impl<W: CaptureOutput> CaptureWriter<W> {
@@ -141,6 +143,7 @@ impl<W: CaptureOutput> CaptureWriter<W> {
             encode_block(BlockKind::Process, 0, &payload, &mut frame)?;
         }
         out.write_all(&frame)?;
+        let bytes = frame.len() as u64;
         frame.clear();
         Ok(Self {
             out,
@@ -160,6 +163,7 @@ impl<W: CaptureOutput> CaptureWriter<W> {
             last_sync: Instant::now(),
             unsynced: true,
             syncs: 0,
+            bytes,
         })
     }
 
@@ -326,6 +330,7 @@ impl<W: CaptureOutput> CaptureWriter<W> {
         if !self.frame.is_empty() {
             self.out.write_all(&self.frame)?;
             self.out.flush()?;
+            self.bytes += self.frame.len() as u64;
             self.frame.clear();
             self.unsynced = true;
         }
@@ -346,6 +351,24 @@ impl<W: CaptureOutput> CaptureWriter<W> {
         if !self.knows_loaded_image(&module) {
             self.loaded_images.push((module, identity));
         }
+    }
+
+    /// How often written blocks are made durable (`None`: at the end).
+    #[must_use]
+    pub const fn sync_interval(&self) -> Option<Duration> {
+        self.sync_every
+    }
+
+    /// The identities noted so far.
+    #[must_use]
+    pub fn loaded_identities(&self) -> &[(Module, ImageIdentity)] {
+        &self.loaded_images
+    }
+
+    /// Bytes written so far (what ended batches hold).
+    #[must_use]
+    pub const fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Whether `module`'s identity was noted.

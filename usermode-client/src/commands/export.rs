@@ -44,7 +44,7 @@ pub struct ExportArgs {
 }
 
 pub fn run(args: &ExportArgs) -> Result<(), ClientError> {
-    args.output.check(args.input.path())?;
+    args.output.check(args.input.paths())?;
     let summary = match args.format {
         ExportFormat::Pprof => {
             let (table, symbolizer) = stacks(args)?;

@@ -28,7 +28,7 @@ pub struct FlamegraphArgs {
 }
 
 pub fn run(args: &FlamegraphArgs) -> Result<(), ClientError> {
-    args.output.check(args.input.path())?;
+    args.output.check(args.input.paths())?;
     let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
     if table.is_empty() {
         return Err(ClientError::NoRecords { to: "draw" });

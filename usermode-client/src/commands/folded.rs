@@ -20,7 +20,7 @@ pub struct FoldedArgs {
 }
 
 pub fn run(args: &FoldedArgs) -> Result<(), ClientError> {
-    args.output.check(args.input.path())?;
+    args.output.check(args.input.paths())?;
     let (table, symbolizer) = stack_table(&args.input, &args.symbols)?;
     let mut text = table.folded(&symbolizer).join("\n");
     text.push('\n');

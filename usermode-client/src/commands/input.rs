@@ -32,9 +32,11 @@ use super::{
 /// are counted.
 #[derive(Args)]
 pub struct AnalysisInput {
-    /// Analyze this saved capture instead of the driver (works on any OS).
-    #[arg(long, value_name = "FILE", conflicts_with = "duration")]
-    input: Option<PathBuf>,
+    /// Analyze this saved capture instead of the driver (works on any OS);
+    /// several (`--input A B`, or `--input` again) are read in order as
+    /// one: the parts of `save --max-size`.
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "duration")]
+    input: Vec<PathBuf>,
     #[command(flatten)]
     follow: FollowArgs,
     #[command(flatten)]
@@ -83,9 +85,9 @@ fn parse_state(text: &str) -> Result<ThreadState, String> {
 }
 
 impl AnalysisInput {
-    /// The saved capture read, if any.
-    pub fn path(&self) -> Option<&Path> {
-        self.input.as_deref()
+    /// The saved captures read (none: the driver).
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.input
     }
 
     /// How long to follow the driver, and how often to read it.
@@ -99,33 +101,45 @@ impl AnalysisInput {
     }
 }
 
-/// Reads the capture file at `path` and hands each of its records, in
-/// order, to `each` with the symbolizer for the file's module lists and
-/// `symbols`, kept current with its module records; returns that
-/// symbolizer. What the file lost (damage, a cut) is said on stderr when
-/// it is read (see [`note_health`]).
+/// Reads the capture files at `paths`, in order, as one, and hands each of
+/// their records, in order, to `each` with the symbolizer for the first
+/// file's module lists and `symbols`, kept current with every file's module
+/// records; returns that symbolizer. What a file lost (damage, a cut) is
+/// said on stderr when it is read (see [`note_health`]).
 pub fn for_each_saved_record(
-    path: &Path,
+    paths: &[PathBuf],
     symbols: &SymbolsArg,
     mut each: impl FnMut(&TraceRecord, &Symbolizer),
 ) -> Result<Symbolizer, ClientError> {
-    let mut capture = open_capture(path)?;
-    let mut symbolizer = symbols
-        .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)
-        .with_processes(std::mem::take(&mut capture.processes));
-    while let Some(item) = capture.next_item() {
-        match item.map_err(|error| read_error(path, error))? {
-            Item::Record(record) => each(&record, &symbolizer),
-            Item::Module(change) => symbolizer.note_modules(std::slice::from_ref(&change)),
-            Item::LoadedImages(images) => {
-                for (module, identity) in images {
-                    symbolizer.note_loaded_identity(&module, identity);
+    let mut symbolizer: Option<Symbolizer> = None;
+    for path in paths {
+        let mut capture = open_capture(path)?;
+        // The parts of one capture start with the same module lists.
+        let symbolizer = symbolizer.get_or_insert_with(|| {
+            symbols
+                .symbolizer(std::mem::take(&mut capture.modules), ModuleOrigin::Saved)
+                .with_processes(std::mem::take(&mut capture.processes))
+        });
+        while let Some(item) = capture.next_item() {
+            match item.map_err(|error| read_error(path, error))? {
+                Item::Record(record) => each(&record, symbolizer),
+                Item::Module(change) => symbolizer.note_modules(std::slice::from_ref(&change)),
+                Item::LoadedImages(images) => {
+                    for (module, identity) in images {
+                        symbolizer.note_loaded_identity(&module, identity);
+                    }
                 }
             }
         }
+        note_health(path, capture.health());
     }
-    note_health(path, capture.health());
-    Ok(symbolizer)
+    symbolizer.ok_or_else(|| {
+        ClientError::file(
+            Path::new("--input"),
+            "reading",
+            &io::Error::other("no capture file named"),
+        )
+    })
 }
 
 /// The module lists of the capture file at `path`: the kernel's, and each
@@ -154,9 +168,7 @@ fn for_each_record(
             each(record);
         }
     };
-    let symbolizer = if let Some(path) = &input.input {
-        for_each_saved_record(path, symbols, |record, _| admitted(record))?
-    } else {
+    let symbolizer = if input.input.is_empty() {
         let mut device = open_device()?;
         let mut symbolizer = symbols.live_symbolizer(&mut device)?;
         session::follow(
@@ -172,6 +184,8 @@ fn for_each_record(
             },
         )?;
         symbolizer
+    } else {
+        for_each_saved_record(&input.input, symbols, |record, _| admitted(record))?
     };
     if let Some(filter) = filter {
         kstack_client::eprintln_fitted!("kstack: {}", counts.text(filter));

@@ -2,6 +2,7 @@
 //! what it does; the modules without a command's name hold what several
 //! commands share (where records come from, where output goes).
 
+pub mod capture_parts;
 pub mod clear;
 pub mod config;
 pub mod export;

@@ -58,9 +58,9 @@ impl OutputArgs {
 
     /// Checks, before any work, that the output may be written: see
     /// [`check_output`]; `input` is the file being read, if any.
-    pub fn check(&self, input: Option<&Path>) -> Result<(), ClientError> {
+    pub fn check(&self, inputs: &[PathBuf]) -> Result<(), ClientError> {
         self.file()
-            .map_or(Ok(()), |path| check_output(path, self.force.force, input))
+            .map_or(Ok(()), |path| check_output(path, self.force.force, inputs))
     }
 
     /// Writes the whole output with `write`: to the file (see
@@ -135,14 +135,14 @@ pub fn is_standard_output(path: &Path) -> bool {
     path.as_os_str() == "-"
 }
 
-/// Whether `path` may be written: never when it is `input` (the capture
-/// being read) or exists and is not a regular file (a device, a pipe, a
+/// Whether `path` may be written: never when it is one of `inputs` (the
+/// captures being read) or exists and is not a regular file (a device, a pipe, a
 /// folder), `--force` or not; otherwise an existing file only with
 /// `force`.
 ///
 /// # Errors
 /// [`ClientError::Unwritable`], [`ClientError::Exists`].
-pub fn check_output(path: &Path, force: bool, input: Option<&Path>) -> Result<(), ClientError> {
+pub fn check_output(path: &Path, force: bool, inputs: &[PathBuf]) -> Result<(), ClientError> {
     let unwritable = |reason| ClientError::Unwritable {
         path: path.display().to_string(),
         reason,
@@ -163,7 +163,7 @@ pub fn check_output(path: &Path, force: bool, input: Option<&Path>) -> Result<()
             .zip(std::fs::canonicalize(other).ok())
             .is_some_and(|(a, b)| a == b)
     };
-    if input.is_some_and(same_file) {
+    if inputs.iter().any(|input| same_file(input)) {
         return Err(unwritable("it is the capture being read"));
     }
     if !metadata.is_file() {
@@ -214,7 +214,7 @@ fn without_temporary_path(error: &io::Error) -> io::Error {
 
 /// Creates `path`, refusing to replace it without `force`.
 pub fn create_output(path: &Path, force: bool) -> Result<std::fs::File, ClientError> {
-    check_output(path, force, None)?;
+    check_output(path, force, &[])?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true);
     if force {
@@ -254,7 +254,7 @@ fn write_file(
     let exists = || ClientError::Exists {
         path: path.display().to_string(),
     };
-    check_output(path, force, None)?;
+    check_output(path, force, &[])?;
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -340,23 +340,26 @@ mod tests {
         let input = dir.path().join("in.kstack");
         std::fs::write(&input, "capture").unwrap();
         let new = dir.path().join("new.svg");
-        assert_eq!(refusal(check_output(&new, false, Some(&input))), None);
-        assert_eq!(refusal(check_output(&input, false, None)), Some("exists"));
-        assert_eq!(refusal(check_output(&input, true, None)), None);
+        assert_eq!(
+            refusal(check_output(&new, false, std::slice::from_ref(&input))),
+            None
+        );
+        assert_eq!(refusal(check_output(&input, false, &[])), Some("exists"));
+        assert_eq!(refusal(check_output(&input, true, &[])), None);
         let again = dir.path().join(".").join("in.kstack");
         for force in [false, true] {
             assert_eq!(
-                refusal(check_output(&again, force, Some(&input))),
+                refusal(check_output(&again, force, std::slice::from_ref(&input))),
                 Some("it is the capture being read")
             );
             assert!(
-                refusal(check_output(dir.path(), force, None))
+                refusal(check_output(dir.path(), force, &[]))
                     .is_some_and(|reason| reason.contains("not a regular file"))
             );
         }
         #[cfg(unix)]
         assert!(
-            refusal(check_output(Path::new("/dev/null"), true, None))
+            refusal(check_output(Path::new("/dev/null"), true, &[]))
                 .is_some_and(|reason| reason.contains("not a regular file"))
         );
         // Windows' devices, whatever the folder, case or extension.
@@ -369,14 +372,14 @@ mod tests {
             r"\\.\PhysicalDrive0",
         ] {
             assert!(
-                refusal(check_output(Path::new(device), true, None))
+                refusal(check_output(Path::new(device), true, &[]))
                     .is_some_and(|reason| reason.contains("names a device")),
                 "{device}"
             );
         }
         for file in ["NULL", "COM10", "console.txt", "nul_report", "LPT0"] {
             let path = dir.path().join(file);
-            assert_eq!(refusal(check_output(&path, false, None)), None, "{file}");
+            assert_eq!(refusal(check_output(&path, false, &[])), None, "{file}");
         }
         // save and sample create their file through the same check.
         assert!(matches!(

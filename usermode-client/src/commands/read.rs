@@ -27,14 +27,17 @@ pub struct ReadArgs {
 pub fn run(args: &ReadArgs) -> Result<(), ClientError> {
     if let Some(path) = &args.input {
         let mut batch = Vec::new();
-        let symbolizer =
-            for_each_saved_record(path, &args.format.symbols, |record, symbolizer| {
+        let symbolizer = for_each_saved_record(
+            std::slice::from_ref(path),
+            &args.format.symbols,
+            |record, symbolizer| {
                 batch.push(record.clone());
                 if batch.len() == 4096 {
                     print_records(&batch, symbolizer, &args.format);
                     batch.clear();
                 }
-            })?;
+            },
+        )?;
         print_records(&batch, &symbolizer, &args.format);
         return Ok(());
     }

@@ -27,6 +27,7 @@ use kstack_client::{
 };
 
 use super::{
+    capture_parts::{PartArgs, Parts},
     live::{FollowArgs, follow_summary_text, identified_live_modules, open_device, stop_flag},
     output::{ForceArg, create_output, discard, is_standard_output},
 };
@@ -52,6 +53,8 @@ pub struct SaveArgs {
     follow: FollowArgs,
     #[command(flatten)]
     sync: SyncArgs,
+    #[command(flatten)]
+    parts: PartArgs,
 }
 
 /// How often a capture being written is made durable.
@@ -97,25 +100,41 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         .as_deref()
         .or(args.output.as_deref())
         .expect("clap requires FILE or -o FILE");
-    let (mut writer, modules, processes) =
-        start_capture(&mut device, path, args.force.force, &args.sync)?;
+    let mut parts = args.parts.parts(path)?;
+    let first = parts
+        .as_ref()
+        .map_or_else(|| path.to_path_buf(), Parts::current);
+    let force = args.force.force;
+    let (mut writer, modules, processes) = start_capture(&mut device, &first, force, &args.sync)?;
     let writing = |error: io::Error| ClientError::file(path, "writing", &error);
     let followed = session::follow(
         &mut device,
         args.follow.drain_or_follow(),
         &stop_flag(),
-        |batch| append_batch(&mut writer, batch).map_err(writing),
+        |batch| {
+            append_batch(&mut writer, batch).map_err(writing)?;
+            parts.as_mut().map_or(Ok(()), |parts| {
+                parts.after_batch(&mut writer, batch, (&modules, &processes), force)
+            })
+        },
     );
-    let saved = writer.trace_records();
-    let saved_modules = writer.module_records();
-    let (summary, syncs) = finish_capture(writer, path, followed, saved, "save")?;
+    let earlier = parts.as_ref().map_or(0, Parts::records_before);
+    let saved = earlier + writer.trace_records();
+    let saved_modules = parts
+        .as_ref()
+        .map_or_else(|| writer.module_records(), Parts::module_records);
+    let last = parts
+        .as_ref()
+        .map_or_else(|| path.to_path_buf(), Parts::current);
+    let (summary, syncs) = finish_capture(writer, &last, followed, saved, "save")?;
+    let written_to = parts.as_ref().map_or_else(|| shown(path), Parts::text);
     kstack_client::eprintln_fitted!(
         "kstack save: {}, {}, {} and the user-mode modules of {} processes written to {}, {}; {}",
         stack_table::counted(saved, "record"),
         stack_table::counted(saved_modules, "module record"),
         stack_table::counted(modules.modules().len() as u64, "module"),
         processes.processes().count(),
-        shown(path),
+        written_to,
         args.sync.text(syncs),
         follow_summary_text(&summary)
     );
@@ -167,7 +186,7 @@ pub fn shown(path: &Path) -> String {
 
 /// The capture's target: `path` created (replaced only with `force`), or
 /// standard output for `-` when it is not a terminal.
-fn open_target(path: &Path, force: bool) -> Result<CaptureTarget, ClientError> {
+pub fn open_target(path: &Path, force: bool) -> Result<CaptureTarget, ClientError> {
     if !is_standard_output(path) {
         return create_output(path, force).map(CaptureTarget::File);
     }
