@@ -607,8 +607,8 @@ fn read_up_to(input: &mut impl Read, buffer: &mut [u8]) -> io::Result<usize> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-
     use kstack_abi::{ABI_VERSION, RecordFlags, SourceFacts};
+    use proptest::arbitrary::Arbitrary as _;
 
     use super::*;
     use crate::{
@@ -732,6 +732,71 @@ pub(crate) mod tests {
                 check_prefix_or_subsequence(&read, &written, &context);
                 assert!(!read.health.is_whole(), "{context}: not found");
                 assert!(!read.health.to_string().is_empty());
+            }
+        }
+    }
+
+    /// The records of `sampled_records` and `sample_records` written in
+    /// batches of the sizes `split` gives in turn, and the records.
+    fn batched(split: &[usize]) -> (Vec<u8>, Vec<TraceRecord>) {
+        let written: Vec<TraceRecord> = sampled_records()
+            .into_iter()
+            .chain(sample_records())
+            .collect();
+        let mut writer = CaptureWriter::new(Vec::new(), &sample_map()).unwrap();
+        let mut sizes = split.iter().cycle();
+        let mut rest = &written[..];
+        while !rest.is_empty() {
+            let size = (*sizes.next().unwrap()).min(rest.len());
+            for record in &rest[..size] {
+                writer.append(record).unwrap();
+            }
+            writer.end_batch().unwrap();
+            rest = &rest[size..];
+        }
+        (writer.finish().unwrap().out, written)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2048))]
+
+        /// Any bytes overwritten anywhere, and any cut: never a panic,
+        /// never a record that was not written (each read whole, or with
+        /// its stack lost), always said; only a damaged fixed header is
+        /// refused.
+        #[test]
+        fn damage_anywhere_is_found_and_never_read_as_other_data(
+            split in proptest::collection::vec(1_usize..5, 1..4),
+            overwrites in proptest::collection::vec(
+                (proptest::sample::Index::arbitrary(), proptest::num::u8::ANY),
+                0..6,
+            ),
+            cut in proptest::option::of(proptest::sample::Index::arbitrary()),
+        ) {
+            let (bytes, written) = batched(&split);
+            let mut damaged = bytes.clone();
+            for (at, value) in &overwrites {
+                let at = at.index(damaged.len());
+                damaged[at] = *value;
+            }
+            if let Some(cut) = cut {
+                let length = cut.index(damaged.len() + 1);
+                damaged.truncate(length);
+            }
+            let header_touched = damaged.len() < FIXED_HEADER_SIZE
+                || damaged[..FIXED_HEADER_SIZE] != bytes[..FIXED_HEADER_SIZE];
+            match read_back(&damaged) {
+                Err(error) => proptest::prop_assert!(header_touched, "refused: {error}"),
+                Ok(read) => {
+                    check_prefix_or_subsequence(&read, &written, "random damage");
+                    if damaged == bytes {
+                        proptest::prop_assert!(read.health.is_whole());
+                        proptest::prop_assert_eq!(&read.records, &written);
+                    } else {
+                        proptest::prop_assert!(!read.health.is_whole(), "not found");
+                        proptest::prop_assert!(!read.health.to_string().is_empty());
+                    }
+                }
             }
         }
     }
