@@ -491,7 +491,13 @@ fn capture_now_frames_are_in_kstack(context: &Context) -> WineResult<()> {
                     .all(|location| !location.as_str().unwrap_or("").starts_with("kstack.sys"))
             }),
         || format!("{tracer} tracer frames should be hidden: {record}"),
-    )
+    )?;
+    // The text says so, in the words quick-start.md quotes.
+    let text = context.wine.client_ok(&["selftest"])?;
+    let note = format!("({tracer} kstack.sys frames hidden; --tracer-frames shows them)");
+    ensure(text.contains(&note), || {
+        format!("selftest should say {note}: {text}")
+    })
 }
 
 /// `kstack threads` and `kstack sample` under Wine, whose
