@@ -185,7 +185,7 @@ fn cases() -> [(&'static str, Case); 23] {
             overflow_loses_nothing_silently,
         ),
         (
-            "save killed after draining: its file holds every sequence number spent, cut short, not damaged",
+            "save killed after draining, then mid-capture: the file, a read after and the batch in hand account for every sequence number",
             killed_save_loses_nothing_drained,
         ),
         (
@@ -1785,7 +1785,93 @@ fn killed_save_loses_nothing_drained(context: &Context) -> WineResult<()> {
                 after.len()
             )
         },
-    )
+    )?;
+    killed_mid_capture(wine)
+}
+
+/// `kstack save` killed (SIGKILL) while the timer samples, then the rest
+/// drained by a read: the file, the read after and the records the killed
+/// client held (the driver's `read` count less the two) account for every
+/// sequence number spent, and the numbers neither in the file nor read
+/// after are, in each shard, one run right after the file's last record:
+/// the batch in hand.
+fn killed_mid_capture(wine: &WineHost) -> WineResult<()> {
+    allow_elevated_walks(wine)?;
+    wine.client_ok(&["config", "--enable", "timer", "--timer-period", "2"])?;
+    let capture = wine.client_dir().join("killed-mid.kstack");
+    let _ = std::fs::remove_file(&capture);
+    let mut save = wine.spawn_client(&["save", "killed-mid.kstack", "--duration", "60"])?;
+    thread::sleep(Duration::from_millis(1500));
+    save.kill()
+        .map_err(|error| format!("killing kstack save: {error}"))?;
+    let _ = save.wait();
+    wine.client_ok(&["config", "--disable", "timer"])?;
+    let file = std::fs::File::open(&capture)
+        .map_err(|error| format!("the killed save left no file: {error}"))?;
+    let saved = kstack_client::capture::reader::read_whole(file)
+        .map_err(|error| format!("reading the killed save's file: {error}"))?;
+    ensure(saved.health.damaged_runs == 0, || {
+        format!("the killed save's file is damaged: {}", saved.health)
+    })?;
+    let mut seen: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    let mut last_saved: BTreeMap<u64, u64> = BTreeMap::new();
+    for record in &saved.records {
+        let (shard, sequence) = (u64::from(record.header.shard), record.header.sequence);
+        seen.entry(shard).or_default().insert(sequence);
+        last_saved.insert(shard, sequence);
+    }
+    let after = json_lines(&wine.client_ok(&["read", "--json"])?)?;
+    for record in &after {
+        let (shard, sequence) = (
+            number_at(record, "/shard")?,
+            number_at(record, "/sequence")?,
+        );
+        ensure(seen.entry(shard).or_default().insert(sequence), || {
+            format!("shard {shard}'s sequence {sequence} both in the file and read after")
+        })?;
+    }
+    let status = status(wine)?;
+    let spent = number_at(&status, "/sequences_spent")?;
+    let read = number_at(&status, "/read")?;
+    ensure(
+        number_at(&status, "/dropped")? == 0 && number_at(&status, "/module_records")? == 0,
+        || format!("a drop or a module record: {status}"),
+    )?;
+    let kept = (saved.records.len() + after.len()) as u64;
+    let in_hand = read - kept;
+    ensure(spent == kept + in_hand, || {
+        format!(
+            "{spent} spent, {read} read by the driver's count: {} in the file, {} read after, \
+             {in_hand} in hand when killed",
+            saved.records.len(),
+            after.len()
+        )
+    })?;
+    let mut visible = 0;
+    for (shard, sequences) in &seen {
+        let last = sequences.last().copied().unwrap_or(0);
+        let missing: Vec<u64> = (1..=last)
+            .filter(|sequence| !sequences.contains(sequence))
+            .collect();
+        let first_unsaved = last_saved.get(shard).copied().unwrap_or(0) + 1;
+        ensure(
+            missing
+                .iter()
+                .copied()
+                .eq(first_unsaved..first_unsaved + missing.len() as u64),
+            || {
+                format!(
+                    "shard {shard}: {missing:?} missing, not one run right after the file's \
+                     last record ({})",
+                    first_unsaved - 1
+                )
+            },
+        )?;
+        visible += missing.len() as u64;
+    }
+    ensure(visible <= in_hand, || {
+        format!("{visible} numbers missing between the file and the read after, {in_hand} in hand")
+    })
 }
 
 /// The status identities of `kstack_abi::StatusResponse`, for a driver
