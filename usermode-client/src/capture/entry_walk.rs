@@ -144,9 +144,9 @@ impl EntryWalk {
             }
         }
         self.entries += 1;
-        if let Some(thread_id) = target
-            && !record.stack_lost()
-        {
+        // A capture whose stack was lost is still the thread's last: a
+        // repeat of it reads as lost too, never as an older stack.
+        if let Some(thread_id) = target {
             self.last_thread_stack.insert(thread_id, record.clone());
         }
         Ok((WalkedEntry::Record(record), taken))

@@ -128,19 +128,29 @@ pub struct Health {
     /// Bytes at the end holding no whole block: the capture was cut short
     /// (or its end damaged), as (offset, length).
     pub tail: Option<(u64, u64)>,
-    /// The sequence number of the last trace record read.
-    pub last_sequence: Option<u64>,
+    /// Intact blocks out of place: a module list after the entries began,
+    /// or a count of entries before it that goes back (a block repeated,
+    /// or another capture's); their contents were not read.
+    pub out_of_place: u64,
+    /// Bytes after the end marker (another capture appended, or junk):
+    /// not read.
+    pub after_end: u64,
+    /// The shard and sequence number of the last trace record read (not a
+    /// repeated sample, which keeps its copied record's).
+    pub last_record: Option<(u16, u64)>,
 }
 
 impl Health {
     /// Whether the capture was read whole: finished, nothing damaged.
     #[must_use]
     pub fn is_whole(&self) -> bool {
-        self.end_count.is_some()
+        self.end_count == Some(self.entries.saturating_add(self.entries_lost))
             && self.tail.is_none()
             && self.damaged_runs == 0
             && self.undecodable == 0
             && self.entries_lost == 0
+            && self.out_of_place == 0
+            && self.after_end == 0
             && !self.start_lost
     }
 
@@ -152,9 +162,16 @@ impl Health {
         }
     }
 
+    /// Entries read or known lost so far.
+    const fn accounted(&self) -> u64 {
+        self.entries.saturating_add(self.entries_lost)
+    }
+
     /// The entries before a block (or the end) that were not read.
     fn note_entries_before(&mut self, entries_before: u64) {
-        self.entries_lost += entries_before.saturating_sub(self.entries + self.entries_lost);
+        self.entries_lost = self
+            .entries_lost
+            .saturating_add(entries_before.saturating_sub(self.accounted()));
     }
 }
 
@@ -162,15 +179,17 @@ impl Health {
 impl fmt::Display for Health {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let after_last = || {
-            self.last_sequence.map_or_else(
+            self.last_record.map_or_else(
                 || "before its first record".to_owned(),
-                |sequence| format!("after record sequence {sequence}"),
+                |(shard, sequence)| format!("after shard {shard}'s record sequence {sequence}"),
             )
         };
         let mut sentences = Vec::new();
         if self.start_lost {
-            sentences
-                .push("its kernel module list is damaged: kernel frames are not named".to_owned());
+            sentences.push(
+                "its kernel module list was lost (damaged or cut): kernel frames are not named"
+                    .to_owned(),
+            );
         }
         if self.damaged_runs > 0 {
             let places: Vec<String> = self
@@ -203,8 +222,20 @@ impl fmt::Display for Health {
         }
         if self.stacks_lost > 0 {
             sentences.push(format!(
-                "{} read name a stack stored only in the lost bytes: shown as [stack lost]",
-                counted(self.stacks_lost, "record")
+                "{} read {} a stack stored only in the lost bytes: shown as [stack lost]",
+                counted(self.stacks_lost, "record"),
+                if self.stacks_lost == 1 {
+                    "names"
+                } else {
+                    "name"
+                }
+            ));
+        }
+        if self.out_of_place > 0 {
+            sentences.push(format!(
+                "{} out of place (a module list after the entries began, or a count of entries \
+                 that goes back: a block repeated, or another capture's) not read",
+                counted(self.out_of_place, "intact block")
             ));
         }
         if self.repeats_lost > 0 {
@@ -215,13 +246,29 @@ impl fmt::Display for Health {
         }
         if let Some((offset, length)) = self.tail {
             sentences.push(format!(
-                "it was cut short (no end marker): read up to its last whole block, {}; the last \
-                 {} (from byte {offset}) hold no whole block",
+                "it was cut short (no whole end marker; or its end is damaged): read up to its \
+                 last whole block, {}; the last {} (from byte {offset}) hold no whole block",
                 after_last(),
                 counted(length, "byte")
             ));
         } else if self.end_count.is_none() && self.format > LAST_LEGACY_FORMAT {
             sentences.push(format!("it was cut short (no end marker) {}", after_last()));
+        }
+        if let Some(count) = self.end_count
+            && count != self.accounted()
+            && self.format > LAST_LEGACY_FORMAT
+        {
+            sentences.push(format!(
+                "its end marker counts {} but {} were read or found lost",
+                counted(count, "entry"),
+                self.accounted()
+            ));
+        }
+        if self.after_end > 0 {
+            sentences.push(format!(
+                "{} after its end marker (another capture appended, or other data) were not read",
+                counted(self.after_end, "byte")
+            ));
         }
         f.write_str(&sentences.join("; "))
     }
@@ -247,6 +294,11 @@ pub struct CaptureReader<R> {
     queued: VecDeque<Item>,
     walk: EntryWalk,
     health: Health,
+    /// Whether the first entries, loaded images or end block was read:
+    /// module lists after it are out of place.
+    entries_began: bool,
+    /// Whether the end marker was read: anything after it is not read.
+    ended: bool,
     done: bool,
 }
 
@@ -300,6 +352,8 @@ impl<R: Read> CaptureReader<R> {
                 start_lost: true,
                 ..Health::default()
             },
+            entries_began: false,
+            ended: false,
             done: false,
         };
         // The module lists come first: read up to the first block of
@@ -330,6 +384,8 @@ impl<R: Read> CaptureReader<R> {
                 end_count: Some(declared),
                 ..Health::default()
             },
+            entries_began: true,
+            ended: true,
             done: true,
         })
     }
@@ -379,7 +435,10 @@ impl<R: Read> CaptureReader<R> {
                 Ok(match entry {
                     WalkedEntry::Record(record) => {
                         self.health.stacks_lost += u64::from(record.stack_lost());
-                        self.health.last_sequence = Some(record.header.sequence);
+                        if !record.sample.is_some_and(|facts| facts.repeated) {
+                            self.health.last_record =
+                                Some((record.header.shard, record.header.sequence));
+                        }
                         Some(Item::Record(record))
                     }
                     WalkedEntry::Module(change) if self.blocks.is_some() => {
@@ -447,10 +506,32 @@ impl<R: Read> CaptureReader<R> {
             return Ok(());
         };
         let health = &mut self.health;
+        if self.ended {
+            // Nothing follows the end marker in a capture written by one
+            // writer: what does is said, and not read.
+            health.after_end = health.after_end.saturating_add(match piece {
+                Piece::Block(block) => (BLOCK_HEADER_SIZE + block.payload.len()) as u64,
+                Piece::Damaged { length, .. } | Piece::Tail { length, .. } => length,
+            });
+            return Ok(());
+        }
         match piece {
             Piece::Block(block) => {
                 health.blocks += 1;
                 let kind = block.kind;
+                let in_place = match kind {
+                    BlockKind::Start => !self.entries_began && health.start_lost,
+                    BlockKind::Process => !self.entries_began,
+                    BlockKind::Entries | BlockKind::LoadedImages | BlockKind::End => {
+                        self.entries_began = true;
+                        block.entries_before >= health.accounted()
+                    }
+                };
+                if !in_place {
+                    health.out_of_place += 1;
+                    self.walk.forget_threads();
+                    return Ok(());
+                }
                 if let Err(error) = take_block(
                     &block,
                     &mut self.modules,
@@ -469,7 +550,7 @@ impl<R: Read> CaptureReader<R> {
                         self.at = 0;
                         self.end = self.payload.len();
                     }
-                    BlockKind::End => self.done = true,
+                    BlockKind::End => self.ended = true,
                     _ => {}
                 }
             }
@@ -714,7 +795,9 @@ pub(crate) mod tests {
         let cut = read_back(&bytes[..bytes.len() - 1]).unwrap();
         assert_eq!(cut.records, written, "only the end marker lost");
         assert!(
-            cut.health.to_string().contains("after record sequence 3"),
+            cut.health
+                .to_string()
+                .contains("after shard 0's record sequence 3"),
             "{}",
             cut.health
         );
@@ -809,14 +892,14 @@ pub(crate) mod tests {
         writer.append(&captured).unwrap();
         writer.end_batch().unwrap();
         let second_block = writer.written().len();
-        let mut repeat = captured.clone();
+        let again = thread_stack(2, 20, &frames);
+        let mut repeat = again.clone();
         repeat.sample = Some(crate::capture::trace::SampleFacts {
             state: None,
             wait_reason: crate::thread_list::WaitReason(6),
             cpu_time: 0,
             repeated: true,
         });
-        let again = thread_stack(2, 20, &frames);
         writer.append(&again).unwrap();
         writer.end_batch().unwrap();
         let third_block = writer.written().len();
@@ -824,26 +907,37 @@ pub(crate) mod tests {
         writer
             .append(&record(3, SourceFacts::Timer, &[0x42]))
             .unwrap();
-        let mut bytes = writer.finish().unwrap().out;
-        // The first entries block, which stored the stack, is damaged.
+        let bytes = writer.finish().unwrap().out;
+        let damaged_at = |at: usize| {
+            let mut damaged = bytes.clone();
+            damaged[at + BLOCK_HEADER_SIZE + 5] ^= 0x10;
+            read_back(&damaged).unwrap()
+        };
+        // The first entries block, which stored the stack, is damaged: the
+        // second capture reads as lost, and so does its repeat (a copy of
+        // it, never of an older capture).
         let first_entries = bytes
             .windows(4)
             .enumerate()
-            .filter(|(_, window)| *window == crate::capture::block::BLOCK_MAGIC)
+            .filter(|(_, window)| *window == BLOCK_MAGIC)
             .map(|(at, _)| at)
             .nth(1)
             .unwrap();
-        bytes[first_entries + BLOCK_HEADER_SIZE + 5] ^= 0x10;
-        let read = read_back(&bytes).unwrap();
-        assert_eq!(read.records.len(), 2, "{:?}", read.records);
-        assert!(read.records[0].stack_lost());
-        assert_eq!(read.records[0].header.sequence, 2);
-        assert_eq!(read.records[1].header.sequence, 3);
+        let read = damaged_at(first_entries);
+        let shown: Vec<(u64, bool, bool)> = read
+            .records
+            .iter()
+            .map(|r| (r.header.sequence, r.stack_lost(), r.sample.is_some()))
+            .collect();
+        assert_eq!(
+            shown,
+            [(2, true, false), (2, true, true), (3, false, false)]
+        );
         let health = &read.health;
-        assert_eq!(health.stacks_lost, 1);
-        assert_eq!(health.repeats_lost, 1);
-        assert_eq!(health.entries_lost, 1);
-        assert_eq!(health.damaged_runs, 1);
+        assert_eq!(
+            (health.stacks_lost, health.repeats_lost, health.entries_lost),
+            (2, 0, 1)
+        );
         assert_eq!(
             health.damaged,
             [(first_entries as u64, (second_block - first_entries) as u64)]
@@ -852,12 +946,138 @@ pub(crate) mod tests {
         for words in [
             "damaged bytes skipped",
             "1 entry lost",
-            "1 record read name a stack stored only in the lost bytes",
-            "1 repeated sample left out",
+            "2 records read name a stack stored only in the lost bytes",
         ] {
             assert!(text.contains(words), "{words}: {text}");
         }
+        // The second entries block, the thread's last capture, is damaged:
+        // its repeat is left out, and counted, not read as the first.
+        let read = damaged_at(second_block);
+        let shown: Vec<u64> = read.records.iter().map(|r| r.header.sequence).collect();
+        assert_eq!(shown, [1, 3]);
+        assert_eq!((read.health.stacks_lost, read.health.repeats_lost), (0, 1));
+        assert!(
+            read.health
+                .to_string()
+                .contains("1 repeated sample left out"),
+            "{}",
+            read.health
+        );
         assert!(third_block > second_block);
+    }
+
+    #[test]
+    fn a_batch_of_many_blocks_keeps_each_record_with_its_sample_entry() {
+        // One batch of 20,000 samples fills several blocks; a record's
+        // sample entry never starts the next (review 38, finding 1).
+        let written: Vec<TraceRecord> = (1..=20_000_u64)
+            .map(|sequence| {
+                let thread = u32::try_from(sequence % 500).unwrap();
+                let record = thread_stack(sequence, thread, &[sequence, sequence + 1]);
+                crate::capture::writer::tests::sampled(
+                    record,
+                    Some(crate::thread_list::ThreadState::RUNNING),
+                    1,
+                )
+            })
+            .collect();
+        let mut writer = CaptureWriter::new(Vec::new(), &ModuleMap::default()).unwrap();
+        for record in &written {
+            writer.append(record).unwrap();
+        }
+        writer.end_batch().unwrap();
+        let read = read_back(&writer.finish().unwrap().out).unwrap();
+        assert!(read.health.is_whole(), "{}", read.health);
+        assert!(read.health.blocks > 4, "several blocks");
+        assert_eq!(read.records, written);
+    }
+
+    #[test]
+    fn a_repeat_never_copies_an_older_stack_of_its_thread() {
+        // Thread 20's second capture names a stack another thread's record
+        // stored, in the block that is damaged; its repeat reads as lost,
+        // never as the first capture's stack (review 38, finding 2).
+        let (s1, s2): (&[u64], &[u64]) = (&[0x1111, 0x1112], &[0x2222, 0x2223]);
+        let mut writer = CaptureWriter::new(Vec::new(), &ModuleMap::default()).unwrap();
+        writer.append(&thread_stack(1, 99, s2)).unwrap();
+        writer.end_batch().unwrap();
+        writer.append(&thread_stack(2, 20, s1)).unwrap();
+        writer.end_batch().unwrap();
+        let second = thread_stack(3, 20, s2);
+        let mut repeat = second.clone();
+        repeat.sample = Some(crate::capture::trace::SampleFacts {
+            state: None,
+            wait_reason: crate::thread_list::WaitReason(6),
+            cpu_time: 0,
+            repeated: true,
+        });
+        writer.append(&second).unwrap();
+        writer.append(&repeat).unwrap();
+        let mut bytes = writer.finish().unwrap().out;
+        let first_entries = bytes
+            .windows(4)
+            .enumerate()
+            .filter(|(_, window)| *window == BLOCK_MAGIC)
+            .map(|(at, _)| at)
+            .nth(1)
+            .unwrap();
+        bytes[first_entries + BLOCK_HEADER_SIZE + 3] ^= 1;
+        let read = read_back(&bytes).unwrap();
+        for record in &read.records {
+            assert!(
+                record.stack_lost() || record.frames[..] == *s1 && record.header.sequence == 2,
+                "{record:?}"
+            );
+        }
+        assert_eq!(read.records.len(), 3);
+        assert_eq!(read.health.stacks_lost, 2);
+    }
+
+    #[test]
+    fn what_follows_the_end_and_blocks_out_of_place_are_said_not_read() {
+        let bytes = saved(&sample_map(), &sample_records());
+        // Another capture appended (`save - >> file`, twice).
+        let appended = [&bytes[..], &bytes[..]].concat();
+        let read = read_back(&appended).unwrap();
+        assert_eq!(read.records, sample_records());
+        assert_eq!(
+            read.health.after_end,
+            bytes.len() as u64,
+            "the whole second capture"
+        );
+        assert!(!read.health.is_whole());
+        assert!(
+            read.health.to_string().contains("after its end marker"),
+            "{}",
+            read.health
+        );
+        // An entries block repeated: read once, the copy out of place.
+        let mut blocks = BlockReader::new(&bytes[FIXED_HEADER_SIZE..], FIXED_HEADER_SIZE as u64);
+        let mut entries = None;
+        while let Some(piece) = blocks.next_piece().unwrap() {
+            if let Piece::Block(block) = piece
+                && block.kind == BlockKind::Entries
+            {
+                let start = usize::try_from(block.offset).unwrap();
+                entries = Some(start..start + BLOCK_HEADER_SIZE + block.payload.len());
+            }
+        }
+        let entries = entries.unwrap();
+        let mut repeated = bytes[..entries.end].to_vec();
+        repeated.extend_from_slice(&bytes[entries.clone()]);
+        repeated.extend_from_slice(&bytes[entries.end..]);
+        let read = read_back(&repeated).unwrap();
+        assert_eq!(read.records, sample_records(), "each record once");
+        assert_eq!(read.health.out_of_place, 1);
+        assert!(!read.health.is_whole());
+        // A count of entries no writer writes: no overflow, said.
+        let mut huge = bytes[..entries.start].to_vec();
+        encode_block(BlockKind::Entries, u64::MAX, &[], &mut huge).unwrap();
+        encode_block(BlockKind::Entries, u64::MAX, &[], &mut huge).unwrap();
+        encode_block(BlockKind::End, 3, &3_u64.to_le_bytes(), &mut huge).unwrap();
+        let read = read_back(&huge).unwrap();
+        assert!(!read.health.is_whole());
+        assert!(read.health.out_of_place >= 1, "{:?}", read.health);
     }
 
     #[test]

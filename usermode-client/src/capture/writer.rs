@@ -219,7 +219,8 @@ impl<W: CaptureOutput> CaptureWriter<W> {
                 )));
             }
             self.repeated += 1;
-            return self.push_sample_entry(&entry);
+            self.push_sample_entry(&entry);
+            return self.write_if_full();
         }
         if let SourceFacts::ThreadStack {
             target_thread_id, ..
@@ -243,15 +244,20 @@ impl<W: CaptureOutput> CaptureWriter<W> {
         }
         let size = encode_record(&header, frames, &mut self.scratch)
             .map_err(|error| io::Error::other(error.to_string()))?;
-        self.push(size)?;
-        sampled.map_or(Ok(()), |entry| self.push_sample_entry(&entry))
+        self.push(size);
+        // A record and its sample entry share a block: the reader takes
+        // an entry at a block's start for a repeat.
+        if let Some(entry) = sampled {
+            self.push_sample_entry(&entry);
+        }
+        self.write_if_full()
     }
 
-    fn push_sample_entry(&mut self, entry: &SampleEntry) -> io::Result<()> {
+    fn push_sample_entry(&mut self, entry: &SampleEntry) {
         let size = sample_entry::SAMPLE_ENTRY_SIZE;
         self.scratch[..size].copy_from_slice(&sample_entry::encode(entry));
         self.samples += 1;
-        self.push(size)
+        self.push(size);
     }
 
     /// Appends one module record.
@@ -263,14 +269,19 @@ impl<W: CaptureOutput> CaptureWriter<W> {
         let size = encode_module_record(&change.header, &change.path, &mut self.scratch)
             .map_err(|error| io::Error::other(error.to_string()))?;
         self.modules += 1;
-        self.push(size)
+        self.push(size);
+        self.write_if_full()
     }
 
-    /// Adds the entry encoded in the scratch buffer to the pending block,
-    /// written once it is full.
-    fn push(&mut self, size: usize) -> io::Result<()> {
+    /// Adds the entry encoded in the scratch buffer to the pending block.
+    fn push(&mut self, size: usize) {
         self.pending.extend_from_slice(&self.scratch[..size]);
         self.entries += 1;
+    }
+
+    /// Writes the pending block once it is full (between whole entries:
+    /// a record and its sample entry are one).
+    fn write_if_full(&mut self) -> io::Result<()> {
         if self.pending.len() >= BLOCK_TARGET {
             self.write_pending()?;
         }

@@ -89,7 +89,9 @@ fn report_json(health: &Health, records: u64) -> serde_json::Value {
         "stacks_lost": health.stacks_lost,
         "repeats_lost": health.repeats_lost,
         "module_list_lost": health.start_lost,
-        "last_sequence": health.last_sequence,
+        "out_of_place_blocks": health.out_of_place,
+        "bytes_after_end": health.after_end,
+        "last_record": health.last_record.map(|(shard, sequence)| json!({"shard": shard, "sequence": sequence})),
         "problems": health.to_string(),
     })
 }
