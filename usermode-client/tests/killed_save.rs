@@ -95,7 +95,7 @@ fn kill_and_check(dir: &Path, signal: &str, delay: Duration, context: &str) {
     assert!(stderr.contains("it was cut short"), "{context}: {stderr}");
     if kept > 0 {
         assert!(
-            stderr.contains(&format!("after record sequence {kept}")),
+            stderr.contains(&format!("after shard 0's record sequence {kept}")),
             "{context}: {stderr}"
         );
         let stdout = String::from_utf8_lossy(&output.stdout);
