@@ -232,6 +232,31 @@ fn max_size_writes_whole_parts_and_rotate_keeps_the_newest() {
         "{}",
         said(&output)
     );
+    // The parts of an earlier capture of the name are never mixed with a
+    // new one's: refused, or with --force deleted first.
+    let again = over_driver(&all, &["save", "trace.kstack", "--max-size", "1M"]);
+    assert_eq!(again.status.code(), Some(8), "{}", said(&again));
+    assert!(
+        said(&again).contains("trace-0001.kstack"),
+        "{}",
+        said(&again)
+    );
+    let forced = over_driver(
+        &all,
+        &["save", "trace.kstack", "--max-size", "1M", "--force"],
+    );
+    assert!(forced.status.success(), "{}", said(&forced));
+    assert_eq!(
+        parts_in(&all),
+        ["trace-0001.kstack"],
+        "drained once: one part"
+    );
+    // --rotate keeps two parts at least: the one being written and one more.
+    let one = over_driver(
+        &dir,
+        &["save", "x.kstack", "--max-size", "1M", "--rotate", "1"],
+    );
+    assert_eq!(one.status.code(), Some(2), "{}", said(&one));
     // Parts are files: not on standard output.
     let piped = over_driver(&dir, &["save", "-", "--max-size", "1M"]);
     assert_eq!(piped.status.code(), Some(8), "{}", said(&piped));

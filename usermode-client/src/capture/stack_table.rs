@@ -314,6 +314,13 @@ impl StackTable {
                 last: seen,
                 lost: record.stack_lost(),
             });
+        if summary.lost && !record.stack_lost() {
+            // Another part of the capture stored the frames a damaged one
+            // lost.
+            summary.frames = record.frames.to_vec();
+            summary.user_frames = usize::from(header.user_frame_count);
+            summary.lost = false;
+        }
         summary.per_source[header.facts.source().index()] += 1;
         let count = summary.per_origin.entry(Origin::of(record)).or_default();
         count.records += 1;
@@ -713,6 +720,27 @@ pub(crate) mod tests {
             record(3, SourceFacts::Timer, &[LEAF, ROOT]),
             record(4, SourceFacts::OnDemand { tag: 2 }, &[LEAF, ROOT]),
         ]
+    }
+
+    #[test]
+    fn a_lost_stack_is_shown_lost_until_a_record_brings_its_frames() {
+        let frames = [0xFFFF_F800_0000_1000, 0xFFFF_F800_0000_2000];
+        let whole = record(2, SourceFacts::Timer, &frames);
+        let mut lost = whole.clone();
+        lost.frames = [].into();
+        lost.header.flags = kstack_abi::RecordFlags::STACK_BY_ID;
+        assert!(lost.stack_lost());
+        let symbolizer = modules_only();
+        let mut table = StackTable::default();
+        table.add(&lost);
+        let summary = table.stacks().next().unwrap().clone();
+        assert_eq!(summary.locations(&symbolizer), [LOST_STACK]);
+        // A later part of the capture stores the frames again.
+        table.add(&whole);
+        let summary = table.stacks().next().unwrap();
+        assert!(!summary.lost);
+        assert_eq!(summary.count(), 2);
+        assert_eq!(summary.frames, frames);
     }
 
     #[test]

@@ -309,24 +309,26 @@ impl<W: CaptureOutput> CaptureWriter<W> {
     /// Writes the loaded images' identities noted since the last block,
     /// then the pending entries, each as a block, in one write.
     fn write_pending(&mut self) -> io::Result<()> {
-        if self.written_images < self.loaded_images.len() {
-            let new = &self.loaded_images[self.written_images..];
-            let mut payload = Vec::new();
-            let count =
-                u32::try_from(new.len()).map_err(|_| io::Error::other("too many loaded images"))?;
-            payload.extend_from_slice(&count.to_le_bytes());
-            write_entries(
-                &mut payload,
-                new.iter()
-                    .map(|(module, identity)| (module, Some(identity))),
-            )?;
+        // Identities in blocks of about BLOCK_TARGET bytes each.
+        while self.written_images < self.loaded_images.len() {
+            let mut entries = Vec::new();
+            let mut count: u32 = 0;
+            for (module, identity) in &self.loaded_images[self.written_images..] {
+                if entries.len() >= BLOCK_TARGET {
+                    break;
+                }
+                write_entries(&mut entries, std::iter::once((module, Some(identity))))?;
+                count += 1;
+            }
+            let mut payload = count.to_le_bytes().to_vec();
+            payload.extend_from_slice(&entries);
             encode_block(
                 BlockKind::LoadedImages,
                 self.written,
                 &payload,
                 &mut self.frame,
             )?;
-            self.written_images = self.loaded_images.len();
+            self.written_images += count as usize;
         }
         if !self.pending.is_empty() {
             encode_block(

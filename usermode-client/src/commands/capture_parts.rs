@@ -6,9 +6,10 @@
 //! `SIZE` bytes (checked when a batch ends, so a part exceeds it by at most
 //! one batch) it is finished (its end marker written) and the next begins.
 //! Each part is a whole capture that reads alone: it starts with the
-//! module lists of the capture's start, then every module record and every
-//! loaded image's identity written before it, and stores each stack again
-//! in the first record that has it.
+//! module lists of the capture's start, then the module records written
+//! before it of the processes that have not exited, and every loaded
+//! image's identity, and stores each stack again in the first record that
+//! has it.
 
 use std::{
     collections::VecDeque,
@@ -16,6 +17,7 @@ use std::{
 };
 
 use clap::Args;
+use kstack_abi::ModuleEvent;
 use kstack_client::{
     capture::{stack_table::counted, writer::CaptureWriter},
     device::session::Batch,
@@ -38,13 +40,14 @@ pub struct PartArgs {
     /// STEM-0002.EXT, ..., each a whole capture that reads alone.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_size: Option<u64>,
-    /// With --max-size: keep only the newest N parts, deleting the oldest
-    /// when a new one begins.
+    /// With --max-size: keep only the newest N parts (2 or more, the one
+    /// being written among them), deleting the oldest when a new one
+    /// begins.
     #[arg(
         long,
         value_name = "N",
         requires = "max_size",
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32).range(2..)
     )]
     rotate: Option<u32>,
 }
@@ -74,10 +77,15 @@ fn parse_size(text: &str) -> Result<u64, String> {
 
 impl PartArgs {
     /// The parts of a capture at `path`, when --max-size asks for them.
+    /// Parts of an earlier capture of that name are refused, or with
+    /// `force` deleted: one capture's parts are never mixed with
+    /// another's, and none is found in the way hours later.
     ///
     /// # Errors
-    /// [`ClientError::Unwritable`] for parts on standard output.
-    pub fn parts(&self, path: &Path) -> Result<Option<Parts>, ClientError> {
+    /// [`ClientError::Unwritable`] for parts on standard output,
+    /// [`ClientError::Exists`] for an earlier part without `force`, or
+    /// the error deleting it.
+    pub fn parts(&self, path: &Path, force: bool) -> Result<Option<Parts>, ClientError> {
         let Some(max_size) = self.max_size else {
             return Ok(None);
         };
@@ -86,6 +94,15 @@ impl PartArgs {
                 path: "standard output".to_owned(),
                 reason: "--max-size writes parts, each a file: name one",
             });
+        }
+        for earlier in earlier_parts(path) {
+            if !force {
+                return Err(ClientError::Exists {
+                    path: earlier.display().to_string(),
+                });
+            }
+            std::fs::remove_file(&earlier)
+                .map_err(|error| ClientError::file(&earlier, "deleting", &error))?;
         }
         Ok(Some(Parts {
             base: path.to_path_buf(),
@@ -96,6 +113,7 @@ impl PartArgs {
             rotated_out: (0, 0),
             changes: Vec::new(),
             records_before: 0,
+            syncs_before: 0,
         }))
     }
 }
@@ -115,6 +133,41 @@ pub struct Parts {
     changes: Vec<ModuleChange>,
     /// Trace records in the finished parts.
     records_before: u64,
+    /// Syncs made by the finished parts.
+    syncs_before: u64,
+}
+
+/// The files beside `base` named as its parts are (`STEM-NNNN.EXT`).
+fn earlier_parts(base: &Path) -> Vec<PathBuf> {
+    let dir = match base.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let stem = format!(
+        "{}-",
+        base.file_stem().unwrap_or_default().to_string_lossy()
+    );
+    let extension = base
+        .extension()
+        .map(|extension| format!(".{}", extension.to_string_lossy()));
+    let mut parts: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let number = name.strip_prefix(&stem).and_then(|rest| match &extension {
+                Some(extension) => rest.strip_suffix(extension.as_str()),
+                None => Some(rest),
+            });
+            number.is_some_and(|digits| {
+                digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_digit())
+            })
+        })
+        .collect();
+    parts.sort();
+    parts
 }
 
 impl Parts {
@@ -149,7 +202,16 @@ impl Parts {
         (modules, processes): (&ModuleMap, &ProcessModules),
         force: bool,
     ) -> Result<(), ClientError> {
-        self.changes.extend(batch.modules.iter().cloned());
+        for change in &batch.modules {
+            if change.header.event == ModuleEvent::ProcessExit {
+                // An exited process's modules name nothing in later parts.
+                let process = change.header.process_id;
+                self.changes
+                    .retain(|earlier| earlier.header.process_id != process);
+            } else {
+                self.changes.push(change.clone());
+            }
+        }
         if writer.bytes() < self.max_size {
             return Ok(());
         }
@@ -174,7 +236,7 @@ impl Parts {
         let finished = std::mem::replace(writer, next);
         let records = finished.trace_records();
         let path = self.current();
-        finished.finish().map_err(writing(&path))?;
+        self.syncs_before += finished.finish().map_err(writing(&path))?.syncs;
         self.records_before += records;
         self.kept.push_back((path, records));
         self.number += 1;
@@ -185,16 +247,28 @@ impl Parts {
             let Some((oldest, records)) = self.kept.pop_front() else {
                 break;
             };
-            std::fs::remove_file(&oldest)
-                .map_err(|error| ClientError::file(&oldest, "deleting", &error))?;
+            // A part another program holds open stays: the capture goes on.
+            if let Err(error) = std::fs::remove_file(&oldest) {
+                kstack_client::eprintln_fitted!(
+                    "kstack save: warning: --rotate could not delete {}: {error}",
+                    oldest.display()
+                );
+                continue;
+            }
             self.rotated_out.0 += 1;
             self.rotated_out.1 += records;
         }
         Ok(())
     }
 
-    /// Module records written: every part repeats those before it, and
-    /// each is counted once.
+    /// Syncs made by the finished parts.
+    #[must_use]
+    pub const fn syncs_before(&self) -> u64 {
+        self.syncs_before
+    }
+
+    /// Module records of the processes still running: every part repeats
+    /// them, each counted once.
     #[must_use]
     pub fn module_records(&self) -> u64 {
         self.changes.len() as u64

@@ -100,19 +100,22 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         .as_deref()
         .or(args.output.as_deref())
         .expect("clap requires FILE or -o FILE");
-    let mut parts = args.parts.parts(path)?;
+    let mut parts = args.parts.parts(path, args.force.force)?;
     let first = parts
         .as_ref()
         .map_or_else(|| path.to_path_buf(), Parts::current);
     let force = args.force.force;
     let (mut writer, modules, processes) = start_capture(&mut device, &first, force, &args.sync)?;
-    let writing = |error: io::Error| ClientError::file(path, "writing", &error);
     let followed = session::follow(
         &mut device,
         args.follow.drain_or_follow(),
         &stop_flag(),
         |batch| {
-            append_batch(&mut writer, batch).map_err(writing)?;
+            let current = parts
+                .as_ref()
+                .map_or_else(|| path.to_path_buf(), Parts::current);
+            append_batch(&mut writer, batch)
+                .map_err(|error| ClientError::file(&current, "writing", &error))?;
             parts.as_mut().map_or(Ok(()), |parts| {
                 parts.after_batch(&mut writer, batch, (&modules, &processes), force)
             })
@@ -127,6 +130,7 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         .as_ref()
         .map_or_else(|| path.to_path_buf(), Parts::current);
     let (summary, syncs) = finish_capture(writer, &last, followed, saved, "save")?;
+    let syncs = syncs + parts.as_ref().map_or(0, Parts::syncs_before);
     let written_to = parts.as_ref().map_or_else(|| shown(path), Parts::text);
     kstack_client::eprintln_fitted!(
         "kstack save: {}, {}, {} and the user-mode modules of {} processes written to {}, {}; {}",
