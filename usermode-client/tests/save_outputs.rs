@@ -128,6 +128,17 @@ fn every_output_refuses_a_device() {
     }
 }
 
+/// The capture files in `dir`, sorted.
+fn parts_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".kstack"))
+        .collect();
+    names.sort();
+    names
+}
+
 /// The sequence numbers of a part's records, which must read alone and
 /// whole.
 fn part_sequences(path: &std::path::Path) -> Vec<u64> {
@@ -144,15 +155,6 @@ fn part_sequences(path: &std::path::Path) -> Vec<u64> {
 #[test]
 fn max_size_writes_whole_parts_and_rotate_keeps_the_newest() {
     let dir = scratch_dir("save-parts");
-    let parts_in = |dir: &std::path::Path| {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-            .filter(|name| name.ends_with(".kstack"))
-            .collect();
-        names.sort();
-        names
-    };
     // All parts kept: together, every record once, in order.
     let all = dir.join("all");
     std::fs::create_dir_all(&all).unwrap();
@@ -193,6 +195,41 @@ fn max_size_writes_whole_parts_and_rotate_keeps_the_newest() {
         "{}",
         said(&output)
     );
+    // The parts of an earlier capture of the name are never mixed with a
+    // new one's: refused, or with --force deleted first.
+    let again = over_driver(&all, &["save", "trace.kstack", "--max-size", "1M"]);
+    assert_eq!(again.status.code(), Some(8), "{}", said(&again));
+    assert!(
+        said(&again).contains("trace-0001.kstack"),
+        "{}",
+        said(&again)
+    );
+    let forced = over_driver(
+        &all,
+        &["save", "trace.kstack", "--max-size", "1M", "--force"],
+    );
+    assert!(forced.status.success(), "{}", said(&forced));
+    assert_eq!(
+        parts_in(&all),
+        ["trace-0001.kstack"],
+        "drained once: one part"
+    );
+    // --rotate keeps two parts at least: the one being written and one more.
+    let one = over_driver(
+        &dir,
+        &["save", "x.kstack", "--max-size", "1M", "--rotate", "1"],
+    );
+    assert_eq!(one.status.code(), Some(2), "{}", said(&one));
+    // Parts are files: not on standard output.
+    let piped = over_driver(&dir, &["save", "-", "--max-size", "1M"]);
+    assert_eq!(piped.status.code(), Some(8), "{}", said(&piped));
+}
+
+#[test]
+fn rotate_keeps_the_newest_parts_and_says_what_it_deleted() {
+    let dir = scratch_dir("save-rotate");
+    let rotated = dir.join("rotated");
+    std::fs::create_dir_all(&rotated).unwrap();
     // --rotate 2: the newest two parts, the rest deleted and said.
     let rotated = dir.join("rotated");
     std::fs::create_dir_all(&rotated).unwrap();
@@ -232,32 +269,4 @@ fn max_size_writes_whole_parts_and_rotate_keeps_the_newest() {
         "{}",
         said(&output)
     );
-    // The parts of an earlier capture of the name are never mixed with a
-    // new one's: refused, or with --force deleted first.
-    let again = over_driver(&all, &["save", "trace.kstack", "--max-size", "1M"]);
-    assert_eq!(again.status.code(), Some(8), "{}", said(&again));
-    assert!(
-        said(&again).contains("trace-0001.kstack"),
-        "{}",
-        said(&again)
-    );
-    let forced = over_driver(
-        &all,
-        &["save", "trace.kstack", "--max-size", "1M", "--force"],
-    );
-    assert!(forced.status.success(), "{}", said(&forced));
-    assert_eq!(
-        parts_in(&all),
-        ["trace-0001.kstack"],
-        "drained once: one part"
-    );
-    // --rotate keeps two parts at least: the one being written and one more.
-    let one = over_driver(
-        &dir,
-        &["save", "x.kstack", "--max-size", "1M", "--rotate", "1"],
-    );
-    assert_eq!(one.status.code(), Some(2), "{}", said(&one));
-    // Parts are files: not on standard output.
-    let piped = over_driver(&dir, &["save", "-", "--max-size", "1M"]);
-    assert_eq!(piped.status.code(), Some(8), "{}", said(&piped));
 }
