@@ -227,12 +227,8 @@ fn max_size_writes_whole_parts_and_rotate_keeps_the_newest() {
 
 #[test]
 fn rotate_keeps_the_newest_parts_and_says_what_it_deleted() {
-    let dir = scratch_dir("save-rotate");
-    let rotated = dir.join("rotated");
-    std::fs::create_dir_all(&rotated).unwrap();
     // --rotate 2: the newest two parts, the rest deleted and said.
-    let rotated = dir.join("rotated");
-    std::fs::create_dir_all(&rotated).unwrap();
+    let rotated = scratch_dir("save-rotate");
     let output = over_driver(
         &rotated,
         &[
