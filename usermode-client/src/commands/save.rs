@@ -252,8 +252,9 @@ pub fn append_batch<W: CaptureOutput>(
 /// they ended; returns that and the syncs made. A driver error ends the
 /// capture but keeps what was read: the file is finished and valid, and
 /// `kstack <command>` says so with the `saved` records' count. A write
-/// error keeps the file too: it holds every batch written before the
-/// error, whole, and reads as cut short.
+/// error keeps the file too: it holds every block written before the
+/// error, and is finished when its end marker still fits (the error was
+/// another file's, such as the next part's); else it reads as cut short.
 pub fn finish_capture<T>(
     writer: CaptureWriter<CaptureTarget>,
     path: &Path,
@@ -268,7 +269,11 @@ pub fn finish_capture<T>(
         );
     };
     if let Err(error @ ClientError::File { .. }) = followed {
-        kept("written before the error");
+        // The end marker may still fit (the error may have been another
+        // file's: the next part's); if it does not, the file reads as cut.
+        if writer.finish().is_err() {
+            kept("written before the error");
+        }
         return Err(error);
     }
     let finished = writer
