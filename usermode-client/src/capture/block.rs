@@ -27,7 +27,8 @@
 //! - Bytes at the end of the file that hold no whole intact block are the
 //!   tail of a capture cut short (or whose last blocks were damaged),
 //!   reported as such.
-//! - Memory: the largest block plus one read, whatever the file's size.
+//! - Memory: twice the largest block plus one read, whatever the file's
+//!   size (consumed bytes are dropped once they are half the buffer).
 
 use std::io::{self, Read};
 
@@ -239,16 +240,21 @@ impl<R: Read> BlockReader<R> {
     }
 
     /// Reads until `wanted` unread bytes are buffered; false when the
-    /// input ends first.
+    /// input ends first. Consumed bytes are dropped only once they are half
+    /// the buffer, so a resynchronisation that tries candidate after
+    /// candidate moves each byte a bounded number of times.
     fn fill(&mut self, wanted: usize) -> io::Result<bool> {
         if self.buffer.len() - self.start >= wanted || self.end_of_input {
             return Ok(self.buffer.len() - self.start >= wanted);
         }
-        self.buffer.drain(..self.start);
-        self.start = 0;
+        if self.start >= self.buffer.len() / 2 {
+            self.buffer.drain(..self.start);
+            self.start = 0;
+        }
+        let needed = self.start + wanted;
         let mut filled = self.buffer.len();
-        self.buffer.resize(wanted.max(filled + READ_SIZE), 0);
-        while filled < wanted {
+        self.buffer.resize(needed.max(filled + READ_SIZE), 0);
+        while filled < needed {
             match self.input.read(&mut self.buffer[filled..]) {
                 Ok(0) => {
                     self.end_of_input = true;
@@ -263,7 +269,7 @@ impl<R: Read> BlockReader<R> {
             }
         }
         self.buffer.truncate(filled);
-        Ok(filled >= wanted)
+        Ok(filled - self.start >= wanted)
     }
 }
 
