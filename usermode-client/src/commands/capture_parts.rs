@@ -28,10 +28,7 @@ use kstack_client::{
     },
 };
 
-use super::{
-    output::is_standard_output,
-    save::{CaptureTarget, open_target},
-};
+use super::output::{CaptureTarget, is_standard_output, open_target};
 
 #[derive(Args)]
 pub struct PartArgs {

@@ -3,13 +3,14 @@
 
 use std::{
     fmt,
-    io::{self, Write},
+    fs::File,
+    io::{self, IsTerminal as _, Write},
     path::{Path, PathBuf},
 };
 
 use clap::Args;
 use kstack_client::{
-    capture::trace::TraceRecord,
+    capture::{trace::TraceRecord, writer::CaptureOutput},
     device::transport::Transport,
     error::ClientError,
     naming::symbolizer::Symbolizer,
@@ -232,6 +233,65 @@ pub fn create_output(path: &Path, force: bool) -> Result<std::fs::File, ClientEr
         }
     })?;
     Ok(file)
+}
+
+/// Where a capture goes: a file, or standard output (`-`).
+pub enum CaptureTarget {
+    /// A file created for it.
+    File(File),
+    /// Standard output (a pipe or a file the shell opened).
+    Stdout(io::Stdout),
+}
+
+impl Write for CaptureTarget {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::File(file) => file.write(bytes),
+            Self::Stdout(out) => out.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::File(file) => file.flush(),
+            Self::Stdout(out) => out.flush(),
+        }
+    }
+}
+
+impl CaptureOutput for CaptureTarget {
+    fn sync(&mut self) -> io::Result<()> {
+        match self {
+            Self::File(file) => file.sync(),
+            // What reads the pipe decides what is durable.
+            Self::Stdout(out) => out.flush(),
+        }
+    }
+}
+
+/// `path` as messages name it.
+pub fn shown(path: &Path) -> String {
+    if is_standard_output(path) {
+        "standard output".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// The capture's target: `path` created (replaced only with `force`), or
+/// standard output for `-` when it is not a terminal.
+pub fn open_target(path: &Path, force: bool) -> Result<CaptureTarget, ClientError> {
+    if !is_standard_output(path) {
+        return create_output(path, force).map(CaptureTarget::File);
+    }
+    let out = io::stdout();
+    if out.is_terminal() {
+        return Err(ClientError::Unwritable {
+            path: "standard output".to_owned(),
+            reason: "it is a terminal, and a capture is binary: redirect it to a file or a pipe",
+        });
+    }
+    Ok(CaptureTarget::Stdout(out))
 }
 
 /// Removes a half-written output, so nothing that looks finished is wrong

@@ -33,8 +33,8 @@ use kstack_client::{
 
 use super::{
     live::{follow_summary_text, open_device, positive_seconds, stop_flag},
-    output::{ForceArg, discard, is_standard_output},
-    save::{SyncArgs, append_batch, finish_capture, shown, start_capture},
+    output::{ForceArg, discard, is_standard_output, shown},
+    save::{SyncArgs, append_batch, finish_capture, start_capture},
     symbols::SymbolsArg,
     threads::{self, fresh_tag, require_apc, with_thread_stacks},
     top,

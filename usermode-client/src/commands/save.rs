@@ -2,8 +2,7 @@
 //! analysis.
 
 use std::{
-    fs::File,
-    io::{self, IsTerminal as _, Write},
+    io,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -29,7 +28,7 @@ use kstack_client::{
 use super::{
     capture_parts::{PartArgs, Parts},
     live::{FollowArgs, follow_summary_text, identified_live_modules, open_device, stop_flag},
-    output::{ForceArg, create_output, discard, is_standard_output},
+    output::{CaptureTarget, ForceArg, discard, open_target, shown},
 };
 
 #[derive(Args)]
@@ -143,65 +142,6 @@ pub fn run(args: &SaveArgs) -> Result<(), ClientError> {
         follow_summary_text(&summary)
     );
     Ok(())
-}
-
-/// Where a capture goes: a file, or standard output (`-`).
-pub enum CaptureTarget {
-    /// A file created for it.
-    File(File),
-    /// Standard output (a pipe or a file the shell opened).
-    Stdout(io::Stdout),
-}
-
-impl Write for CaptureTarget {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self {
-            Self::File(file) => file.write(bytes),
-            Self::Stdout(out) => out.write(bytes),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Self::File(file) => file.flush(),
-            Self::Stdout(out) => out.flush(),
-        }
-    }
-}
-
-impl CaptureOutput for CaptureTarget {
-    fn sync(&mut self) -> io::Result<()> {
-        match self {
-            Self::File(file) => file.sync(),
-            // What reads the pipe decides what is durable.
-            Self::Stdout(out) => out.flush(),
-        }
-    }
-}
-
-/// `path` as messages name it.
-pub fn shown(path: &Path) -> String {
-    if is_standard_output(path) {
-        "standard output".to_owned()
-    } else {
-        path.display().to_string()
-    }
-}
-
-/// The capture's target: `path` created (replaced only with `force`), or
-/// standard output for `-` when it is not a terminal.
-pub fn open_target(path: &Path, force: bool) -> Result<CaptureTarget, ClientError> {
-    if !is_standard_output(path) {
-        return create_output(path, force).map(CaptureTarget::File);
-    }
-    let out = io::stdout();
-    if out.is_terminal() {
-        return Err(ClientError::Unwritable {
-            path: "standard output".to_owned(),
-            reason: "it is a terminal, and a capture is binary: redirect it to a file or a pipe",
-        });
-    }
-    Ok(CaptureTarget::Stdout(out))
 }
 
 /// A capture at `path` (replaced only with `force`), begun with the
