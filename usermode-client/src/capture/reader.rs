@@ -819,6 +819,20 @@ pub(crate) mod tests {
         }
     }
 
+    /// A repeated sample of `captured` (a thread-stack record), without a
+    /// thread state.
+    fn repeat_of(captured: &TraceRecord) -> TraceRecord {
+        TraceRecord {
+            sample: Some(crate::capture::trace::SampleFacts {
+                state: None,
+                wait_reason: crate::thread_list::WaitReason(6),
+                cpu_time: 0,
+                repeated: true,
+            }),
+            ..captured.clone()
+        }
+    }
+
     /// The records of `sampled_records` and `sample_records` written in
     /// batches of the sizes `split` gives in turn, and the records.
     fn batched(split: &[usize]) -> (Vec<u8>, Vec<TraceRecord>) {
@@ -893,13 +907,7 @@ pub(crate) mod tests {
         writer.end_batch().unwrap();
         let second_block = writer.written().len();
         let again = thread_stack(2, 20, &frames);
-        let mut repeat = again.clone();
-        repeat.sample = Some(crate::capture::trace::SampleFacts {
-            state: None,
-            wait_reason: crate::thread_list::WaitReason(6),
-            cpu_time: 0,
-            repeated: true,
-        });
+        let repeat = repeat_of(&again);
         writer.append(&again).unwrap();
         writer.end_batch().unwrap();
         let third_block = writer.written().len();
@@ -1004,13 +1012,7 @@ pub(crate) mod tests {
         writer.append(&thread_stack(2, 20, s1)).unwrap();
         writer.end_batch().unwrap();
         let second = thread_stack(3, 20, s2);
-        let mut repeat = second.clone();
-        repeat.sample = Some(crate::capture::trace::SampleFacts {
-            state: None,
-            wait_reason: crate::thread_list::WaitReason(6),
-            cpu_time: 0,
-            repeated: true,
-        });
+        let repeat = repeat_of(&second);
         writer.append(&second).unwrap();
         writer.append(&repeat).unwrap();
         let mut bytes = writer.finish().unwrap().out;
