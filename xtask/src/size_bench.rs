@@ -38,34 +38,25 @@ pub fn run(workspace: &Path) -> Result<()> {
     process::step("building the generator and the client (release)");
     // The generator needs the crate's test-support feature; the client is
     // built without it, as shipped.
-    process::cargo(
-        workspace,
+    for target in [
         &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "kstack-client",
             "--features",
             "test-support",
             "--example",
             "synthetic_capture",
-        ],
-    )
-    .run()?;
-    process::cargo(
-        workspace,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "kstack-client",
-            "--bin",
-            "kstack",
-        ],
-    )
-    .run()?;
+        ][..],
+        &["--bin", "kstack"],
+    ] {
+        process::cargo(
+            workspace,
+            &[
+                &["build", "--release", "--locked", "-p", "kstack-client"][..],
+                target,
+            ]
+            .concat(),
+        )
+        .run()?;
+    }
     let release = workspace.join("target/release");
     let tools = Tools {
         kstack: release.join("kstack"),

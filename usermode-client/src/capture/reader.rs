@@ -819,6 +819,18 @@ pub(crate) mod tests {
         }
     }
 
+    /// Where the first block after the start block begins (in these
+    /// captures, the first entries block).
+    fn first_entries_block(bytes: &[u8]) -> usize {
+        bytes
+            .windows(4)
+            .enumerate()
+            .filter(|(_, window)| *window == BLOCK_MAGIC)
+            .map(|(at, _)| at)
+            .nth(1)
+            .unwrap()
+    }
+
     /// A repeated sample of `captured` (a thread-stack record), without a
     /// thread state.
     fn repeat_of(captured: &TraceRecord) -> TraceRecord {
@@ -924,13 +936,7 @@ pub(crate) mod tests {
         // The first entries block, which stored the stack, is damaged: the
         // second capture reads as lost, and so does its repeat (a copy of
         // it, never of an older capture).
-        let first_entries = bytes
-            .windows(4)
-            .enumerate()
-            .filter(|(_, window)| *window == BLOCK_MAGIC)
-            .map(|(at, _)| at)
-            .nth(1)
-            .unwrap();
+        let first_entries = first_entries_block(&bytes);
         let read = damaged_at(first_entries);
         let shown: Vec<(u64, bool, bool)> = read
             .records
@@ -1016,13 +1022,7 @@ pub(crate) mod tests {
         writer.append(&second).unwrap();
         writer.append(&repeat).unwrap();
         let mut bytes = writer.finish().unwrap().out;
-        let first_entries = bytes
-            .windows(4)
-            .enumerate()
-            .filter(|(_, window)| *window == BLOCK_MAGIC)
-            .map(|(at, _)| at)
-            .nth(1)
-            .unwrap();
+        let first_entries = first_entries_block(&bytes);
         bytes[first_entries + BLOCK_HEADER_SIZE + 3] ^= 1;
         let read = read_back(&bytes).unwrap();
         for record in &read.records {
